@@ -1,0 +1,198 @@
+// What the CPU forward and backward kernels share: the plane geometry of both layouts,
+// the first-bad-index bookkeeping, and the split of planes across ffi::ThreadPool.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "value_types.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+
+// A tensor pair seen as N images of C planes: `L` positions per plane on the input side
+// (x, indices, the backward's result) and `Lo` per plane on the output side (the
+// forward's result, grad_output). NCHW keeps a plane contiguous; NHWC interleaves the
+// C planes of one image. Indices are flat positions inside a plane in both layouts.
+struct PlaneGeometry {
+  int64_t N = 0, C = 0, L = 0, Lo = 0, Ho = 0, Wo = 0;
+  bool channels_last = false;
+
+  int64_t units() const { return N * C; }  // one unit of work = one (n, c) plane
+  // Element offsets of plane position i (input side) / o (output side) of plane (n, c).
+  int64_t in_offset(int64_t n, int64_t c, int64_t i) const {
+    return channels_last ? (n * L + i) * C + c : (n * C + c) * L + i;
+  }
+  int64_t out_offset(int64_t n, int64_t c, int64_t o) const {
+    return channels_last ? (n * Lo + o) * C + c : (n * C + c) * Lo + o;
+  }
+};
+
+// Reads the geometry from the dims of an input-side buffer and an output-side buffer,
+// checking what abstract evaluation already promised (a defence for hand-built calls).
+inline ffi::ErrorOr<PlaneGeometry> ReadGeometry(const char* op, ffi::Span<const int64_t> in,
+                                                ffi::Span<const int64_t> out,
+                                                bool channels_last) {
+  const size_t rank = in.size();
+  if ((rank != 3 && rank != 4) || out.size() != rank) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(op) +
+                                       ": expected rank-3 or rank-4 buffers of equal rank"));
+  }
+  PlaneGeometry g;
+  g.channels_last = channels_last;
+  g.N = rank == 4 ? in[0] : 1;
+  const size_t h = rank - (channels_last ? 3 : 2);  // position of H
+  const size_t c = channels_last ? rank - 1 : rank - 3;
+  if ((rank == 4 && out[0] != in[0]) || out[c] != in[c]) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(op) +
+                                       ": batch and channel dims of the operands differ"));
+  }
+  g.C = in[c];
+  g.L = in[h] * in[h + 1];
+  g.Ho = out[h];
+  g.Wo = out[h + 1];
+  g.Lo = g.Ho * g.Wo;
+  return g;
+}
+
+// The first out-of-range index a chunk met; `flat` is its element offset in the
+// indices buffer, so the smallest one over all chunks is the first in flat order,
+// whichever thread found it.
+struct BadIndex {
+  int64_t flat = std::numeric_limits<int64_t>::max();
+  int64_t value = 0, n = 0, c = 0, i = 0;
+  bool found() const { return flat != std::numeric_limits<int64_t>::max(); }
+};
+
+// OUT_OF_RANGE: the index is well-typed, its value is outside the plane.
+inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const BadIndex& b) {
+  return ffi::Error(ffi::ErrorCode::kOutOfRange,
+      std::string(op) + ": index " + std::to_string(b.value) + " at (n=" +
+      std::to_string(b.n) + ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
+      ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
+      ") for an output plane of " + std::to_string(g.Ho) + "x" + std::to_string(g.Wo));
+}
+
+// Unsigned bound for an exact one-compare range check: v is valid iff U(v) < bound.
+// Negative values wrap to huge unsigned ones; int32 indices can never reach past 2^31.
+template <typename I>
+std::make_unsigned_t<I> IndexBound(int64_t Lo) {
+  using U = std::make_unsigned_t<I>;
+  const uint64_t cap = static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1;
+  return static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(Lo), cap));
+}
+
+// Exact check of a rows x cols block of indices (rows `row_stride` apart); returns
+// r * cols + col of the first bad one in flat order, or -1. The scan is a
+// branch-free OR-reduction (vectorised); the search runs only on failure.
+template <typename I>
+int64_t FirstBadIndex(const I* idx, int64_t rows, int64_t cols, int64_t row_stride,
+                      std::make_unsigned_t<I> bound) {
+  using U = std::make_unsigned_t<I>;
+  U bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const I* row = idx + r * row_stride;
+    for (int64_t j = 0; j < cols; ++j) bad |= static_cast<U>(static_cast<U>(row[j]) >= bound);
+  }
+  if (!bad) return -1;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j)
+      if (static_cast<U>(idx[r * row_stride + j]) >= bound) return r * cols + j;
+  return -1;
+}
+
+// Runs `chunk(u0, u1) -> BadIndex` over the planes [0, units) in contiguous chunks and
+// returns the error of the first bad index in flat order, whichever chunk found it.
+// Chunks go to the XLA intra-op pool when the problem is big enough (`bytes` moved per
+// call). The calling thread claims chunks too and then waits only for chunks already
+// claimed by running pool tasks: it never waits on a task that has not started, so it
+// cannot deadlock however busy the pool is.
+template <typename Chunk, typename MakeError>
+ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes,
+                             const Chunk& chunk, const MakeError& make_error) {
+  constexpr int64_t kMinBytesPerChunk = int64_t{1} << 18;  // below this, threads cost more
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const int64_t chunks = std::clamp<int64_t>(
+      std::min(bytes / kMinBytesPerChunk, units), 1, 4 * threads);
+
+  struct Job {
+    const Chunk* chunk;
+    int64_t units, chunks;
+    std::vector<BadIndex> bad;
+    std::atomic<int64_t> next{0}, done{0};
+    std::mutex mutex;
+    std::condition_variable all_done;
+    // Claims and runs chunks until none is left; false when it ran none.
+    void Drain() {
+      for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+        bad[k] = (*chunk)(units * k / chunks, units * (k + 1) / chunks);
+        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+          std::lock_guard<std::mutex> lock(mutex);
+          all_done.notify_all();
+        }
+      }
+    }
+  };
+  auto job = std::make_shared<Job>();
+  job->chunk = &chunk;
+  job->units = units;
+  job->chunks = chunks;
+  job->bad.resize(chunks);
+  // A helper that starts after every chunk is claimed touches only the shared job.
+  for (int64_t t = 1; t < std::min(threads, chunks); ++t) pool.Schedule([job] { job->Drain(); });
+  job->Drain();
+  {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->all_done.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == chunks; });
+  }
+  BadIndex first;
+  for (const BadIndex& b : job->bad)
+    if (b.flat < first.flat) first = b;
+  return first.found() ? make_error(first) : ffi::Error::Success();
+}
+
+}  // namespace jax_unpool
+
+namespace jax_unpool {
+
+// Splits the planes [u0, u1) of a chunk by image: calls span(n, c0, c1) for the channels
+// [c0, c1) of image n, in flat order, and stops at the first bad index it reports.
+template <typename Span>
+BadIndex ForEachImageSpan(const PlaneGeometry& g, int64_t u0, int64_t u1, Span span) {
+  for (int64_t u = u0; u < u1;) {
+    const int64_t n = u / g.C, c0 = u % g.C, c1 = std::min(g.C, c0 + (u1 - u));
+    BadIndex bad = span(n, c0, c1);
+    if (bad.found()) return bad;
+    u += c1 - c0;
+  }
+  return BadIndex{};
+}
+
+// Checks the indices of planes [c0, c1) of image n; fills in the first bad one.
+template <typename I>
+BadIndex CheckSpan(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1) {
+  const auto bound = IndexBound<I>(g.Lo);
+  if (!g.channels_last) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t base = g.in_offset(n, c, 0);
+      const int64_t i = FirstBadIndex(indices + base, 1, g.L, g.L, bound);
+      if (i >= 0) return BadIndex{base + i, static_cast<int64_t>(indices[base + i]), n, c, i};
+    }
+    return BadIndex{};
+  }
+  const int64_t base = g.in_offset(n, c0, 0), cols = c1 - c0;
+  const int64_t k = FirstBadIndex(indices + base, g.L, cols, g.C, bound);
+  if (k < 0) return BadIndex{};
+  const int64_t i = k / cols, c = c0 + k % cols, flat = g.in_offset(n, c, i);
+  return BadIndex{flat, static_cast<int64_t>(indices[flat]), n, c, i};
+}
+
+}  // namespace jax_unpool

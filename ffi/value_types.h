@@ -1,0 +1,71 @@
+// Dtype dispatch shared by every kernel: these ops only move bits, so values are
+// dispatched by byte width (NaN payloads, -0.0 and bf16/f16 move untouched) and
+// indices by their integer type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+
+namespace ffi = xla::ffi;
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Byte width of a value dtype we can move, or 0 for one we cannot (sub-byte packed
+// types, 16-byte complex, tokens).
+inline int64_t MovableByteWidth(ffi::DataType dtype) {
+  switch (dtype) {
+    case ffi::DataType::S1:
+    case ffi::DataType::S2:
+    case ffi::DataType::S4:
+    case ffi::DataType::U1:
+    case ffi::DataType::U2:
+    case ffi::DataType::U4:
+    case ffi::DataType::F4E2M1FN:
+      return 0;
+    default:
+      break;
+  }
+  const int64_t width = static_cast<int64_t>(ffi::ByteWidth(dtype));
+  return (width == 1 || width == 2 || width == 4 || width == 8) ? width : 0;
+}
+
+// Calls f(TypeTag<U>{}) with the unsigned integer type of the value's byte width.
+// The caller checks MovableByteWidth first.
+template <typename F>
+decltype(auto) VisitValueWidth(int64_t width, F&& f) {
+  switch (width) {
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    default:
+      return f(TypeTag<uint64_t>{});
+  }
+}
+
+inline bool IsIndexType(ffi::DataType dtype) {
+  return dtype == ffi::DataType::S32 || dtype == ffi::DataType::S64;
+}
+
+// Calls f(TypeTag<int32_t>{}) or f(TypeTag<int64_t>{}). The caller checks IsIndexType.
+template <typename F>
+decltype(auto) VisitIndexType(ffi::DataType dtype, F&& f) {
+  if (dtype == ffi::DataType::S32) return f(TypeTag<int32_t>{});
+  return f(TypeTag<int64_t>{});
+}
+
+inline std::string DataTypeName(ffi::DataType dtype) {
+  return "dtype #" + std::to_string(static_cast<int>(dtype));
+}
+
+}  // namespace jax_unpool

@@ -1,0 +1,17 @@
+"""jax-unpool: max-unpooling as first-class JAX primitives with native XLA FFI kernels."""
+
+from jax_unpool import reference
+from jax_unpool._api import max_unpool2d, max_unpool2d_backward
+from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool.pooling import max_pool2d_with_indices
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "max_unpool2d",
+    "max_unpool2d_backward",
+    "max_pool2d_with_indices",
+    "max_unpool2d_p",
+    "max_unpool2d_backward_p",
+    "reference",
+]

@@ -1,0 +1,77 @@
+"""The public functions: argument handling and validation, then one primitive bind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jax_unpool import _args
+from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+
+IntOrPair = int | tuple[int, int]
+
+
+def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
+                 stride: IntOrPair | None = None, padding: IntOrPair = 0,
+                 output_size: Any = None, *, data_format: str = "NCHW") -> jax.Array:
+    """Max-unpooling: the partial inverse of a max-pool, as ``torch.nn.functional.max_unpool2d``.
+
+    ``out = zeros(N, C, H_out, W_out)``, then ``out[n, c, indices[n, c, i]] = x[n, c, i]``
+    where each plane is flattened (``index = h * W_out + w``).
+
+    Args:
+      x: values, ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` / ``(H, W, C)`` with
+        ``data_format="NHWC"``). Any 1-, 2-, 4- or 8-byte dtype: bits are moved as they are.
+      indices: int32 or int64, the shape of ``x``; flat positions inside an output plane.
+      kernel_size, stride, padding: ints or pairs; ``stride`` defaults to ``kernel_size``.
+        Without ``output_size``: ``H_out = (H - 1) * stride - 2 * padding + kernel_size``.
+      output_size: ``(H_out, W_out)`` or a full shape; with ``kernel_size`` it must lie
+        strictly within ``stride`` of the default size (PyTorch's rule).
+      data_format: ``"NCHW"`` (default), ``"NHWC"``, or ``"CHW"`` / ``"HWC"`` for rank 3.
+
+    Returns:
+      ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
+      Positions no index names are zero. Among duplicated indices in a plane the element
+      with the largest flat input position wins, deterministically on every backend.
+
+    Raises:
+      ValueError / TypeError at trace time for a bad rank, shape, size or dtype. On CPU an
+      index outside ``[0, H_out * W_out)`` fails the call with ``JaxRuntimeError`` naming the
+      index, its position ``(n, c, i)`` and the valid range; the jnp reference used on
+      other platforms drops such an element instead.
+    """
+    fn = "max_unpool2d"
+    x, indices = jnp.asarray(x), jnp.asarray(indices)
+    _args.check_unpool_operands(fn, x, indices)
+    last = _args.channels_last(fn, data_format, x.ndim)
+    hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
+    return max_unpool2d_p.bind(x, indices, output_size=hw, channels_last=last)
+
+
+def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCHW") -> jax.Array:
+    """The gradient of :func:`max_unpool2d` w.r.t. ``x``: CANN's aclnnMaxUnpool2dBackward.
+
+    ``out[n, c, i] = grad_output[n, c, indices[n, c, i]]`` (planes flattened).
+
+    Args:
+      grad_output: ``(N, C, H_out, W_out)`` or ``(C, H_out, W_out)``, ``x``'s dtype.
+      x: the forward's input ("self" in CANN); only its shape and dtype are used, so a
+        ``jax.ShapeDtypeStruct`` will do.
+      indices: int32 or int64, ``x``'s shape.
+      output_size: ``(H_out, W_out)`` or a full shape; must equal grad_output's spatial dims.
+      data_format: as in :func:`max_unpool2d`.
+
+    Returns:
+      ``x``'s shape, ``grad_output``'s dtype. Every duplicate index reads its position
+      (as PyTorch and CANN do).
+
+    Raises:
+      As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
+    """
+    fn = "max_unpool2d_backward"
+    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
+    last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
+    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last)

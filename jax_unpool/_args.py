@@ -1,0 +1,175 @@
+"""Argument handling shared by the public functions, the reference and the primitives.
+
+Every check raises at trace time with a message naming the function, the argument, what
+was expected and what was received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+LAYOUTS = {"NCHW": False, "CHW": False, "NHWC": True, "HWC": True}
+_PACKED_DTYPES = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def channels_last(fn: str, data_format: str, ndim: int) -> bool:
+    """True for NHWC/HWC, False for NCHW/CHW; CHW and HWC name rank-3 data only."""
+    if data_format not in LAYOUTS:
+        raise ValueError(
+            f"{fn}: data_format must be one of {sorted(LAYOUTS)}, got {data_format!r}")
+    if len(data_format) == 3 and ndim != 3:
+        raise ValueError(
+            f"{fn}: data_format {data_format!r} describes rank-3 input, got rank {ndim}")
+    return LAYOUTS[data_format]
+
+
+def spatial_axis(ndim: int, channels_last: bool) -> int:
+    """Position of H in a rank-3/4 shape (W follows it)."""
+    return ndim - 3 if channels_last else ndim - 2
+
+
+def check_rank(fn: str, name: str, shape: Sequence[int]) -> None:
+    if len(shape) not in (3, 4):
+        raise ValueError(
+            f"{fn}: {name} must have rank 3 (C, H, W) or 4 (N, C, H, W), "
+            f"got rank {len(shape)} with shape {tuple(shape)}")
+
+
+def check_movable_dtype(fn: str, name: str, dtype: Any) -> None:
+    dtype = np.dtype(dtype)
+    if dtype.itemsize not in (1, 2, 4, 8) or dtype.name in _PACKED_DTYPES:
+        raise TypeError(
+            f"{fn}: {name} must have a 1-, 2-, 4- or 8-byte dtype, got {dtype.name}")
+
+
+def check_index_dtype(fn: str, name: str, dtype: Any) -> None:
+    if np.dtype(dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(f"{fn}: {name} must be int32 or int64, got {np.dtype(dtype).name}")
+
+
+def check_plane_fits_indices(fn: str, index_dtype: Any, output_hw: Sequence[int]) -> None:
+    """int32 indices cannot address an output plane of more than 2**31 - 1 positions."""
+    plane = int(output_hw[0]) * int(output_hw[1])
+    if np.dtype(index_dtype) == np.int32 and plane > INT32_MAX:
+        raise ValueError(
+            f"{fn}: an output plane of {output_hw[0]}x{output_hw[1]} = {plane} positions "
+            f"cannot be addressed by int32 indices (at most {INT32_MAX}); use int64 indices "
+            "(jax.config.update('jax_enable_x64', True))")
+
+
+def positive_pair(fn: str, name: str, value: Any, *, allow_zero: bool = False) -> tuple[int, int]:
+    """An int or a pair of ints, each > 0 (>= 0 with allow_zero)."""
+    pair = (value, value) if isinstance(value, (int, np.integer)) else value
+    try:
+        pair = tuple(pair)
+    except TypeError:
+        pair = None
+    if (pair is None or len(pair) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                       for v in pair)):
+        raise TypeError(f"{fn}: {name} must be an int or a pair of ints, got {value!r}")
+    lo = 0 if allow_zero else 1
+    if any(int(v) < lo for v in pair):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def output_hw(fn: str, output_size: Any, ndim: int, channels_last: bool) -> tuple[int, int]:
+    """(H_out, W_out) from `output_size`: a pair, or a full shape in the data's layout."""
+    try:
+        size = tuple(output_size)
+    except TypeError:
+        raise TypeError(
+            f"{fn}: output_size must be a sequence of ints, got {output_size!r}") from None
+    if len(size) == ndim or (len(size) == 4 and not channels_last):
+        h = spatial_axis(len(size), channels_last)
+        size = size[h:h + 2]
+    elif len(size) != 2:
+        raise ValueError(
+            f"{fn}: output_size must have 2 entries (H_out, W_out) or {ndim} (a full shape), "
+            f"got {len(size)}: {output_size!r}")
+    return positive_pair(fn, "output_size", size)
+
+
+def unpool_output_hw(fn: str, shape: Sequence[int], channels_last: bool, kernel_size: Any,
+                     stride: Any, padding: Any, output_size: Any) -> tuple[int, int]:
+    """torch.nn.functional.max_unpool2d's output size rule, with its range check."""
+    if kernel_size is None:
+        if output_size is None:
+            raise ValueError(f"{fn}: one of kernel_size or output_size is required, got neither")
+        return output_hw(fn, output_size, len(shape), channels_last)
+    kernel = positive_pair(fn, "kernel_size", kernel_size)
+    strides = kernel if stride is None else positive_pair(fn, "stride", stride)
+    pads = positive_pair(fn, "padding", padding, allow_zero=True)
+    h = spatial_axis(len(shape), channels_last)
+    default = tuple((shape[h + d] - 1) * strides[d] - 2 * pads[d] + kernel[d] for d in range(2))
+    if output_size is None:
+        if min(default) <= 0:
+            raise ValueError(
+                f"{fn}: kernel_size={kernel_size}, stride={stride}, padding={padding} give a "
+                f"non-positive output size {default} for input spatial size "
+                f"{tuple(shape[h:h + 2])}")
+        return default
+    size = output_hw(fn, output_size, len(shape), channels_last)
+    for d in range(2):
+        lo, hi = default[d] - strides[d], default[d] + strides[d]
+        if not lo < size[d] < hi:
+            raise ValueError(
+                f"{fn}: invalid output_size {tuple(size)} (dim {d} must be between {lo} and "
+                f"{hi}, exclusive, for kernel_size={kernel_size}, stride={stride}, "
+                f"padding={padding})")
+    return size
+
+
+def check_unpool_operands(fn: str, x: Any, indices: Any) -> None:
+    """x and indices of the forward: same rank-3/4 shape, movable values, integer indices."""
+    check_rank(fn, "x", x.shape)
+    check_movable_dtype(fn, "x", x.dtype)
+    check_index_dtype(fn, "indices", indices.dtype)
+    if tuple(indices.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
+            f"{tuple(indices.shape)}")
+
+
+def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last: bool) -> None:
+    """grad_output (N, C, H_out, W_out) and indices (N, C, H, W) of the backward."""
+    check_rank(fn, "grad_output", grad_output.shape)
+    check_movable_dtype(fn, "grad_output", grad_output.dtype)
+    check_index_dtype(fn, "indices", indices.dtype)
+    g, i = tuple(grad_output.shape), tuple(indices.shape)
+    h = spatial_axis(len(g), channels_last)
+    keep = [d for d in range(len(g)) if d not in (h, h + 1)]
+    if len(i) != len(g) or [g[d] for d in keep] != [i[d] for d in keep]:
+        raise ValueError(
+            f"{fn}: grad_output {g} and indices {i} must have the same rank and the same "
+            "batch and channel dims")
+
+
+def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
+                             output_size: Any, data_format: str) -> bool:
+    """All checks of max_unpool2d_backward's arguments; returns channels_last."""
+    check_rank(fn, "x", x.shape)
+    last = channels_last(fn, data_format, len(x.shape))
+    if tuple(indices.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
+            f"{tuple(indices.shape)}")
+    check_gather_operands(fn, grad_output, indices, last)
+    if np.dtype(grad_output.dtype) != np.dtype(x.dtype):
+        raise TypeError(
+            f"{fn}: grad_output must have the dtype of x, {np.dtype(x.dtype).name}, got "
+            f"{np.dtype(grad_output.dtype).name}")
+    hw = output_hw(fn, output_size, len(x.shape), last)
+    h = spatial_axis(len(grad_output.shape), last)
+    grad_hw = tuple(grad_output.shape[h:h + 2])
+    if hw != grad_hw:
+        raise ValueError(
+            f"{fn}: output_size {hw} must match grad_output's spatial dims {grad_hw}")
+    check_plane_fits_indices(fn, indices.dtype, hw)
+    return last

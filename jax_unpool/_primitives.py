@@ -1,0 +1,167 @@
+"""The two primitives, each followed by its rules: abstract evaluation, JVP, transpose
+(each binds the other), batching, the reference lowering and the CPU FFI lowering.
+
+max_unpool2d_p(x, indices; output_size, channels_last) -> out
+    scatter: zeros of x's shape with (H, W) -> output_size, then out[n, c, idx] = x.
+max_unpool2d_backward_p(grad_output, indices; channels_last) -> out
+    gather: out[n, c, i] = grad_output[n, c, indices[n, c, i]]; out has indices' shape.
+
+Both take rank-3 or rank-4 operands, NCHW (channels_last=False) or NHWC. Indices are
+flat positions inside one plane, h * W_out + w, in both layouts.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir, xla
+
+from jax_unpool import _args, _ffi, reference
+
+__all__ = ["max_unpool2d_p", "max_unpool2d_backward_p"]
+
+
+def _fold_batch(args, dims):
+    """Moves the vmapped axes to the front and folds them into N (rank-3 operands get
+    them as N); returns the operands and how to unfold a result. No loop: one bind."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
+    if moved[0].ndim == 4:  # the operands were rank 3
+        return moved, lambda out: out
+    folded = [a.reshape(size * a.shape[1], *a.shape[2:]) for a in moved]
+    return folded, lambda out: out.reshape(size, out.shape[0] // size, *out.shape[1:])
+
+
+def _tangent_or_zero(tangent, out, bind):
+    if type(tangent) is ad.Zero:
+        return ad.Zero.from_primal_value(out)
+    return bind(tangent)
+
+
+# --------------------------------------------------------------------------------------
+# max_unpool2d_p: the scatter
+# --------------------------------------------------------------------------------------
+
+max_unpool2d_p = Primitive("max_unpool2d")
+max_unpool2d_p.def_impl(partial(xla.apply_primitive, max_unpool2d_p))
+
+
+def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
+    fn = "max_unpool2d"
+    _args.check_unpool_operands(fn, x, indices)
+    _args.positive_pair(fn, "output_size", output_size)
+    _args.check_plane_fits_indices(fn, indices.dtype, output_size)
+    h = _args.spatial_axis(x.ndim, channels_last)
+    shape = (*x.shape[:h], *output_size, *x.shape[h + 2:])
+    return x.update(shape=shape, weak_type=False)
+
+
+def _max_unpool2d_jvp(primals, tangents, *, output_size, channels_last):
+    x, indices = primals
+    def bind(values):
+        return max_unpool2d_p.bind(values, indices, output_size=output_size,
+                                   channels_last=channels_last)
+
+    out = bind(x)
+    return out, _tangent_or_zero(tangents[0], out, bind)  # indices get no tangent
+
+
+def _max_unpool2d_transpose(ct, x, indices, *, output_size, channels_last):
+    # Linear in x only: its cotangent gathers ct at the indices.
+    assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(indices)
+    if type(ct) is ad.Zero:
+        return ad.Zero(x.aval), None
+    return max_unpool2d_backward_p.bind(ct, indices, channels_last=channels_last), None
+
+
+def _max_unpool2d_batch(args, dims, *, output_size, channels_last):
+    (x, indices), unfold = _fold_batch(args, dims)
+    out = max_unpool2d_p.bind(x, indices, output_size=output_size, channels_last=channels_last)
+    return unfold(out), 0
+
+
+def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
+    return reference.scatter_planes(x, indices, output_size, channels_last)
+
+
+_max_unpool2d_ffi = jax.ffi.ffi_lowering(_ffi.MAX_UNPOOL2D_TARGET)
+
+
+def _max_unpool2d_cpu_lowering(ctx, x, indices, *, output_size, channels_last):
+    del output_size  # the handler reads it from the result's shape
+    return _max_unpool2d_ffi(ctx, x, indices, channels_last=bool(channels_last))
+
+
+max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
+ad.primitive_jvps[max_unpool2d_p] = _max_unpool2d_jvp
+ad.primitive_transposes[max_unpool2d_p] = _max_unpool2d_transpose
+batching.primitive_batchers[max_unpool2d_p] = _max_unpool2d_batch
+mlir.register_lowering(max_unpool2d_p, mlir.lower_fun(_max_unpool2d_reference,
+                                                      multiple_results=False))
+mlir.register_lowering(max_unpool2d_p, _max_unpool2d_cpu_lowering, platform="cpu")
+
+
+# --------------------------------------------------------------------------------------
+# max_unpool2d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
+# --------------------------------------------------------------------------------------
+
+max_unpool2d_backward_p = Primitive("max_unpool2d_backward")
+max_unpool2d_backward_p.def_impl(partial(xla.apply_primitive, max_unpool2d_backward_p))
+
+
+def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last):
+    fn = "max_unpool2d_backward"
+    _args.check_gather_operands(fn, grad_output, indices, channels_last)
+    h = _args.spatial_axis(grad_output.ndim, channels_last)
+    _args.check_plane_fits_indices(fn, indices.dtype, grad_output.shape[h:h + 2])
+    return indices.update(dtype=grad_output.dtype, weak_type=False)
+
+
+def _max_unpool2d_backward_jvp(primals, tangents, *, channels_last):
+    grad_output, indices = primals
+    def bind(values):
+        return max_unpool2d_backward_p.bind(values, indices, channels_last=channels_last)
+
+    out = bind(grad_output)
+    return out, _tangent_or_zero(tangents[0], out, bind)
+
+
+def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last):
+    # Linear in grad_output only: its cotangent scatters ct to the indices.
+    assert ad.is_undefined_primal(grad_output) and not ad.is_undefined_primal(indices)
+    if type(ct) is ad.Zero:
+        return ad.Zero(grad_output.aval), None
+    h = _args.spatial_axis(grad_output.aval.ndim, channels_last)
+    output_size = tuple(grad_output.aval.shape[h:h + 2])
+    return max_unpool2d_p.bind(ct, indices, output_size=output_size,
+                               channels_last=channels_last), None
+
+
+def _max_unpool2d_backward_batch(args, dims, *, channels_last):
+    (grad_output, indices), unfold = _fold_batch(args, dims)
+    out = max_unpool2d_backward_p.bind(grad_output, indices, channels_last=channels_last)
+    return unfold(out), 0
+
+
+def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
+    return reference.gather_planes(grad_output, indices, channels_last)
+
+
+_max_unpool2d_backward_ffi = jax.ffi.ffi_lowering(_ffi.MAX_UNPOOL2D_BACKWARD_TARGET)
+
+
+def _max_unpool2d_backward_cpu_lowering(ctx, grad_output, indices, *, channels_last):
+    return _max_unpool2d_backward_ffi(ctx, grad_output, indices,
+                                      channels_last=bool(channels_last))
+
+
+max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)
+ad.primitive_jvps[max_unpool2d_backward_p] = _max_unpool2d_backward_jvp
+ad.primitive_transposes[max_unpool2d_backward_p] = _max_unpool2d_backward_transpose
+batching.primitive_batchers[max_unpool2d_backward_p] = _max_unpool2d_backward_batch
+mlir.register_lowering(max_unpool2d_backward_p,
+                       mlir.lower_fun(_max_unpool2d_backward_reference, multiple_results=False))
+mlir.register_lowering(max_unpool2d_backward_p, _max_unpool2d_backward_cpu_lowering,
+                       platform="cpu")

@@ -1,0 +1,101 @@
+"""Pure-jnp implementations of the public functions, with the same signatures and semantics.
+
+They are the test oracle and the lowering on every platform without a native kernel
+(GPU, TPU). Being XLA scatter/gather, they cannot fail at run time: an out-of-range
+index is dropped by the forward and reads 0 in the backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_unpool import _args
+from jax_unpool.pooling import max_pool2d_with_indices
+
+__all__ = ["max_unpool2d", "max_unpool2d_backward", "max_pool2d_with_indices",
+           "scatter_planes", "gather_planes"]
+
+
+def _to_planes(a: jax.Array, channels_last: bool) -> jax.Array:
+    """(N, C, H, W) / (N, H, W, C) / 3-D -> (N, C, H*W)."""
+    a4 = a if a.ndim == 4 else a[None]
+    if channels_last:
+        n, h, w, c = a4.shape
+        return a4.reshape(n, h * w, c).transpose(0, 2, 1)
+    n, c, h, w = a4.shape
+    return a4.reshape(n, c, h * w)
+
+
+def _from_planes(p: jax.Array, like_shape: tuple[int, ...], hw: tuple[int, int],
+                 channels_last: bool) -> jax.Array:
+    """(N, C, Ho*Wo) -> the layout and rank of `like_shape`, with spatial dims `hw`."""
+    n, c, _ = p.shape
+    if channels_last:
+        out = p.transpose(0, 2, 1).reshape(n, *hw, c)
+    else:
+        out = p.reshape(n, c, *hw)
+    return out if len(like_shape) == 4 else out[0]
+
+
+def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
+    # jnp indexing wraps negative indices; send them past the end so they are dropped.
+    return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
+
+
+def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
+                   channels_last: bool = False) -> jax.Array:
+    """The forward on already-validated operands: zeros, then out[..., idx] = x.
+
+    Duplicates resolve deterministically to the largest input position: scatter-max
+    each element's (position + 1), then gather the winners (0 marks an empty slot).
+    """
+    xp, ip = _to_planes(x, channels_last), _to_planes(indices, channels_last)
+    plane = output_hw[0] * output_hw[1]
+    length = xp.shape[-1]
+    pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
+    pos = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=pos_dtype), ip.shape)
+    n, c = np.indices(ip.shape[:2], sparse=True)
+    winner = (jnp.zeros((*ip.shape[:2], plane), pos_dtype)
+              .at[n[..., None], c[..., None], _drop_negative(ip, plane)]
+              .max(pos, mode="drop"))
+    moved = jnp.take_along_axis(xp, jnp.maximum(winner - 1, 0), axis=-1)
+    out = jnp.where(winner > 0, moved, jnp.zeros((), x.dtype))
+    return _from_planes(out, x.shape, output_hw, channels_last)
+
+
+def gather_planes(grad_output: jax.Array, indices: jax.Array,
+                  channels_last: bool = False) -> jax.Array:
+    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
+    h = _args.spatial_axis(grad_output.ndim, channels_last)
+    plane = grad_output.shape[h] * grad_output.shape[h + 1]
+    gp, ip = _to_planes(grad_output, channels_last), _to_planes(indices, channels_last)
+    out = jnp.take_along_axis(gp, _drop_negative(ip, plane), axis=-1,
+                              mode="fill", fill_value=0)
+    hi = _args.spatial_axis(indices.ndim, channels_last)
+    return _from_planes(out, indices.shape, tuple(indices.shape[hi:hi + 2]), channels_last)
+
+
+def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None, *,
+                 data_format: str = "NCHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool2d` (same arguments and semantics)."""
+    fn = "max_unpool2d"
+    x, indices = jnp.asarray(x), jnp.asarray(indices)
+    _args.check_unpool_operands(fn, x, indices)
+    last = _args.channels_last(fn, data_format, x.ndim)
+    hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
+    _args.check_plane_fits_indices(fn, indices.dtype, hw)
+    return scatter_planes(x, indices, hw, last)
+
+
+def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool2d_backward` (same arguments and semantics)."""
+    fn = "max_unpool2d_backward"
+    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
+    last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
+    return gather_planes(grad_output, indices, last)
