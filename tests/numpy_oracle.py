@@ -1,0 +1,73 @@
+"""Independent oracles: plain numpy loops over planes, in the order PyTorch CPU runs them.
+
+Layout is handled by transposing NHWC to NCHW around the loops, so the loops themselves
+are written once, for the contiguous-plane layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _as_nchw4(a: np.ndarray, channels_last: bool) -> np.ndarray:
+    a4 = a if a.ndim == 4 else a[None]
+    return a4.transpose(0, 3, 1, 2) if channels_last else a4
+
+
+def _from_nchw4(a: np.ndarray, ndim: int, channels_last: bool) -> np.ndarray:
+    out = a.transpose(0, 2, 3, 1) if channels_last else a
+    return out if ndim == 4 else out[0]
+
+
+def unpool(x: np.ndarray, indices: np.ndarray, output_hw: tuple[int, int],
+           channels_last: bool = False) -> np.ndarray:
+    """Zeros, then out[n, c, idx] = x[n, c, i] for i in flat order: the last writer wins."""
+    x4, i4 = _as_nchw4(np.asarray(x), channels_last), _as_nchw4(np.asarray(indices), channels_last)
+    n, c, h, w = x4.shape
+    out = np.zeros((n, c, output_hw[0] * output_hw[1]), x4.dtype)
+    xs, js = x4.reshape(n, c, h * w), i4.reshape(n, c, h * w)
+    for a in range(n):
+        for b in range(c):
+            for i in range(h * w):
+                out[a, b, js[a, b, i]] = xs[a, b, i]
+    return _from_nchw4(out.reshape(n, c, *output_hw), x.ndim, channels_last)
+
+
+def gather(grad_output: np.ndarray, indices: np.ndarray, channels_last: bool = False
+           ) -> np.ndarray:
+    """out[n, c, i] = grad_output[n, c, indices[n, c, i]]."""
+    g4 = _as_nchw4(np.asarray(grad_output), channels_last)
+    i4 = _as_nchw4(np.asarray(indices), channels_last)
+    n, c, ho, wo = g4.shape
+    _, _, h, w = i4.shape
+    gs, js = g4.reshape(n, c, ho * wo), i4.reshape(n, c, h * w)
+    out = np.zeros((n, c, h * w), g4.dtype)
+    for a in range(n):
+        for b in range(c):
+            for i in range(h * w):
+                out[a, b, i] = gs[a, b, js[a, b, i]]
+    return _from_nchw4(out.reshape(n, c, h, w), indices.ndim, channels_last)
+
+
+def pool_indices(rng: np.random.Generator, shape: tuple[int, ...], kernel: int = 2,
+                 channels_last: bool = False) -> tuple[np.ndarray, tuple[int, int]]:
+    """Unique in-plane indices as a kernel x kernel, stride-kernel max-pool produces them
+    for an input of spatial size (H * kernel, W * kernel); returns (indices, output_hw)."""
+    # work channels-first: move C in front of (H, W)
+    s = (*shape[:-3], shape[-1], shape[-3], shape[-2]) if channels_last else tuple(shape)
+    *_, h, w = s
+    ho, wo = h * kernel, w * kernel
+    dh = rng.integers(0, kernel, size=s)
+    dw = rng.integers(0, kernel, size=s)
+    rows = np.arange(h)[:, None] * kernel + dh
+    cols = np.arange(w)[None, :] * kernel + dw
+    idx = rows * wo + cols
+    if channels_last:
+        idx = np.moveaxis(idx, -3, -1)
+    return idx.astype(np.int32), (ho, wo)
+
+
+def random_indices(rng: np.random.Generator, shape: tuple[int, ...], plane: int,
+                   dtype=np.int32) -> np.ndarray:
+    """Indices drawn with replacement from [0, plane): duplicates are likely."""
+    return rng.integers(0, plane, size=shape).astype(dtype)
