@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 LAYOUTS = {"NCHW": False, "CHW": False, "NHWC": True, "HWC": True}
@@ -161,9 +162,11 @@ def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
             f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
             f"{tuple(indices.shape)}")
     check_gather_operands(fn, grad_output, indices, last)
-    if np.dtype(grad_output.dtype) != np.dtype(x.dtype):
+    # x may be a numpy array or a ShapeDtypeStruct: compare the dtype JAX would give it.
+    x_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+    if np.dtype(grad_output.dtype) != x_dtype:
         raise TypeError(
-            f"{fn}: grad_output must have the dtype of x, {np.dtype(x.dtype).name}, got "
+            f"{fn}: grad_output must have the dtype of x, {x_dtype.name}, got "
             f"{np.dtype(grad_output.dtype).name}")
     hw = output_hw(fn, output_size, len(x.shape), last)
     h = spatial_axis(len(grad_output.shape), last)

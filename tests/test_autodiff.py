@@ -1,0 +1,105 @@
+"""JVP, transpose and higher-order derivatives of both primitives."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jax_unpool as ju
+import numpy_oracle as oracle
+
+LAYOUTS = ["NCHW", "NHWC"]
+
+
+def _pooled(rng, layout, shape=(2, 3, 3, 4)):
+    """Values and unique indices (as a 2x2 max-pool gives them) in float64."""
+    if layout == "NHWC":
+        shape = (shape[0], shape[2], shape[3], shape[1])
+    idx, hw = oracle.pool_indices(rng, shape, channels_last=layout == "NHWC")
+    return rng.standard_normal(shape), idx, hw
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_forward_gradients_to_order_two(rng, layout):
+    x, idx, hw = _pooled(rng, layout)
+    with jax.enable_x64(True):
+        f = lambda x: ju.max_unpool2d(x, idx, output_size=hw, data_format=layout)
+        check_grads(f, (jnp.asarray(x),), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_backward_gradients_to_order_two(rng, layout):
+    x, idx, hw = _pooled(rng, layout)
+    h = 1 if layout == "NHWC" else 2
+    g = rng.standard_normal((*x.shape[:h], *hw, *x.shape[h + 2:]))
+    with jax.enable_x64(True):
+        f = lambda g: ju.max_unpool2d_backward(g, x, idx, hw, data_format=layout)
+        check_grads(f, (jnp.asarray(g),), order=2, modes=("fwd", "rev"))
+
+
+def test_linear_transpose_of_forward_is_the_gather(rng):
+    x, idx, hw = _pooled(rng, "NCHW")
+    x = x.astype(np.float32)
+    f_t = jax.linear_transpose(lambda t: ju.max_unpool2d(t, idx, output_size=hw), x)
+    ct = rng.standard_normal((*x.shape[:2], *hw)).astype(np.float32)
+    np.testing.assert_array_equal(f_t(ct)[0], oracle.gather(ct, idx))
+
+
+def test_linear_transpose_of_backward_is_the_scatter(rng):
+    x, idx, hw = _pooled(rng, "NCHW")
+    g = rng.standard_normal((*x.shape[:2], *hw)).astype(np.float32)
+    f_t = jax.linear_transpose(lambda g: ju.max_unpool2d_backward(g, x, idx, hw), g)
+    ct = rng.standard_normal(x.shape).astype(np.float32)
+    np.testing.assert_array_equal(f_t(ct)[0], oracle.unpool(ct, idx, hw))
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_transpose_identity(rng, op):
+    # <ct, f(t)> == <f^T(ct), t> with unique indices (a max-pool's).
+    x, idx, hw = _pooled(rng, "NCHW")
+    g_shape = (*x.shape[:2], *hw)
+    if op == "forward":
+        f = lambda t: ju.max_unpool2d(t, idx, output_size=hw)
+        t, ct = rng.standard_normal(x.shape), rng.standard_normal(g_shape)
+    else:
+        f = lambda t: ju.max_unpool2d_backward(t, x, idx, hw)
+        t, ct = rng.standard_normal(g_shape), rng.standard_normal(x.shape)
+    with jax.enable_x64(True):
+        (f_t_ct,) = jax.linear_transpose(f, t)(ct)
+        lhs, rhs = jnp.vdot(ct, f(t)), jnp.vdot(f_t_ct, t)
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-12)
+
+
+def test_hessian_through_the_unpool(rng):
+    x, idx, hw = _pooled(rng, "NCHW", shape=(1, 2, 2, 2))
+    with jax.enable_x64(True):
+        f = lambda x: jnp.sum(ju.max_unpool2d(x, idx, output_size=hw) ** 3)
+        hess = jax.hessian(f)(jnp.asarray(x)).reshape(x.size, x.size)
+    np.testing.assert_allclose(hess, np.diag(6 * x.ravel()), rtol=1e-12)
+
+
+def test_jvp_is_the_op_applied_to_the_tangent(rng):
+    x, idx, hw = _pooled(rng, "NCHW")
+    t = rng.standard_normal(x.shape)
+    with jax.enable_x64(True):
+        _, out_t = jax.jvp(lambda x: ju.max_unpool2d(x, idx, output_size=hw), (x,), (t,))
+    np.testing.assert_array_equal(out_t, oracle.unpool(t, idx, hw))
+
+
+def test_indices_get_a_float0_gradient(rng):
+    x, idx, hw = _pooled(rng, "NCHW")
+    x = x.astype(np.float32)
+    f = lambda x, i: ju.max_unpool2d(x, i, output_size=hw).sum()
+    gx, gi = jax.grad(f, argnums=(0, 1), allow_int=True)(x, idx)
+    assert gi.dtype == jax.dtypes.float0 and gi.shape == idx.shape
+    np.testing.assert_array_equal(gx, np.ones_like(x))
+
+
+def test_duplicates_gradient_follows_pytorch(rng):
+    # Every duplicate receives the gradient of its output position, as in PyTorch/CANN.
+    x = jnp.array([[[[1.0, 2.0], [3.0, 4.0]]]])
+    idx = jnp.array([[[[0, 0], [1, 1]]]], jnp.int32)
+    ct = jnp.array([[[[5.0, 7.0]]]])
+    _, vjp = jax.vjp(lambda x: ju.max_unpool2d(x, idx, output_size=(1, 2)), x)
+    np.testing.assert_array_equal(vjp(ct)[0].ravel(), [5.0, 5.0, 7.0, 7.0])

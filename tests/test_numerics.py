@@ -1,0 +1,126 @@
+"""Forward and backward values against independent numpy loops, the jnp reference,
+PyTorch and the seed document's example, for every dtype of the contract."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_unpool as ju
+import numpy_oracle as oracle
+from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
+
+SHAPES = {3: (3, 4, 5), 4: (2, 3, 4, 5)}  # channels-first; NHWC moves C last
+LAYOUTS = ["NCHW", "NHWC"]
+
+
+def _shape(rank, layout):
+    s = SHAPES[rank]
+    return (*s[:-3], s[-2], s[-1], s[-3]) if layout == "NHWC" else s
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rank", [3, 4])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank, layout):
+    shape, hw = _shape(rank, layout), (6, 7)
+    x = random_values(rng, shape, dtype)
+    idx = oracle.random_indices(rng, shape, hw[0] * hw[1], index_dtype)  # with duplicates
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=hw, data_format=layout))(
+            x, idx)
+        ref = ju.reference.max_unpool2d(x, idx, output_size=hw, data_format=layout)
+        assert out.dtype == jnp.dtype(dtype)
+    expected = oracle.unpool(x, idx, hw, layout == "NHWC")
+    assert_bits_equal(out, expected)
+    assert_bits_equal(ref, expected)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("rank", [3, 4])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_backward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank, layout):
+    shape, hw = _shape(rank, layout), (6, 7)
+    h = rank - 3 if layout == "NHWC" else rank - 2
+    grad_shape = (*shape[:h], *hw, *shape[h + 2:])
+    g = random_values(rng, grad_shape, dtype)
+    idx = oracle.random_indices(rng, shape, hw[0] * hw[1], index_dtype)
+    x = jax.ShapeDtypeStruct(shape, g.dtype)
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))(
+            g, idx)
+        ref = ju.reference.max_unpool2d_backward(g, x, idx, hw, data_format=layout)
+    expected = oracle.gather(g, idx, layout == "NHWC")
+    assert_bits_equal(out, expected)
+    assert_bits_equal(ref, expected)
+
+
+def test_seed_example_of_aclnn_max_unpool2d_backward():
+    # ../shared/seeds/aclnnMaxUnpool2dBackward.md: gradOutput 0..8 (1,3,3,1), self (1,3,2,2),
+    # indices [0,1,2,1,2,0,1,1,1,0,0,0], outputSize (3,1).
+    grad = jnp.arange(9, dtype=jnp.float32).reshape(1, 3, 3, 1)
+    x = jnp.ones((1, 3, 2, 2), jnp.float32)
+    idx = jnp.array([0, 1, 2, 1, 2, 0, 1, 1, 1, 0, 0, 0], jnp.int32).reshape(1, 3, 2, 2)
+    out = ju.max_unpool2d_backward(grad, x, idx, (3, 1))
+    np.testing.assert_array_equal(out.ravel(), [0, 1, 2, 1, 5, 3, 4, 4, 7, 6, 6, 6])
+
+
+def test_duplicates_resolve_to_the_largest_input_position():
+    x = jnp.array([[[[10.0, 20.0], [30.0, 40.0]]]])
+    idx = jnp.array([[[[3, 0], [3, 0]]]], jnp.int32)  # positions 0,2 -> 3 and 1,3 -> 0
+    out = ju.max_unpool2d(x, idx, output_size=(2, 2))
+    np.testing.assert_array_equal(out.ravel(), [40.0, 0.0, 0.0, 30.0])
+    np.testing.assert_array_equal(ju.reference.max_unpool2d(x, idx, output_size=(2, 2)), out)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 2, 2), (2, 0, 2, 2), (2, 3, 0, 2), (2, 3, 2, 0),
+                                   (0, 2, 2)])
+def test_zero_size_forward_gives_zeros(shape):
+    x = jnp.ones(shape, jnp.float32)
+    idx = jnp.zeros(shape, jnp.int32)
+    out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=(3, 4)))(x, idx)
+    assert out.shape == (*shape[:-2], 3, 4)
+    np.testing.assert_array_equal(out, np.zeros(out.shape, np.float32))
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 2, 2), (2, 0, 2, 2), (2, 3, 0, 2), (2, 3, 2, 0)])
+def test_zero_size_backward(shape):
+    g = jnp.ones((*shape[:2], 3, 4), jnp.float32)
+    idx = jnp.zeros(shape, jnp.int32)
+    out = ju.max_unpool2d_backward(g, jax.ShapeDtypeStruct(shape, jnp.float32), idx, (3, 4))
+    assert out.shape == shape and out.size == 0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_nan_payloads_and_negative_zero_move_bit_exactly(op):
+    payloads = np.array([0x7FC12345, 0xFFA00001, 0x80000000, 0x7F800001], np.uint32)
+    vals = payloads.view(np.float32).reshape(1, 1, 2, 2)
+    idx = np.array([[[[3, 2], [1, 0]]]], np.int32)
+    if op == "forward":
+        out = ju.max_unpool2d(vals, idx, output_size=(2, 2))
+    else:
+        out = ju.max_unpool2d_backward(vals, vals, idx, (2, 2))
+    np.testing.assert_array_equal(np.asarray(out).view(np.uint32).ravel(), payloads[::-1])
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(2, None, 0), (3, 2, 1), ((2, 3), (2, 3), 0)])
+def test_forward_and_gradient_match_pytorch(rng, kernel, stride, padding):
+    x = torch.from_numpy(rng.standard_normal((2, 3, 9, 10)).astype(np.float32))
+    pooled, idx = torch.nn.functional.max_pool2d(x, kernel, stride, padding,
+                                                 return_indices=True)
+    pooled.requires_grad_(True)
+    expected = torch.nn.functional.max_unpool2d(pooled, idx, kernel, stride, padding,
+                                                output_size=x.shape)
+    ct = torch.from_numpy(rng.standard_normal(expected.shape).astype(np.float32))
+    (expected * ct).sum().backward()
+
+    y, i = jnp.asarray(pooled.detach().numpy()), jnp.asarray(idx.numpy().astype(np.int32))
+    f = lambda y: ju.max_unpool2d(y, i, kernel, stride, padding, output_size=tuple(x.shape))
+    out, vjp = jax.vjp(f, y)
+    np.testing.assert_array_equal(out, expected.detach().numpy())
+    np.testing.assert_array_equal(vjp(jnp.asarray(ct.numpy()))[0], pooled.grad.numpy())
