@@ -20,3 +20,4 @@ _CPU_TARGETS = {
 
 for _op, _capsule in _jax_unpool.cpu_registrations().items():
     jax.ffi.register_ffi_target(_CPU_TARGETS[_op], _capsule, platform="cpu")
+    jax.ffi.register_ffi_target_as_batch_partitionable(_CPU_TARGETS[_op])

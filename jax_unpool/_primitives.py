@@ -15,10 +15,9 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _ffi, reference
+from jax_unpool import _args, _ffi, _sharding, reference
 
 __all__ = ["max_unpool2d_p", "max_unpool2d_backward_p"]
 
@@ -44,7 +43,7 @@ def _tangent_or_zero(tangent, out, bind):
 # max_unpool2d_p: the scatter
 # --------------------------------------------------------------------------------------
 
-max_unpool2d_p = Primitive("max_unpool2d")
+max_unpool2d_p = _sharding.Primitive("max_unpool2d")
 max_unpool2d_p.def_impl(partial(xla.apply_primitive, max_unpool2d_p))
 
 
@@ -55,7 +54,7 @@ def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
     h = _args.spatial_axis(x.ndim, channels_last)
     shape = (*x.shape[:h], *output_size, *x.shape[h + 2:])
-    return x.update(shape=shape, weak_type=False)
+    return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last)
 
 
 def _max_unpool2d_jvp(primals, tangents, *, output_size, channels_last):
@@ -86,12 +85,12 @@ def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-_max_unpool2d_ffi = jax.ffi.ffi_lowering(_ffi.MAX_UNPOOL2D_TARGET)
-
-
 def _max_unpool2d_cpu_lowering(ctx, x, indices, *, output_size, channels_last):
     del output_size  # the handler reads it from the result's shape
-    return _max_unpool2d_ffi(ctx, x, indices, channels_last=bool(channels_last))
+    lowering = jax.ffi.ffi_lowering(
+        _ffi.MAX_UNPOOL2D_TARGET,
+        extra_attributes=_sharding.call_attributes(ctx, channels_last))
+    return lowering(ctx, x, indices, channels_last=bool(channels_last))
 
 
 max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
@@ -107,7 +106,7 @@ mlir.register_lowering(max_unpool2d_p, _max_unpool2d_cpu_lowering, platform="cpu
 # max_unpool2d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
 # --------------------------------------------------------------------------------------
 
-max_unpool2d_backward_p = Primitive("max_unpool2d_backward")
+max_unpool2d_backward_p = _sharding.Primitive("max_unpool2d_backward")
 max_unpool2d_backward_p.def_impl(partial(xla.apply_primitive, max_unpool2d_backward_p))
 
 
@@ -116,7 +115,8 @@ def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last)
     _args.check_gather_operands(fn, grad_output, indices, channels_last)
     h = _args.spatial_axis(grad_output.ndim, channels_last)
     _args.check_plane_fits_indices(fn, indices.dtype, grad_output.shape[h:h + 2])
-    return indices.update(dtype=grad_output.dtype, weak_type=False)
+    return _sharding.result_type(fn, indices, [grad_output], indices.shape,
+                                 grad_output.dtype, channels_last)
 
 
 def _max_unpool2d_backward_jvp(primals, tangents, *, channels_last):
@@ -149,12 +149,11 @@ def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
     return reference.gather_planes(grad_output, indices, channels_last)
 
 
-_max_unpool2d_backward_ffi = jax.ffi.ffi_lowering(_ffi.MAX_UNPOOL2D_BACKWARD_TARGET)
-
-
 def _max_unpool2d_backward_cpu_lowering(ctx, grad_output, indices, *, channels_last):
-    return _max_unpool2d_backward_ffi(ctx, grad_output, indices,
-                                      channels_last=bool(channels_last))
+    lowering = jax.ffi.ffi_lowering(
+        _ffi.MAX_UNPOOL2D_BACKWARD_TARGET,
+        extra_attributes=_sharding.call_attributes(ctx, channels_last))
+    return lowering(ctx, grad_output, indices, channels_last=bool(channels_last))
 
 
 max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)
