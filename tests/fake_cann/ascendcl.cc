@@ -1,0 +1,16 @@
+// libascendcl.so of the emulated CANN: forwards to the state in libnnopbase.so.
+#include "forward_to_core.h"
+
+using fakecann::forward_core;
+
+FAKECANN_EXPORT const char *aclGetRecentErrMsg() { return forward_core().get_recent_err_msg(); }
+
+FAKECANN_EXPORT aclError aclrtMalloc(void **devPtr, size_t size, int policy) {
+  return forward_core().rt_malloc(devPtr, size, policy);
+}
+
+FAKECANN_EXPORT aclError aclrtFree(void *devPtr) { return forward_core().rt_free(devPtr); }
+
+FAKECANN_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
+  return forward_core().rt_synchronize_stream(stream);
+}

@@ -1,0 +1,128 @@
+"""Builds the emulated CANN runtime (tests/fake_cann) with the system C++ compiler.
+
+``build(out_dir)`` writes into ``out_dir``, under the real CANN library names:
+
+- ``libnnopbase.so``: aclCreateTensor, aclDestroyTensor, aclCreateIntArray,
+  aclDestroyIntArray, aclDestroyAclOpExecutor, the shared state and the ``fakecann_*``
+  test controls;
+- ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream;
+- ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the four aclnnMaxUnpool2d*
+  entry points.
+
+libascendcl.so and the opapi library forward to the libnnopbase.so of their own
+directory, so all three share one state per output directory. A build is skipped when a
+stamp in ``out_dir`` matches the hash of the sources and options. Usable as a script:
+``python tests/fake_cann/build.py OUT_DIR [OPAPI_NAME]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+
+HERE = pathlib.Path(__file__).resolve().parent
+SOURCES = ("fake_cann.h", "forward_to_core.h", "core.cc", "ascendcl.cc", "opapi.cc")
+CXXFLAGS = (
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-fvisibility-inlines-hidden",
+    "-Wall",
+    "-Wextra",
+    "-pthread",
+)
+# Only the CANN API and the test controls are exported.
+VERSION_SCRIPT = "{ global: acl*; fakecann_*; local: *; };\n"
+STAMP = ".fakecann-build"
+
+
+def _compiler() -> str:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    raise RuntimeError("no C++ compiler found (set CXX, or install g++)")
+
+
+def build(
+    out_dir: pathlib.Path,
+    opapi_name: str = "libopapi.so",
+    *,
+    extra_flags: Sequence[str] = (),
+) -> pathlib.Path:
+    """Compiles the emulated CANN libraries into ``out_dir`` and returns it.
+
+    ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
+    "libopapi_nn.so" to test a loader's fallback; only that one is written).
+    ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
+    """
+    if "/" in opapi_name or not opapi_name.endswith(".so"):
+        raise ValueError(f"opapi_name must be a plain .so file name, got {opapi_name!r}")
+    out_dir = pathlib.Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cxx = _compiler()
+
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+    for item in (cxx, opapi_name, *CXXFLAGS, *extra_flags, VERSION_SCRIPT):
+        digest.update(item.encode() + b"\0")
+    key = digest.hexdigest()
+
+    targets = {
+        "libnnopbase.so": ["core.cc"],
+        "libascendcl.so": ["ascendcl.cc", "-ldl"],
+        opapi_name: ["opapi.cc", "-ldl"],
+    }
+    stamp = out_dir / STAMP
+    if (
+        stamp.is_file()
+        and stamp.read_text() == key
+        and all((out_dir / lib).is_file() for lib in targets)
+    ):
+        return out_dir
+
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".fakecann-tmp-") as tmp:
+        version_script = pathlib.Path(tmp) / "exports.map"
+        version_script.write_text(VERSION_SCRIPT)
+        for lib, args in targets.items():
+            tmp_lib = pathlib.Path(tmp) / lib
+            cmd = [
+                cxx,
+                *CXXFLAGS,
+                *extra_flags,
+                f"-Wl,--version-script={version_script}",
+                "-Wl,-Bsymbolic",
+                "-o",
+                str(tmp_lib),
+                str(HERE / args[0]),
+                *args[1:],
+            ]
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"building fake CANN {lib} failed:\n{' '.join(cmd)}\n{proc.stderr}"
+                )
+        # Atomic replacement: a process that already loaded an older build keeps its
+        # mapping; concurrent builders into one directory end with a complete set.
+        for lib in targets:
+            os.replace(pathlib.Path(tmp) / lib, out_dir / lib)
+        stale = [p for p in ("libopapi.so", "libopapi_nn.so") if p != opapi_name]
+        for name in stale:
+            (out_dir / name).unlink(missing_ok=True)
+        (pathlib.Path(tmp) / STAMP).write_text(key)
+        os.replace(pathlib.Path(tmp) / STAMP, stamp)
+    return out_dir
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: build.py OUT_DIR [OPAPI_NAME]")
+    print(build(pathlib.Path(sys.argv[1]), *sys.argv[2:]))

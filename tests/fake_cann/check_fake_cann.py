@@ -1,0 +1,943 @@
+"""Self-check of the emulated CANN runtime, through ctypes (no pytest needed).
+
+Run: ``python tests/fake_cann/check_fake_cann.py [LIB_DIR]`` (without LIB_DIR it builds
+into a temporary directory).
+Each ``check_*`` function takes a ``FakeCann`` and raises AssertionError on failure;
+``ALL_CHECKS`` lists them, so a pytest file can parametrize over it::
+
+    @pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda c: c.__name__)
+    def test_fake_cann(fake_cann, check):
+        check(fake_cann)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import pathlib
+import sys
+import tempfile
+import threading
+import traceback
+from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+
+import numpy as np
+
+
+def _load_build():
+    # By path: works as a script, as part of a package, and whatever else is named "build".
+    path = pathlib.Path(__file__).resolve().parent / "build.py"
+    spec = importlib.util.spec_from_file_location("fake_cann_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build
+
+
+build = _load_build()
+
+FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    6,
+    9,
+    11,
+    12,
+    27,
+)
+NCHW, ND = 0, 2
+OK, NULLPTR, INVALID, RUNTIME = 0, 161001, 161002, 361001
+FWD_GWS = "aclnnMaxUnpool2dGetWorkspaceSize"
+FWD_RUN = "aclnnMaxUnpool2d"
+BWD_GWS = "aclnnMaxUnpool2dBackwardGetWorkspaceSize"
+BWD_RUN = "aclnnMaxUnpool2dBackward"
+ACL_DTYPE = {
+    np.dtype(np.float32): FLOAT,
+    np.dtype(np.float16): FLOAT16,
+    np.dtype(np.int8): INT8,
+    np.dtype(np.int32): INT32,
+    np.dtype(np.uint8): UINT8,
+    np.dtype(np.int16): INT16,
+    np.dtype(np.int64): INT64,
+    np.dtype(np.float64): DOUBLE,
+    np.dtype(np.bool_): BOOL,
+}
+
+
+def _i64s(values):
+    values = list(values)
+    return (c_int64 * max(len(values), 1))(*values)
+
+
+def _sig(lib, name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
+class FakeCann:
+    """The three libraries of one build directory, with typed entry points."""
+
+    def __init__(self, lib_dir: pathlib.Path, opapi_name: str = "libopapi.so"):
+        self.lib_dir = pathlib.Path(lib_dir)
+        self.nnopbase = ctypes.CDLL(str(self.lib_dir / "libnnopbase.so"))
+        self.ascendcl = ctypes.CDLL(str(self.lib_dir / "libascendcl.so"))
+        self.opapi = ctypes.CDLL(str(self.lib_dir / opapi_name))
+        n, a, o = self.nnopbase, self.ascendcl, self.opapi
+        P = POINTER(c_int64)
+        self.aclCreateTensor = _sig(
+            n,
+            "aclCreateTensor",
+            c_void_p,
+            P,
+            c_uint64,
+            c_int32,
+            P,
+            c_int64,
+            c_int32,
+            P,
+            c_uint64,
+            c_void_p,
+        )
+        self.aclDestroyTensor = _sig(n, "aclDestroyTensor", c_int32, c_void_p)
+        self.aclCreateIntArray = _sig(n, "aclCreateIntArray", c_void_p, P, c_uint64)
+        self.aclDestroyIntArray = _sig(n, "aclDestroyIntArray", c_int32, c_void_p)
+        self.aclDestroyAclOpExecutor = _sig(n, "aclDestroyAclOpExecutor", c_int32, c_void_p)
+        self.aclGetRecentErrMsg = _sig(a, "aclGetRecentErrMsg", c_char_p)
+        self.aclrtMalloc = _sig(a, "aclrtMalloc", c_int32, POINTER(c_void_p), c_size_t, c_int32)
+        self.aclrtFree = _sig(a, "aclrtFree", c_int32, c_void_p)
+        self.aclrtSynchronizeStream = _sig(a, "aclrtSynchronizeStream", c_int32, c_void_p)
+        PU, PE = POINTER(c_uint64), POINTER(c_void_p)
+        self.fwd_gws = _sig(o, FWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE)
+        self.fwd_run = _sig(o, FWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+        self.bwd_gws = _sig(
+            o, BWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE
+        )
+        self.bwd_run = _sig(o, BWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+        for name in (
+            "live_objects",
+            "live_tensors",
+            "live_int_arrays",
+            "live_executors",
+            "live_allocations",
+            "bad_destroys",
+            "bad_frees",
+        ):
+            setattr(self, name, _sig(n, "fakecann_" + name, c_int64))
+        self.fail_next = _sig(n, "fakecann_fail_next", None, c_char_p, c_int32, c_char_p)
+        self.reset = _sig(n, "fakecann_reset", None)
+        self.call_count = _sig(n, "fakecann_call_count", c_int64, c_char_p)
+        self.last_workspace_size = _sig(n, "fakecann_last_workspace_size", c_uint64)
+        self.last_dtype = _sig(n, "fakecann_last_dtype", c_int32, c_char_p)
+        self.last_indices_dtype = _sig(n, "fakecann_last_indices_dtype", c_int32, c_char_p)
+        self.last_stream = _sig(n, "fakecann_last_stream", c_void_p, c_char_p)
+        self.last_error_message = _sig(n, "fakecann_last_error_message", c_char_p)
+        self._keep = []  # numpy buffers referenced by tensors
+
+    # -- object helpers ---------------------------------------------------------------
+    def tensor(self, arr, dtype=None, fmt=ND, base=None, data=True):
+        """aclTensor over numpy array ``arr`` (a view into ``base`` when given)."""
+        base = arr if base is None else base
+        item = base.itemsize
+        if base is arr:
+            assert arr.flags.c_contiguous
+            offset, storage = 0, list(arr.shape)
+        else:
+            offset = (arr.__array_interface__["data"][0] - base.ctypes.data) // item
+            storage = [base.size]
+        strides = [s // item for s in arr.strides]
+        self._keep.append(base)
+        return self.aclCreateTensor(
+            _i64s(arr.shape),
+            arr.ndim,
+            ACL_DTYPE[base.dtype] if dtype is None else dtype,
+            _i64s(strides),
+            offset,
+            fmt,
+            _i64s(storage),
+            len(storage),
+            base.ctypes.data if data else None,
+        )
+
+    def int_array(self, values):
+        return self.aclCreateIntArray(_i64s(values), len(values))
+
+    def destroy(self, *objs):
+        for o in objs:
+            if o is not None:
+                rc = (
+                    self.aclDestroyIntArray
+                    if getattr(o, "is_array", False)
+                    else self.aclDestroyTensor
+                )(o)
+                assert rc == OK, rc
+
+    def err(self):
+        m = self.aclGetRecentErrMsg()
+        return m.decode() if m else None
+
+    def baseline(self):
+        self.reset()
+        self.err()  # drop stale messages of this thread
+        return self.live_objects()
+
+
+class IntArray(int):
+    is_array = True
+
+
+def _int_array(fc, values):
+    return IntArray(fc.int_array(values))
+
+
+def forward_ref(x, idx, osz):
+    lead = x.shape[:-2]
+    out = np.zeros(lead + tuple(osz), x.dtype).reshape(-1, osz[0] * osz[1])
+    xf, jf = x.reshape(-1, x.shape[-2] * x.shape[-1]), idx.reshape(-1, x.shape[-2] * x.shape[-1])
+    for p in range(xf.shape[0]):
+        for i in range(xf.shape[1]):
+            out[p, jf[p, i]] = xf[p, i]
+    return out.reshape(lead + tuple(osz))
+
+
+def backward_ref(g, idx):
+    gf = g.reshape(-1, g.shape[-2] * g.shape[-1])
+    jf = idx.reshape(gf.shape[0], -1)
+    return np.take_along_axis(gf, jf.astype(np.int64), axis=1).reshape(idx.shape)
+
+
+def run_fwd(fc, x, idx, osz, out=None, *, x_t=None, out_t=None, out_base=None, stream=None):
+    """Full forward cycle; returns (status at first failure, out array)."""
+    if out is None:
+        out = np.full(x.shape[:-2] + tuple(osz), 77, x.dtype)
+    ts = [x_t or fc.tensor(x), fc.tensor(idx), None]
+    ts[2] = out_t or fc.tensor(out, base=out_base)
+    arr = _int_array(fc, osz)
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = fc.fwd_gws(ts[0], ts[1], arr, ts[2], ctypes.byref(ws), ctypes.byref(ex))
+        if rc != OK:
+            return rc, out
+        buf = np.zeros(ws.value, np.uint8)
+        return fc.fwd_run(buf.ctypes.data, ws.value, ex, stream), out
+    finally:
+        fc.destroy(*ts, arr)
+
+
+def run_bwd(fc, g, x, idx, osz, out=None, *, stream=None):
+    if out is None:
+        out = np.full(x.shape, 77, g.dtype)
+    ts = [fc.tensor(g), fc.tensor(x), fc.tensor(idx), fc.tensor(out)]
+    arr = _int_array(fc, osz)
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = fc.bwd_gws(ts[0], ts[1], ts[2], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex))
+        if rc != OK:
+            return rc, out
+        buf = np.zeros(ws.value, np.uint8)
+        return fc.bwd_run(buf.ctypes.data, ws.value, ex, stream), out
+    finally:
+        fc.destroy(*ts, arr)
+
+
+SEED_GRAD = np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)
+SEED_SELF = np.ones((1, 3, 2, 2), np.float32)
+SEED_IDX = np.array([0, 1, 2, 1, 2, 0, 1, 1, 1, 0, 0, 0], np.int32).reshape(1, 3, 2, 2)
+SEED_OUT = [0, 1, 2, 1, 5, 3, 4, 4, 7, 6, 6, 6]
+
+
+# ---- checks -----------------------------------------------------------------------------
+
+
+def check_seed_example(fc):
+    live0 = fc.baseline()
+    rc, out = run_bwd(fc, SEED_GRAD, SEED_SELF, SEED_IDX, (3, 1))
+    assert rc == OK, (rc, fc.err())
+    assert out.ravel().tolist() == SEED_OUT, out.ravel()
+    assert fc.call_count(BWD_GWS.encode()) == 1 and fc.call_count(BWD_RUN.encode()) == 1
+    assert fc.last_dtype(BWD_GWS.encode()) == FLOAT and fc.last_dtype(BWD_RUN.encode()) == FLOAT
+    assert fc.last_indices_dtype(BWD_GWS.encode()) == INT32
+    assert fc.last_workspace_size() > 0
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+    assert fc.err() is None
+
+
+def check_forward_values(fc):
+    live0 = fc.baseline()
+    rng = np.random.default_rng(0)
+    for shape, osz, idt, dt in [
+        ((2, 3, 2, 2), (4, 4), np.int32, np.float32),
+        ((3, 2, 3), (3, 4), np.int64, np.float64),
+        ((1, 2, 2, 3), (2, 3), np.int64, np.int8),  # oH*oW == H*W
+        ((2, 1, 3, 3), (5, 5), np.int32, np.uint8),
+        ((1, 1, 2, 2), (3, 3), np.int32, np.bool_),  # bool presented as UINT8 (see below)
+    ]:
+        x = (rng.standard_normal(shape) * 50).astype(dt)
+        idx = rng.integers(0, osz[0] * osz[1], size=shape).astype(idt)
+        if dt == np.bool_:
+            # BOOL is not a forward dtype: the caller moves its bytes as UINT8, and out must
+            # say UINT8 too.
+            rc, _ = run_fwd(fc, x, idx, osz, x_t=fc.tensor(x, dtype=UINT8))
+            assert rc == INVALID and "out dtype" in fc.err()
+            xt = fc.tensor(x, dtype=UINT8)
+            out = np.full((1, 1) + osz, True)
+            ot = fc.tensor(out, dtype=UINT8)
+            rc, out = run_fwd(fc, x, idx, osz, out, x_t=xt, out_t=ot)
+            assert fc.last_dtype(FWD_GWS.encode()) == UINT8
+        else:
+            rc, out = run_fwd(fc, x, idx, osz)
+        assert rc == OK, (shape, rc, fc.err())
+        np.testing.assert_array_equal(out, forward_ref(x, idx, osz))
+    # Duplicates: the last flat position wins, unwritten positions are zero.
+    x = np.array([[[[1, 2], [3, 4]]]], np.float32)
+    idx = np.array([[[[5, 0], [5, 5]]]], np.int32)
+    rc, out = run_fwd(fc, x, idx, (3, 3))
+    assert rc == OK and out.ravel().tolist() == [2, 0, 0, 0, 0, 4, 0, 0, 0], out
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_backward_values(fc):
+    live0 = fc.baseline()
+    rng = np.random.default_rng(1)
+    for shape, osz, idt, dt in [
+        ((2, 3, 2, 2), (4, 4), np.int64, np.float16),
+        ((3, 2, 3), (3, 4), np.int32, np.int64),
+        ((2, 2, 3, 3), (2, 2), np.int32, np.bool_),  # oH*oW < H*W is fine for the backward
+        ((1, 1, 2, 2), (1, 1), np.int32, np.int16),
+    ]:
+        g = (rng.standard_normal(shape[:-2] + osz) * 50).astype(dt)
+        x = np.zeros(shape, dt)
+        idx = rng.integers(0, osz[0] * osz[1], size=shape).astype(idt)
+        rc, out = run_bwd(fc, g, x, idx, osz)
+        assert rc == OK, (shape, rc, fc.err())
+        np.testing.assert_array_equal(out, backward_ref(g, idx))
+    assert fc.live_objects() == live0
+
+
+def check_bits_survive(fc):
+    """NaN payloads, -0.0 and bf16 bit patterns (presented as INT16) move unchanged."""
+    fc.baseline()
+    bits = np.array([0x7FC00001, 0xFFF00F0F, 0x80000000, 0x7F800000], np.uint32)
+    x = bits.view(np.float32).reshape(1, 1, 2, 2)
+    idx = np.array([3, 2, 1, 0], np.int32).reshape(1, 1, 2, 2)
+    rc, out = run_fwd(fc, x, idx, (2, 2))
+    assert rc == OK
+    assert out.view(np.uint32).ravel().tolist() == bits[::-1].tolist()
+    bf16 = np.array([0x7FC1, 0xFF81, 0x8000, 0x3F80], np.uint16).view(np.int16).reshape(1, 1, 2, 2)
+    rc, out = run_bwd(fc, bf16, np.zeros_like(bf16), idx, (2, 2))
+    assert rc == OK and out.view(np.uint16).ravel().tolist() == [0x3F80, 0x8000, 0xFF81, 0x7FC1]
+    assert fc.last_dtype(BWD_GWS.encode()) == INT16
+
+
+def check_strided_views(fc):
+    """Non-contiguous inputs and outputs with offsets: strides and offset are honoured."""
+    live0 = fc.baseline()
+    rng = np.random.default_rng(2)
+    xbase = rng.standard_normal((2, 5, 3, 6)).astype(np.float32)
+    x = xbase[:, 1:4, :, ::2].transpose(1, 0, 2, 3)  # shape (3, 2, 3, 3), offset 18
+    idx = rng.integers(0, 20, size=x.shape).astype(np.int64)
+    obase = np.full((3, 2, 4, 11), -7, np.float32)
+    out = obase[:, :, :, 1:11:2]  # (3, 2, 4, 5), offset 1
+    xt = fc.tensor(x, base=xbase)
+    ot = fc.tensor(out, base=obase)
+    rc, _ = run_fwd(fc, x, idx, (4, 5), x_t=xt, out_t=ot)  # destroys xt, ot
+    assert rc == OK, fc.err()
+    np.testing.assert_array_equal(out, forward_ref(np.ascontiguousarray(x), idx, (4, 5)))
+    mask = np.ones(obase.shape, bool)
+    mask[:, :, :, 1:11:2] = False
+    assert (obase[mask] == -7).all(), "wrote outside the out view"
+
+    # Backward with a strided gradOutput and a strided out.
+    gbase = rng.standard_normal((4, 5, 6)).astype(np.float64)
+    g = gbase[1:4, ::2, 1:5]  # (3, 3, 4)
+    idx3 = rng.integers(0, 12, size=(3, 2, 2)).astype(np.int32)
+    x3 = np.zeros((3, 2, 2), np.float64)
+    obase = np.full((3, 2, 4), -1.0)
+    out = obase[:, :, ::2]
+    ts = [fc.tensor(g, base=gbase), fc.tensor(x3), fc.tensor(idx3), fc.tensor(out, base=obase)]
+    arr = _int_array(fc, (3, 4))
+    ws, ex = c_uint64(), c_void_p()
+    assert fc.bwd_gws(*ts[:3], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex)) == OK, fc.err()
+    buf = np.zeros(ws.value, np.uint8)
+    fc.destroy(*ts, arr)  # allowed right after GetWorkspaceSize: the executor has copies
+    assert fc.bwd_run(buf.ctypes.data, ws.value, ex, None) == OK, fc.err()
+    np.testing.assert_array_equal(out, backward_ref(np.ascontiguousarray(g), idx3))
+    assert (obase[:, :, 1::2] == -1).all()
+    assert fc.live_objects() == live0
+
+
+def check_nullptr_161001(fc):
+    live0 = fc.baseline()
+    x, idx = SEED_SELF, SEED_IDX
+    ws, ex = c_uint64(), c_void_p()
+    fwd = [
+        fc.tensor(x),
+        fc.tensor(idx),
+        _int_array(fc, (3, 3)),
+        fc.tensor(np.zeros((1, 3, 3, 3), np.float32)),
+        ctypes.byref(ws),
+        ctypes.byref(ex),
+    ]
+    for i in range(len(fwd)):
+        args = list(fwd)
+        args[i] = None
+        assert fc.fwd_gws(*args) == NULLPTR, i
+        msg = fc.err()
+        assert msg and "nullptr" in msg and "161001" in msg, msg
+    bwd = [
+        fc.tensor(SEED_GRAD),
+        fc.tensor(x),
+        fc.tensor(idx),
+        _int_array(fc, (3, 1)),
+        fc.tensor(np.zeros((1, 3, 2, 2), np.float32)),
+        ctypes.byref(ws),
+        ctypes.byref(ex),
+    ]
+    names = ["gradOutput", "self", "indices", "outputSize", "out", "workspaceSize", "executor"]
+    for i in range(len(bwd)):
+        args = list(bwd)
+        args[i] = None
+        assert fc.bwd_gws(*args) == NULLPTR, i
+        assert names[i] + " is nullptr" in fc.err()
+    assert fc.live_executors() == 0
+    assert fc.fwd_run(None, 0, None, None) == NULLPTR and "executor is nullptr" in fc.err()
+    assert fc.bwd_run(None, 0, None, None) == NULLPTR
+    fc.destroy(fwd[0], fwd[1], fwd[2], fwd[3], bwd[0], bwd[1], bwd[2], bwd[3], bwd[4])
+    assert fc.live_objects() == live0
+
+
+def _fwd_invalid(fc, x, idx, osz, out, *, x_dtype=None, idx_dtype=None, out_dtype=None, fmt=ND):
+    ts = [
+        fc.tensor(x, dtype=x_dtype, fmt=fmt),
+        fc.tensor(idx, dtype=idx_dtype),
+        fc.tensor(out, dtype=out_dtype),
+    ]
+    arr = _int_array(fc, osz)
+    ws, ex = c_uint64(12345), c_void_p()
+    rc = fc.fwd_gws(ts[0], ts[1], arr, ts[2], ctypes.byref(ws), ctypes.byref(ex))
+    msg = fc.err()
+    if rc == OK:
+        fc.aclDestroyAclOpExecutor(ex)
+    fc.destroy(*ts, arr)
+    return rc, msg, ws.value, ex.value
+
+
+def _bwd_invalid(
+    fc, g, x, idx, osz, out, *, g_dtype=None, x_dtype=None, idx_dtype=None, out_dtype=None, fmt=ND
+):
+    ts = [
+        fc.tensor(g, dtype=g_dtype),
+        fc.tensor(x, dtype=x_dtype),
+        fc.tensor(idx, dtype=idx_dtype),
+        fc.tensor(out, dtype=out_dtype, fmt=fmt),
+    ]
+    arr = _int_array(fc, osz)
+    ws, ex = c_uint64(12345), c_void_p()
+    rc = fc.bwd_gws(*ts[:3], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex))
+    msg = fc.err()
+    if rc == OK:
+        fc.aclDestroyAclOpExecutor(ex)
+    fc.destroy(*ts, arr)
+    return rc, msg, ws.value, ex.value
+
+
+def check_forward_param_invalid_161002(fc):
+    live0 = fc.baseline()
+    f32, i32 = np.float32, np.int32
+    z = np.zeros
+    cases = [
+        ("rank 2", (z((2, 2), f32), z((2, 2), i32), (3, 3), z((3, 3), f32)), {}, "3-D"),
+        (
+            "rank 5",
+            (z((1, 1, 1, 2, 2), f32), z((1, 1, 1, 2, 2), i32), (3, 3), z((1, 1, 1, 3, 3), f32)),
+            {},
+            "4-D",
+        ),
+        (
+            "outputSize len 1",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (9,), z((1, 3, 3), f32)),
+            {},
+            "exactly 2",
+        ),
+        (
+            "outputSize len 3",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (1, 3, 3), z((1, 3, 3), f32)),
+            {},
+            "exactly 2",
+        ),
+        (
+            "outputSize 0",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (0, 3), z((1, 0, 3), f32)),
+            {},
+            "> 0",
+        ),
+        (
+            "outputSize <0",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (3, -3), z((1, 3, 3), f32)),
+            {},
+            "> 0",
+        ),
+        (
+            "indices shape",
+            (z((1, 2, 2), f32), z((1, 2, 3), i32), (3, 3), z((1, 3, 3), f32)),
+            {},
+            "indices shape",
+        ),
+        (
+            "out H,W",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (3, 3), z((1, 3, 4), f32)),
+            {},
+            "out shape",
+        ),
+        (
+            "out lead",
+            (z((2, 1, 2, 2), f32), z((2, 1, 2, 2), i32), (3, 3), z((1, 2, 3, 3), f32)),
+            {},
+            "out shape",
+        ),
+        (
+            "oH*oW < H*W",
+            (z((1, 3, 3), f32), z((1, 3, 3), i32), (2, 4), z((1, 2, 4), f32)),
+            {},
+            "oH*oW",
+        ),
+        (
+            "bf16",
+            (z((1, 2, 2), np.int16), z((1, 2, 2), i32), (3, 3), z((1, 3, 3), np.int16)),
+            {"x_dtype": BF16, "out_dtype": BF16},
+            "BF16",
+        ),
+        (
+            "bool",
+            (z((1, 2, 2), np.bool_), z((1, 2, 2), i32), (3, 3), z((1, 3, 3), np.bool_)),
+            {},
+            "BOOL",
+        ),
+        (
+            "indices float",
+            (z((1, 2, 2), f32), z((1, 2, 2), f32), (3, 3), z((1, 3, 3), f32)),
+            {},
+            "INT32 or INT64",
+        ),
+        (
+            "indices int16",
+            (z((1, 2, 2), f32), z((1, 2, 2), np.int16), (3, 3), z((1, 3, 3), f32)),
+            {},
+            "INT32 or INT64",
+        ),
+        (
+            "out dtype",
+            (z((1, 2, 2), f32), z((1, 2, 2), i32), (3, 3), z((1, 3, 3), np.float64)),
+            {},
+            "out dtype",
+        ),
+        (
+            "format NCHW",
+            (z((1, 1, 2, 2), f32), z((1, 1, 2, 2), i32), (3, 3), z((1, 1, 3, 3), f32)),
+            {"fmt": NCHW},
+            "format must be ND",
+        ),
+    ]
+    for name, args, kw, word in cases:
+        rc, msg, ws, ex = _fwd_invalid(fc, *args, **kw)
+        assert rc == INVALID, (name, rc, msg)
+        assert msg and word in msg and "161002" in msg, (name, msg)
+        assert ws == 12345 and ex is None, name  # outputs untouched on failure
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+    # Accepted: every documented forward dtype, INT32 and INT64 indices, 3-D and 4-D.
+    for dt in (np.float32, np.float16, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float64):
+        for it in (np.int32, np.int64):
+            rc, msg, _, _ = _fwd_invalid(
+                fc, z((1, 2, 2), dt), z((1, 2, 2), it), (2, 3), z((1, 2, 3), dt)
+            )
+            assert rc == OK, (dt, it, msg)
+    assert fc.live_objects() == live0
+
+
+def check_backward_param_invalid_161002(fc):
+    live0 = fc.baseline()
+    f32, i32 = np.float32, np.int32
+    z = np.zeros
+    g = z((1, 3, 3, 1), f32)
+    x = z((1, 3, 2, 2), f32)
+    ix = z((1, 3, 2, 2), i32)
+    o = z((1, 3, 2, 2), f32)  # out must not alias self
+    cases = [
+        (
+            "rank 2",
+            (z((3, 1), f32), z((2, 2), f32), z((2, 2), i32), (3, 1), z((2, 2), f32)),
+            {},
+            "3-D",
+        ),
+        ("grad rank", (z((3, 3, 1), f32), x, ix, (3, 1), o), {}, "rank"),
+        ("outputSize len", (g, x, ix, (3,), o), {}, "exactly 2"),
+        ("outputSize 0", (z((1, 3, 0, 1), f32), x, ix, (0, 1), o), {}, "> 0"),
+        ("indices shape", (g, x, z((1, 3, 2, 1), i32), (3, 1), o), {}, "indices shape"),
+        ("out shape", (g, x, ix, (3, 1), z((1, 3, 2, 1), f32)), {}, "out shape"),
+        ("grad H,W != outputSize", (g, x, ix, (1, 3), o), {}, "gradOutput shape"),
+        ("grad lead", (z((1, 2, 3, 1), f32), x, ix, (3, 1), o), {}, "gradOutput shape"),
+        (
+            "bf16",
+            (g.astype(np.int16), x.astype(np.int16), ix, (3, 1), o.astype(np.int16)),
+            {"g_dtype": BF16, "x_dtype": BF16, "out_dtype": BF16},
+            "BF16",
+        ),
+        ("self dtype", (g, x.astype(np.float64), ix, (3, 1), o), {}, "self dtype"),
+        ("indices dtype", (g, x, ix.astype(np.uint8), (3, 1), o), {}, "INT32 or INT64"),
+        ("out dtype", (g, x, ix, (3, 1), o.astype(np.float16)), {}, "out dtype"),
+        ("format", (g, x, ix, (3, 1), o), {"fmt": NCHW}, "format must be ND"),
+    ]
+    for name, args, kw, word in cases:
+        rc, msg, ws, ex = _bwd_invalid(fc, *args, **kw)
+        assert rc == INVALID, (name, rc, msg)
+        assert msg and word in msg and "161002" in msg, (name, msg)
+        assert ws == 12345 and ex is None, name
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+    for dt in (
+        np.float32,
+        np.float16,
+        np.float64,
+        np.int32,
+        np.int64,
+        np.int16,
+        np.int8,
+        np.uint8,
+        np.bool_,
+    ):
+        rc, msg, _, _ = _bwd_invalid(
+            fc, g.astype(dt), x.astype(dt), ix.astype(np.int64), (3, 1), o.astype(dt)
+        )
+        assert rc == OK, (dt, msg)
+    assert fc.live_objects() == live0
+
+
+def check_memory_extras(fc):
+    """Null data, a view outside its storage, out aliasing an input, destroyed arguments."""
+    live0 = fc.baseline()
+    x, idx, out = SEED_SELF, SEED_IDX, np.zeros((1, 3, 3, 3), np.float32)
+    ws, ex = c_uint64(), c_void_p()
+    arr = _int_array(fc, (3, 3))
+    ti, to = fc.tensor(idx), fc.tensor(out)
+    # null data pointer
+    tx = fc.tensor(x, data=False)
+    assert fc.fwd_gws(tx, ti, arr, to, ctypes.byref(ws), ctypes.byref(ex)) == NULLPTR
+    assert "null data" in fc.err()
+    fc.destroy(tx)
+    # view larger than its storage
+    tx = fc.aclCreateTensor(
+        _i64s(x.shape), 4, FLOAT, _i64s([12, 4, 2, 1]), 1, ND, _i64s([12]), 1, x.ctypes.data
+    )
+    assert fc.fwd_gws(tx, ti, arr, to, ctypes.byref(ws), ctypes.byref(ex)) == INVALID
+    assert "outside its storage" in fc.err()
+    fc.destroy(tx)
+    # out overlapping self
+    buf = np.zeros(64, np.float32)
+    tx = fc.aclCreateTensor(
+        _i64s(x.shape), 4, FLOAT, _i64s([4, 4, 2, 1]), 0, ND, _i64s([64]), 1, buf.ctypes.data
+    )
+    tob = fc.aclCreateTensor(
+        _i64s(out.shape), 4, FLOAT, _i64s([27, 9, 3, 1]), 10, ND, _i64s([64]), 1, buf.ctypes.data
+    )
+    assert fc.fwd_gws(tx, ti, arr, tob, ctypes.byref(ws), ctypes.byref(ex)) == INVALID
+    assert "overlaps" in fc.err()
+    fc.destroy(tob)
+    # a destroyed tensor is refused without being read
+    fc.destroy(tx)
+    assert fc.fwd_gws(tx, ti, arr, to, ctypes.byref(ws), ctypes.byref(ex)) == INVALID
+    assert "already destroyed" in fc.err()
+    # an int array passed where a tensor is expected
+    assert fc.fwd_gws(arr, ti, arr, to, ctypes.byref(ws), ctypes.byref(ex)) == INVALID
+    assert "not an aclTensor" in fc.err()
+    fc.destroy(ti, to, arr)
+    assert fc.live_objects() == live0 and fc.live_executors() == 0 and fc.bad_destroys() == 0
+
+
+def _fwd_executor(fc, keep):
+    x, idx = SEED_SELF, SEED_IDX
+    out = np.full((1, 3, 3, 3), 9, np.float32)
+    ts = [fc.tensor(x), fc.tensor(idx), fc.tensor(out)]
+    arr = _int_array(fc, (3, 3))
+    ws, ex = c_uint64(), c_void_p()
+    assert fc.fwd_gws(ts[0], ts[1], arr, ts[2], ctypes.byref(ws), ctypes.byref(ex)) == OK
+    fc.destroy(*ts, arr)
+    keep.append(out)
+    return ws.value, ex, out
+
+
+def _bwd_executor(fc, keep):
+    out = np.full((1, 3, 2, 2), 9, np.float32)
+    ts = [fc.tensor(SEED_GRAD), fc.tensor(SEED_SELF), fc.tensor(SEED_IDX), fc.tensor(out)]
+    arr = _int_array(fc, (3, 1))
+    ws, ex = c_uint64(), c_void_p()
+    assert fc.bwd_gws(*ts[:3], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex)) == OK
+    fc.destroy(*ts, arr)
+    keep.append(out)
+    return ws.value, ex, out
+
+
+def check_single_use_executor(fc):
+    live0 = fc.baseline()
+    keep = []
+    ws, ex, out = _fwd_executor(fc, keep)
+    assert fc.live_executors() == 1
+    buf = np.zeros(ws, np.uint8)
+    assert fc.fwd_run(buf.ctypes.data, ws, ex, None) == OK
+    assert fc.live_executors() == 0
+    assert fc.fwd_run(buf.ctypes.data, ws, ex, None) == INVALID
+    assert "already destroyed" in fc.err()
+    # wrong op: consumed anyway
+    ws, ex, out = _fwd_executor(fc, keep)
+    buf = np.zeros(ws, np.uint8)
+    assert fc.bwd_run(buf.ctypes.data, ws, ex, None) == INVALID
+    msg = fc.err()
+    assert FWD_GWS in msg and "cannot run" in msg, msg
+    assert fc.live_executors() == 0 and (out == 9).all()
+    ws, ex, out = _bwd_executor(fc, keep)
+    buf = np.zeros(ws, np.uint8)
+    assert fc.fwd_run(buf.ctypes.data, ws, ex, None) == INVALID and BWD_GWS in fc.err()
+    # not an executor at all
+    t = fc.tensor(SEED_SELF)
+    assert (
+        fc.fwd_run(buf.ctypes.data, ws, t, None) == INVALID and "not an aclOpExecutor" in fc.err()
+    )
+    fc.destroy(t)
+    # an unused executor can be released with aclDestroyAclOpExecutor
+    _, ex, _ = _bwd_executor(fc, keep)
+    assert fc.aclDestroyAclOpExecutor(ex) == OK
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_workspace(fc):
+    live0 = fc.baseline()
+    keep = []
+    ws, ex, out = _fwd_executor(fc, keep)
+    assert ws > 0 and ws == fc.last_workspace_size()
+    buf = np.zeros(ws + 8, np.uint8)
+    assert fc.fwd_run(buf.ctypes.data, ws + 8, ex, None) == INVALID  # wrong size
+    assert "workspaceSize" in fc.err() and fc.live_executors() == 0 and (out == 9).all()
+    ws, ex, out = _fwd_executor(fc, keep)
+    assert fc.fwd_run(None, ws, ex, None) == INVALID and "workspace is nullptr" in fc.err()
+    ws, ex, out = _fwd_executor(fc, keep)
+    assert fc.fwd_run(out.ctypes.data, ws, ex, None) == INVALID and "overlaps" in fc.err()
+    # success writes a canary over the whole workspace, passes the stream through
+    ws, ex, out = _fwd_executor(fc, keep)
+    buf = np.zeros(ws + 16, np.uint8)
+    assert fc.fwd_run(buf.ctypes.data, ws, ex, c_void_p(0x1234)) == OK
+    assert (buf[:ws] == (0xA5 ^ (np.arange(ws) & 0xFF))).all() and (buf[ws:] == 0).all()
+    assert fc.last_stream(FWD_RUN.encode()) == 0x1234
+    assert out.ravel().tolist()[:9] == [1, 1, 1, 0, 0, 0, 0, 0, 0]
+    # sizes depend on the op and on the size of the problem
+    ws_b, ex, _ = _bwd_executor(fc, keep)
+    assert ws_b != ws
+    fc.aclDestroyAclOpExecutor(ex)
+    assert fc.live_objects() == live0
+
+
+def check_index_out_of_range(fc):
+    live0 = fc.baseline()
+    x = np.arange(8, dtype=np.float32).reshape(2, 1, 2, 2)
+    for bad in (9, -1):
+        idx = np.array([0, 1, 2, 3, 4, 5, bad, 7], np.int64).reshape(2, 1, 2, 2)
+        rc, out = run_fwd(fc, x, idx, (3, 3))
+        assert rc == RUNTIME, rc
+        msg = fc.err()
+        assert f"index {bad}" in msg and "(n=1, c=0, i=2)" in msg and "[0, 9)" in msg, msg
+        assert (out == 77).all(), "forward wrote despite a bad index"
+        g = np.ones((2, 1, 3, 3), np.float32)
+        rc, out = run_bwd(fc, g, x, idx, (3, 3))
+        assert rc == RUNTIME and f"index {bad}" in fc.err()
+        assert (out == 77).all(), "backward wrote despite a bad index"
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+
+
+def check_fail_next(fc):
+    live0 = fc.baseline()
+    fc.fail_next(FWD_GWS.encode(), 561003, b"EZ9999: kernel package not found")
+    rc, out = run_fwd(fc, SEED_SELF, SEED_IDX, (3, 3))
+    assert rc == 561003 and fc.err() == "EZ9999: kernel package not found"
+    assert fc.live_executors() == 0 and fc.call_count(FWD_GWS.encode()) == 1
+    assert fc.call_count(FWD_RUN.encode()) == 0
+    rc, out = run_fwd(fc, SEED_SELF, SEED_IDX, (3, 3))  # only the next call fails
+    assert rc == OK
+    fc.fail_next(BWD_RUN.encode(), 361001, b"device lost")
+    rc, out = run_bwd(fc, SEED_GRAD, SEED_SELF, SEED_IDX, (3, 1))
+    assert rc == 361001 and fc.err() == "device lost" and (out == 77).all()
+    assert fc.live_executors() == 0  # the executor is consumed by a failed execution too
+    fc.fail_next(b"aclCreateTensor", 1, b"no memory")
+    assert fc.tensor(SEED_SELF) is None and fc.err() == "no memory"
+    fc.fail_next(b"aclrtSynchronizeStream", 507011, None)
+    assert fc.aclrtSynchronizeStream(None) == 507011 and "injected" in fc.err()
+    assert fc.aclrtSynchronizeStream(None) == OK
+    fc.fail_next(BWD_GWS.encode(), 1, b"x")
+    fc.reset()  # reset drops pending injections
+    assert run_bwd(fc, SEED_GRAD, SEED_SELF, SEED_IDX, (3, 1))[0] == OK
+    assert fc.live_objects() == live0
+
+
+def check_destroy(fc):
+    live0 = fc.baseline()
+    assert fc.aclDestroyTensor(None) == OK and fc.aclDestroyIntArray(None) == OK
+    t = fc.tensor(SEED_SELF)
+    a = fc.int_array((1, 2))
+    assert fc.live_tensors() >= 1 and fc.live_int_arrays() >= 1
+    assert fc.aclDestroyTensor(a) == INVALID and "not an aclTensor" in fc.err()
+    assert fc.aclDestroyTensor(t) == OK
+    assert fc.aclDestroyTensor(t) == INVALID and "already destroyed" in fc.err()
+    assert fc.aclDestroyIntArray(a) == OK
+    assert fc.aclDestroyIntArray(a) == INVALID
+    assert fc.aclDestroyTensor(c_void_p(0x10)) == INVALID
+    assert fc.bad_destroys() == 4
+    # aclCreateTensor rejects nonsense
+    assert fc.aclCreateTensor(None, 2, FLOAT, _i64s([1, 1]), 0, ND, None, 0, None) is None
+    assert (
+        fc.aclCreateTensor(_i64s([2, -1]), 2, FLOAT, _i64s([1, 1]), 0, ND, _i64s([2]), 1, None)
+        is None
+    )
+    assert fc.aclCreateTensor(_i64s([2]), 1, 99, _i64s([1]), 0, ND, _i64s([2]), 1, None) is None
+    assert "unknown dataType 99" in fc.err()
+    assert fc.live_objects() == live0
+
+
+def check_error_messages(fc):
+    fc.baseline()
+    assert fc.aclGetRecentErrMsg() is None  # documented: nullptr when there is no message
+    run_fwd(fc, np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int32), (3, 3))
+    assert "161002" in fc.last_error_message().decode()
+    assert fc.err() is not None and fc.err() is None  # obtained and cleared
+    # thread-level: another thread's failure is not reported here
+    th = threading.Thread(target=lambda: fc.aclDestroyTensor(c_void_p(0x20)))
+    th.start()
+    th.join()
+    assert fc.err() is None and "aclDestroyTensor" in fc.last_error_message().decode()
+    # stacked, newest first
+    fc.aclDestroyTensor(c_void_p(0x30))
+    fc.aclDestroyTensor(c_void_p(0x40))
+    lines = fc.err().splitlines()
+    assert len(lines) == 2 and "0x40" in lines[0] and "0x30" in lines[1], lines
+
+
+def check_rt_memory(fc):
+    fc.baseline()
+    n0 = fc.live_allocations()
+    p = c_void_p()
+    assert fc.aclrtMalloc(ctypes.byref(p), 100, 0) == OK and p.value
+    assert fc.live_allocations() == n0 + 1
+    assert ctypes.string_at(p, 4) == b"\xcd" * 4  # garbage, not zeros
+    assert fc.aclrtFree(p) == OK and fc.live_allocations() == n0
+    assert fc.aclrtFree(p) != OK and fc.bad_frees() == 1
+    assert fc.aclrtMalloc(ctypes.byref(p), 0, 0) != OK
+    assert fc.aclrtSynchronizeStream(None) == OK
+
+
+def check_zero_size(fc):
+    live0 = fc.baseline()
+    x = np.zeros((0, 3, 2, 2), np.float32)
+    rc, out = run_fwd(fc, x, np.zeros(x.shape, np.int32), (3, 3))
+    assert rc == OK and out.shape == (0, 3, 3, 3) and fc.last_workspace_size() > 0
+    rc, out = run_bwd(
+        fc,
+        np.zeros((2, 3, 3, 3), np.float32),
+        np.zeros((2, 3, 0, 2), np.float32),
+        np.zeros((2, 3, 0, 2), np.int64),
+        (3, 3),
+    )
+    assert rc == OK
+    assert fc.live_objects() == live0
+
+
+def check_threads(fc):
+    live0 = fc.baseline()
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(50):
+                g = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+                idx = rng.integers(0, 16, size=(2, 3, 2, 2)).astype(np.int32)
+                rc, out = run_bwd(fc, g, np.zeros(idx.shape, np.float32), idx, (4, 4))
+                assert rc == OK, rc
+                np.testing.assert_array_equal(out, backward_ref(g, idx))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert fc.call_count(BWD_RUN.encode()) == 400
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_opapi_nn_variant(fc):
+    """libopapi_nn.so build: no libopapi.so; each library exports only its own symbols;
+    its state is separate from the first build's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = build(pathlib.Path(tmp), opapi_name="libopapi_nn.so")
+        assert (d / "libopapi_nn.so").is_file() and not (d / "libopapi.so").exists()
+        nn = FakeCann(d, opapi_name="libopapi_nn.so")
+        base = ctypes.CDLL(str(d / "libnnopbase.so"))
+        for sym in (FWD_GWS, FWD_RUN, BWD_GWS, BWD_RUN):
+            assert hasattr(nn.opapi, sym) and not hasattr(base, sym)
+        assert not hasattr(nn.ascendcl, "aclCreateTensor") and not hasattr(base, "aclrtMalloc")
+        nn.reset()
+        fc.reset()
+        rc, out = run_bwd(nn, SEED_GRAD, SEED_SELF, SEED_IDX, (3, 1))
+        assert rc == OK and out.ravel().tolist() == SEED_OUT
+        assert nn.call_count(BWD_RUN.encode()) == 1 and fc.call_count(BWD_RUN.encode()) == 0
+        # cached: a second build is a no-op
+        stamp = (d / ".fakecann-build").stat().st_mtime_ns
+        build(d, opapi_name="libopapi_nn.so")
+        assert (d / ".fakecann-build").stat().st_mtime_ns == stamp
+
+
+ALL_CHECKS = [
+    check_seed_example,
+    check_forward_values,
+    check_backward_values,
+    check_bits_survive,
+    check_strided_views,
+    check_nullptr_161001,
+    check_forward_param_invalid_161002,
+    check_backward_param_invalid_161002,
+    check_memory_extras,
+    check_single_use_executor,
+    check_workspace,
+    check_index_out_of_range,
+    check_fail_next,
+    check_destroy,
+    check_error_messages,
+    check_rt_memory,
+    check_zero_size,
+    check_threads,
+    check_opapi_nn_variant,
+]
+
+
+def main(argv: list[str]) -> int:
+    """``check_fake_cann.py [LIB_DIR]``: checks an existing build in LIB_DIR (e.g. one made
+    with ``extra_flags=("-fsanitize=address",)``), else a fresh build in a temp dir."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lib_dir = pathlib.Path(argv[1]) if len(argv) > 1 else build(pathlib.Path(tmp))
+        fc = FakeCann(lib_dir)
+        failed = 0
+        for check in ALL_CHECKS:
+            try:
+                check(fc)
+                print(f"ok    {check.__name__}")
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                traceback.print_exc()
+                print(f"FAIL  {check.__name__}: {e!r}")
+        fc.reset()
+        leaked = fc.live_objects()
+        print(f"live objects at exit: {leaked}; bad destroys: {fc.bad_destroys()}")
+        return 1 if failed or leaked else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

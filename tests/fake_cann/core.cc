@@ -1,0 +1,991 @@
+// libnnopbase.so of the emulated CANN: the shared state (object registry, error messages,
+// injected failures, counters), the aclTensor/aclIntArray API, the test controls
+// (fakecann_*), and the implementations that libascendcl.so and libopapi.so forward to.
+//
+// The emulator's purpose is to catch a wrong caller: every documented argument check of
+// the two aclnn ops is enforced with the documented status code, objects are tracked so
+// leaks and double destroys are visible, executors are single-use, and the workspace must
+// be exactly the size GetWorkspaceSize returned (it is overwritten with a canary).
+#include <algorithm>
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fake_cann.h"
+
+struct aclTensor {
+  std::vector<int64_t> view;
+  std::vector<int64_t> strides;
+  std::vector<int64_t> storage;
+  int64_t offset = 0;  // in elements
+  aclDataType dtype = 0;
+  aclFormat format = 0;
+  void *data = nullptr;
+};
+
+struct aclIntArray {
+  std::vector<int64_t> values;
+};
+
+enum class Op { kForward, kBackward };
+
+struct aclOpExecutor {
+  Op op = Op::kForward;
+  // Forward: self, indices, out. Backward: gradOutput, self, indices, out.
+  std::vector<aclTensor> tensors;
+  std::vector<int64_t> output_size;
+  uint64_t workspace_size = 0;
+};
+
+namespace fakecann {
+namespace {
+
+constexpr const char *kFwdGws = "aclnnMaxUnpool2dGetWorkspaceSize";
+constexpr const char *kFwdRun = "aclnnMaxUnpool2d";
+constexpr const char *kBwdGws = "aclnnMaxUnpool2dBackwardGetWorkspaceSize";
+constexpr const char *kBwdRun = "aclnnMaxUnpool2dBackward";
+
+constexpr int kMaxDims = 8;
+// Destroyed objects are kept (not freed) for this many further destroys, so a second
+// destroy of the same pointer is recognised instead of hitting a reused address.
+constexpr size_t kQuarantine = size_t{1} << 16;
+
+enum Kind : int { kTensor = 0, kIntArray = 1, kExecutor = 2 };
+const char *kind_name(Kind k) {
+  switch (k) {
+    case kTensor:
+      return "aclTensor";
+    case kIntArray:
+      return "aclIntArray";
+    case kExecutor:
+      return "aclOpExecutor";
+  }
+  return "?";
+}
+
+struct Injected {
+  int32_t status;
+  std::string message;
+};
+
+struct State {
+  std::mutex mu;
+  std::unordered_map<const void *, Kind> live;
+  std::unordered_map<const void *, Kind> dead;  // destroyed, still quarantined
+  std::deque<std::pair<void *, Kind>> quarantine;
+  int64_t live_count[3] = {0, 0, 0};
+  int64_t bad_destroys = 0;
+  std::unordered_map<void *, size_t> allocations;
+  int64_t bad_frees = 0;
+  std::unordered_map<std::string, Injected> fail_next;
+  std::unordered_map<std::string, int64_t> calls;
+  std::unordered_map<std::string, int32_t> last_dtype;
+  std::unordered_map<std::string, int32_t> last_indices_dtype;
+  std::unordered_map<std::string, void *> last_stream;
+  uint64_t last_workspace_size = 0;
+  std::string last_error;  // process-wide copy of the newest message
+};
+
+// Never destroyed: other libraries' static destructors may still call in at exit.
+State &state() {
+  static State *s = new State;
+  return *s;
+}
+
+// Bumped by fakecann_reset(); a thread's pending messages from an older generation are
+// dropped on its next use.
+std::atomic<uint64_t> g_generation{1};
+
+struct ThreadErrors {
+  std::string pending;   // newest first, '\n'-separated
+  std::string returned;  // storage behind the last aclGetRecentErrMsg() pointer
+  uint64_t generation = 0;
+};
+thread_local ThreadErrors t_errors;
+
+void refresh_thread_errors() {
+  const uint64_t gen = g_generation.load();
+  if (t_errors.generation != gen) {
+    t_errors.pending.clear();
+    t_errors.generation = gen;
+  }
+}
+
+// Records a message for aclGetRecentErrMsg (thread-level, as CANN's default
+// err_msg_mode) and for fakecann_last_error_message (process-level). Call unlocked.
+void set_error(std::string msg) {
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().last_error = msg;
+  }
+  refresh_thread_errors();
+  if (!t_errors.pending.empty()) msg += "\n" + t_errors.pending;
+  if (msg.size() > 16384) msg.resize(16384);
+  t_errors.pending = std::move(msg);
+}
+
+std::string strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+const char *status_name(int32_t status) {
+  switch (status) {
+    case kErrParamNullptr:
+      return "ACLNN_ERR_PARAM_NULLPTR";
+    case kErrParamInvalid:
+      return "ACLNN_ERR_PARAM_INVALID";
+    case kErrRuntime:
+      return "ACLNN_ERR_RUNTIME_ERROR";
+    case kErrInner:
+      return "ACLNN_ERR_INNER";
+    default:
+      return "error";
+  }
+}
+
+// Returns status after recording "<fn>: <what> [<status> <name>]" as the error message.
+int32_t fail(const char *fn, int32_t status, const std::string &what) {
+  set_error(strf("%s: %s [%d %s]", fn, what.c_str(), status, status_name(status)));
+  return status;
+}
+
+// Counts the call. If a failure was injected for fn, consumes it, sets its message and
+// returns true with *status set.
+bool take_injected(const char *fn, int32_t *status) {
+  State &s = state();
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.calls[fn];
+    auto it = s.fail_next.find(fn);
+    if (it == s.fail_next.end()) return false;
+    *status = it->second.status;
+    msg = std::move(it->second.message);
+    s.fail_next.erase(it);
+  }
+  set_error(msg.empty() ? strf("%s: injected failure %d", fn, *status) : msg);
+  return true;
+}
+
+void delete_object(void *p, Kind k) {
+  switch (k) {
+    case kTensor:
+      delete static_cast<aclTensor *>(p);
+      break;
+    case kIntArray:
+      delete static_cast<aclIntArray *>(p);
+      break;
+    case kExecutor:
+      delete static_cast<aclOpExecutor *>(p);
+      break;
+  }
+}
+
+void register_locked(State &s, void *p, Kind k) {
+  s.live.emplace(p, k);
+  ++s.live_count[k];
+}
+
+void retire_locked(State &s, void *p, Kind k) {
+  s.live.erase(p);
+  --s.live_count[k];
+  s.dead.emplace(p, k);
+  s.quarantine.emplace_back(p, k);
+  if (s.quarantine.size() > kQuarantine) {
+    auto [old, old_kind] = s.quarantine.front();
+    s.quarantine.pop_front();
+    s.dead.erase(old);
+    delete_object(old, old_kind);
+  }
+}
+
+// Describes what p is, for messages about a pointer that is not a live object of kind k.
+std::string describe_locked(State &s, const void *p, Kind k) {
+  auto it = s.live.find(p);
+  if (it != s.live.end())
+    return strf("%p is a live %s, not an %s", p, kind_name(it->second), kind_name(k));
+  auto d = s.dead.find(p);
+  if (d != s.dead.end()) {
+    if (d->second == k) return strf("%p is an %s that was already destroyed", p, kind_name(k));
+    return strf("%p is a destroyed %s, not an %s", p, kind_name(d->second), kind_name(k));
+  }
+  return strf("%p is not an %s created by this runtime", p, kind_name(k));
+}
+
+int32_t destroy(const char *fn, const void *p, Kind k) {
+  State &s = state();
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  if (!p) return kSuccess;  // like delete nullptr
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.live.find(p);
+    if (it != s.live.end() && it->second == k) {
+      retire_locked(s, const_cast<void *>(p), k);
+      return kSuccess;
+    }
+    ++s.bad_destroys;
+    what = describe_locked(s, p, k);
+  }
+  return fail(fn, kErrParamInvalid, what + " (double destroy or foreign pointer)");
+}
+
+// ---- dtypes, shapes -------------------------------------------------------------------
+
+size_t element_size(aclDataType dt) {
+  switch (dt) {
+    case kInt8:
+    case kUint8:
+    case kBool:
+      return 1;
+    case kFloat16:
+    case kInt16:
+    case kUint16:
+    case kBf16:
+      return 2;
+    case kFloat:
+    case kInt32:
+    case kUint32:
+      return 4;
+    case kInt64:
+    case kUint64:
+    case kDouble:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+const char *dtype_name(aclDataType dt) {
+  switch (dt) {
+    case kFloat:
+      return "FLOAT";
+    case kFloat16:
+      return "FLOAT16";
+    case kInt8:
+      return "INT8";
+    case kInt32:
+      return "INT32";
+    case kUint8:
+      return "UINT8";
+    case kInt16:
+      return "INT16";
+    case kUint16:
+      return "UINT16";
+    case kUint32:
+      return "UINT32";
+    case kInt64:
+      return "INT64";
+    case kUint64:
+      return "UINT64";
+    case kDouble:
+      return "DOUBLE";
+    case kBool:
+      return "BOOL";
+    case kBf16:
+      return "BF16";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+std::string dtype_str(aclDataType dt) { return strf("%s (%d)", dtype_name(dt), dt); }
+
+bool forward_dtype_ok(aclDataType dt) {
+  switch (dt) {
+    case kFloat:
+    case kFloat16:
+    case kInt8:
+    case kInt16:
+    case kInt32:
+    case kInt64:
+    case kUint8:
+    case kDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+constexpr const char *kForwardDtypes = "FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, DOUBLE";
+
+bool backward_dtype_ok(aclDataType dt) { return forward_dtype_ok(dt) || dt == kBool; }
+constexpr const char *kBackwardDtypes =
+    "FLOAT, FLOAT16, DOUBLE, INT32, INT64, INT16, INT8, UINT8, BOOL";
+
+std::string shape_str(const std::vector<int64_t> &v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+int64_t numel(const std::vector<int64_t> &dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// Element offsets (relative to data) of the first and last element the view touches.
+void view_extent(const aclTensor &t, int64_t *lo, int64_t *hi) {
+  *lo = *hi = t.offset;
+  for (size_t i = 0; i < t.view.size(); ++i) {
+    const int64_t span = (t.view[i] - 1) * t.strides[i];
+    (span < 0 ? *lo : *hi) += span;
+  }
+}
+
+bool overlaps(const aclTensor &a, const aclTensor &b) {
+  if (numel(a.view) == 0 || numel(b.view) == 0) return false;
+  int64_t alo, ahi, blo, bhi;
+  view_extent(a, &alo, &ahi);
+  view_extent(b, &blo, &bhi);
+  const char *a0 = static_cast<const char *>(a.data) + alo * int64_t(element_size(a.dtype));
+  const char *a1 = static_cast<const char *>(a.data) + (ahi + 1) * int64_t(element_size(a.dtype));
+  const char *b0 = static_cast<const char *>(b.data) + blo * int64_t(element_size(b.dtype));
+  const char *b1 = static_cast<const char *>(b.data) + (bhi + 1) * int64_t(element_size(b.dtype));
+  return a0 < b1 && b0 < a1;
+}
+
+struct Failure {
+  int32_t status = kSuccess;
+  std::string what;
+  explicit operator bool() const { return status != kSuccess; }
+};
+Failure invalid(std::string what) { return {kErrParamInvalid, std::move(what)}; }
+
+struct NamedTensor {
+  const char *name;
+  const aclTensor *t;
+};
+
+// Checks that go beyond the documented contract but catch a wrong caller with no false
+// positives: missing data, a view that leaves its storage, an output aliasing an input.
+Failure check_memory(const std::vector<NamedTensor> &tensors) {
+  for (const auto &[name, t] : tensors) {
+    if (numel(t->view) == 0) continue;
+    if (!t->data)
+      return {kErrParamNullptr, strf("%s has %lld elements but a null data pointer", name,
+                                     (long long)numel(t->view))};
+    int64_t lo, hi;
+    view_extent(*t, &lo, &hi);
+    const int64_t storage = numel(t->storage);
+    if (lo < 0 || hi >= storage)
+      return invalid(strf(
+          "%s view (shape %s, strides %s, offset %lld) reaches elements "
+          "[%lld, %lld] outside its storage of %lld elements (storage dims %s)",
+          name, shape_str(t->view).c_str(), shape_str(t->strides).c_str(), (long long)t->offset,
+          (long long)lo, (long long)hi, (long long)storage, shape_str(t->storage).c_str()));
+  }
+  const NamedTensor &out = tensors.back();
+  for (size_t i = 0; i + 1 < tensors.size(); ++i)
+    if (overlaps(*out.t, *tensors[i].t))
+      return invalid(strf("%s overlaps the memory of input %s", out.name, tensors[i].name));
+  return {};
+}
+
+Failure check_format(const std::vector<NamedTensor> &tensors) {
+  for (const auto &[name, t] : tensors)
+    if (t->format != kFormatNd)
+      return invalid(strf("%s format must be ND (%d), got %d", name, kFormatNd, t->format));
+  return {};
+}
+
+Failure check_output_size(const std::vector<int64_t> &osz) {
+  if (osz.size() != 2)
+    return invalid(strf("outputSize must have exactly 2 elements, got %zu: %s", osz.size(),
+                        shape_str(osz).c_str()));
+  if (osz[0] <= 0 || osz[1] <= 0)
+    return invalid("outputSize elements must be > 0, got " + shape_str(osz));
+  return {};
+}
+
+std::vector<int64_t> leading_plus(const std::vector<int64_t> &dims,
+                                  const std::vector<int64_t> &osz) {
+  std::vector<int64_t> r(dims.begin(), dims.end() - 2);
+  r.insert(r.end(), osz.begin(), osz.end());
+  return r;
+}
+
+Failure validate_forward(const aclTensor &self, const aclTensor &indices,
+                         const std::vector<int64_t> &osz, const aclTensor &out) {
+  const size_t rank = self.view.size();
+  if (rank != 3 && rank != 4)
+    return invalid(strf("self must be 3-D (C, H, W) or 4-D (N, C, H, W), got %zu-D shape %s", rank,
+                        shape_str(self.view).c_str()));
+  if (Failure f = check_output_size(osz)) return f;
+  if (indices.view != self.view)
+    return invalid("indices shape " + shape_str(indices.view) + " must equal self shape " +
+                   shape_str(self.view));
+  const auto expected_out = leading_plus(self.view, osz);
+  if (out.view != expected_out)
+    return invalid("out shape " + shape_str(out.view) +
+                   " must be self's leading dims + outputSize = " + shape_str(expected_out));
+  const int64_t hw = self.view[rank - 2] * self.view[rank - 1];
+  if (osz[0] * osz[1] < hw)
+    return invalid(strf("outputSize %s: oH*oW = %lld must be >= self's H*W = %lld",
+                        shape_str(osz).c_str(), (long long)(osz[0] * osz[1]), (long long)hw));
+  if (!forward_dtype_ok(self.dtype))
+    return invalid("self dtype " + dtype_str(self.dtype) +
+                   " is not supported; supported: " + kForwardDtypes);
+  if (indices.dtype != kInt32 && indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT32 or INT64");
+  if (out.dtype != self.dtype)
+    return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
+                   dtype_str(self.dtype));
+  if (Failure f = check_format({{"self", &self}, {"indices", &indices}, {"out", &out}})) return f;
+  return check_memory({{"self", &self}, {"indices", &indices}, {"out", &out}});
+}
+
+Failure validate_backward(const aclTensor &grad, const aclTensor &self, const aclTensor &indices,
+                          const std::vector<int64_t> &osz, const aclTensor &out) {
+  const size_t rank = self.view.size();
+  if (rank != 3 && rank != 4)
+    return invalid(strf("self must be 3-D (C, H, W) or 4-D (N, C, H, W), got %zu-D shape %s", rank,
+                        shape_str(self.view).c_str()));
+  if (grad.view.size() != rank)
+    return invalid(strf("gradOutput must have self's rank %zu, got %zu-D shape %s", rank,
+                        grad.view.size(), shape_str(grad.view).c_str()));
+  if (Failure f = check_output_size(osz)) return f;
+  if (indices.view != self.view)
+    return invalid("indices shape " + shape_str(indices.view) + " must equal self shape " +
+                   shape_str(self.view));
+  if (out.view != self.view)
+    return invalid("out shape " + shape_str(out.view) + " must equal self shape " +
+                   shape_str(self.view));
+  const auto expected_grad = leading_plus(self.view, osz);
+  if (grad.view != expected_grad)
+    return invalid("gradOutput shape " + shape_str(grad.view) +
+                   " must be self's leading dims + outputSize = " + shape_str(expected_grad));
+  if (!backward_dtype_ok(grad.dtype))
+    return invalid("gradOutput dtype " + dtype_str(grad.dtype) +
+                   " is not supported; supported: " + kBackwardDtypes);
+  if (self.dtype != grad.dtype)
+    return invalid("self dtype " + dtype_str(self.dtype) + " must equal gradOutput dtype " +
+                   dtype_str(grad.dtype));
+  if (indices.dtype != kInt32 && indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT32 or INT64");
+  if (out.dtype != grad.dtype)
+    return invalid("out dtype " + dtype_str(out.dtype) + " must equal gradOutput dtype " +
+                   dtype_str(grad.dtype) + " (the emulator only moves bits, it does not cast)");
+  if (Failure f = check_format(
+          {{"gradOutput", &grad}, {"self", &self}, {"indices", &indices}, {"out", &out}}))
+    return f;
+  return check_memory(
+      {{"gradOutput", &grad}, {"self", &self}, {"indices", &indices}, {"out", &out}});
+}
+
+// Size-dependent (so a hard-coded size is caught) and different per op (so mixing up the
+// two ops' sizes is caught); capped so the canary fill stays cheap.
+uint64_t workspace_size_for(Op op, const aclTensor &indices) {
+  const uint64_t data = std::min<uint64_t>(uint64_t(numel(indices.view)) * 4, uint64_t{1} << 20);
+  return (op == Op::kForward ? 64 : 96) + (data + 31) / 32 * 32;
+}
+
+// ---- GetWorkspaceSize -----------------------------------------------------------------
+
+struct TensorArg {
+  const char *name;
+  const aclTensor *ptr;
+};
+
+// Shared by both ops: nullptr checks (documented order), liveness, validation, executor.
+int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &inputs,
+                           const aclIntArray *output_size, aclTensor *out, uint64_t *workspace_size,
+                           aclOpExecutor **executor) {
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  State &s = state();
+  {
+    // Record what the caller presented before validating, so a test can see e.g. that a
+    // bf16 array arrived as INT16 even when the call is rejected.
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = inputs[0].ptr ? s.live.find(inputs[0].ptr) : s.live.end();
+    if (it != s.live.end() && it->second == kTensor) s.last_dtype[fn] = inputs[0].ptr->dtype;
+    auto ix = inputs.back().ptr ? s.live.find(inputs.back().ptr) : s.live.end();
+    if (ix != s.live.end() && ix->second == kTensor)
+      s.last_indices_dtype[fn] = inputs.back().ptr->dtype;
+  }
+  for (const auto &[name, ptr] : inputs)
+    if (!ptr) return fail(fn, kErrParamNullptr, strf("%s is nullptr", name));
+  if (!output_size) return fail(fn, kErrParamNullptr, "outputSize is nullptr");
+  if (!out) return fail(fn, kErrParamNullptr, "out is nullptr");
+  if (!workspace_size) return fail(fn, kErrParamNullptr, "workspaceSize is nullptr");
+  if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
+
+  std::vector<aclTensor> tensors;  // copies: inputs..., out
+  std::vector<int64_t> osz;
+  std::string bad;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto live_as = [&](const void *p, Kind k, const char *name) {
+      auto it = s.live.find(p);
+      if (it != s.live.end() && it->second == k) return true;
+      if (bad.empty()) bad = std::string(name) + ": " + describe_locked(s, p, k);
+      return false;
+    };
+    for (const auto &[name, ptr] : inputs)
+      if (live_as(ptr, kTensor, name)) tensors.push_back(*ptr);
+    if (live_as(output_size, kIntArray, "outputSize")) osz = output_size->values;
+    if (live_as(out, kTensor, "out")) tensors.push_back(*out);
+  }
+  if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
+
+  const Failure f = op == Op::kForward
+                        ? validate_forward(tensors[0], tensors[1], osz, tensors[2])
+                        : validate_backward(tensors[0], tensors[1], tensors[2], osz, tensors[3]);
+  if (f) return fail(fn, f.status, f.what);
+
+  auto *e = new aclOpExecutor;
+  e->op = op;
+  e->tensors = std::move(tensors);
+  e->output_size = std::move(osz);
+  e->workspace_size = workspace_size_for(op, e->tensors[op == Op::kForward ? 1 : 2]);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    register_locked(s, e, kExecutor);
+    s.last_workspace_size = e->workspace_size;
+  }
+  *workspace_size = e->workspace_size;
+  *executor = e;
+  return kSuccess;
+}
+
+// ---- execution ------------------------------------------------------------------------
+
+// A 3-D or 4-D tensor seen as (N, C, H, W) planes; a 3-D tensor has N = 1.
+struct Planes {
+  char *base;
+  int64_t es;
+  int64_t offset;
+  int64_t n, c, h, w;
+  int64_t sn, sc, sh, sw;
+
+  explicit Planes(const aclTensor &t)
+      : base(static_cast<char *>(t.data)), es(int64_t(element_size(t.dtype))), offset(t.offset) {
+    const size_t r = t.view.size();
+    n = r == 4 ? t.view[0] : 1;
+    sn = r == 4 ? t.strides[0] : 0;
+    c = t.view[r - 3], sc = t.strides[r - 3];
+    h = t.view[r - 2], sh = t.strides[r - 2];
+    w = t.view[r - 1], sw = t.strides[r - 1];
+  }
+  char *at(int64_t in, int64_t ic, int64_t i) const {
+    return base + (offset + in * sn + ic * sc + (i / w) * sh + (i % w) * sw) * es;
+  }
+};
+
+int64_t read_index(const Planes &p, int64_t n, int64_t c, int64_t i) {
+  if (p.es == 4) {
+    int32_t v;
+    std::memcpy(&v, p.at(n, c, i), 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, p.at(n, c, i), 8);
+  return v;
+}
+
+// Returns a runtime failure naming the first out-of-range index, before anything is written.
+Failure check_indices(const Planes &idx, int64_t limit, const std::vector<int64_t> &osz) {
+  for (int64_t n = 0; n < idx.n; ++n)
+    for (int64_t c = 0; c < idx.c; ++c)
+      for (int64_t i = 0; i < idx.h * idx.w; ++i) {
+        const int64_t v = read_index(idx, n, c, i);
+        if (v < 0 || v >= limit)
+          return {kErrRuntime,
+                  strf("index %lld at position (n=%lld, c=%lld, i=%lld) is out of range "
+                       "[0, %lld) for outputSize (%lld, %lld); nothing was written",
+                       (long long)v, (long long)n, (long long)c, (long long)i, (long long)limit,
+                       (long long)osz[0], (long long)osz[1])};
+      }
+  return {};
+}
+
+void run_forward(const aclOpExecutor &e) {
+  const Planes self(e.tensors[0]), idx(e.tensors[1]), out(e.tensors[2]);
+  const int64_t ohw = out.h * out.w;
+  for (int64_t n = 0; n < out.n; ++n)
+    for (int64_t c = 0; c < out.c; ++c)
+      for (int64_t j = 0; j < ohw; ++j) std::memset(out.at(n, c, j), 0, size_t(out.es));
+  // Sequential in flat order per plane: the last writer of a duplicated index wins.
+  for (int64_t n = 0; n < self.n; ++n)
+    for (int64_t c = 0; c < self.c; ++c)
+      for (int64_t i = 0; i < self.h * self.w; ++i)
+        std::memcpy(out.at(n, c, read_index(idx, n, c, i)), self.at(n, c, i), size_t(self.es));
+}
+
+void run_backward(const aclOpExecutor &e) {
+  const Planes grad(e.tensors[0]), idx(e.tensors[2]), out(e.tensors[3]);
+  for (int64_t n = 0; n < out.n; ++n)
+    for (int64_t c = 0; c < out.c; ++c)
+      for (int64_t i = 0; i < out.h * out.w; ++i)
+        std::memcpy(out.at(n, c, i), grad.at(n, c, read_index(idx, n, c, i)), size_t(out.es));
+}
+
+int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
+                aclOpExecutor *executor, aclrtStream stream) {
+  State &s = state();
+  aclOpExecutor e;
+  bool consumed = false, injected = false;
+  int32_t injected_status = 0;
+  std::string injected_msg, not_executor;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.calls[fn];
+    s.last_stream[fn] = stream;
+    auto inj = s.fail_next.find(fn);
+    if (inj != s.fail_next.end()) {
+      injected = true;
+      injected_status = inj->second.status;
+      injected_msg = std::move(inj->second.message);
+      s.fail_next.erase(inj);
+    }
+    if (executor) {
+      auto it = s.live.find(executor);
+      if (it != s.live.end() && it->second == kExecutor) {
+        e = *executor;
+        retire_locked(s, executor, kExecutor);  // single-use, consumed on success or failure
+        consumed = true;
+        s.last_dtype[fn] = e.tensors[0].dtype;
+        s.last_indices_dtype[fn] = e.tensors[op == Op::kForward ? 1 : 2].dtype;
+      } else {
+        not_executor = describe_locked(s, executor, kExecutor);
+      }
+    }
+  }
+  if (injected) {
+    set_error(injected_msg.empty() ? strf("%s: injected failure %d", fn, injected_status)
+                                   : injected_msg);
+    return injected_status;
+  }
+  if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
+  if (!consumed)
+    return fail(fn, kErrParamInvalid,
+                not_executor + " (an executor is single-use: execution consumes it)");
+  const char *made_for = e.op == Op::kForward ? kFwdGws : kBwdGws;
+  if (e.op != op)
+    return fail(fn, kErrParamInvalid,
+                strf("executor %p was created by %s; it cannot run %s (it is consumed now)",
+                     static_cast<void *>(executor), made_for, fn));
+  if (workspace_size != e.workspace_size)
+    return fail(
+        fn, kErrParamInvalid,
+        strf("workspaceSize %llu differs from the %llu returned by %s",
+             (unsigned long long)workspace_size, (unsigned long long)e.workspace_size, made_for));
+  if (!workspace)
+    return fail(fn, kErrParamInvalid,
+                strf("workspace is nullptr but %s asked for %llu bytes", made_for,
+                     (unsigned long long)e.workspace_size));
+  aclTensor ws;
+  ws.view = ws.storage = {int64_t(workspace_size)};
+  ws.strides = {1};
+  ws.dtype = kUint8;
+  ws.data = workspace;
+  for (const aclTensor &t : e.tensors)
+    if (overlaps(ws, t))
+      return fail(fn, kErrParamInvalid, "workspace overlaps the memory of a tensor argument");
+  // Prove the workspace is writable memory of that size (ASan/valgrind see the writes).
+  for (uint64_t i = 0; i < workspace_size; ++i)
+    static_cast<unsigned char *>(workspace)[i] = static_cast<unsigned char>(0xA5 ^ (i & 0xFF));
+
+  const aclTensor &idx_t = e.tensors[op == Op::kForward ? 1 : 2];
+  if (Failure f = check_indices(Planes(idx_t), e.output_size[0] * e.output_size[1], e.output_size))
+    return fail(fn, f.status, f.what);
+  if (op == Op::kForward)
+    run_forward(e);
+  else
+    run_backward(e);
+  return kSuccess;
+}
+
+// ---- libascendcl.so -------------------------------------------------------------------
+
+const char *get_recent_err_msg() {
+  int32_t st;
+  if (take_injected("aclGetRecentErrMsg", &st)) return nullptr;
+  refresh_thread_errors();
+  if (t_errors.pending.empty()) return nullptr;     // documented: nullptr when there is none
+  t_errors.returned = std::move(t_errors.pending);  // "obtains and clears"
+  t_errors.pending.clear();
+  return t_errors.returned.c_str();
+}
+
+aclError rt_malloc(void **dev_ptr, size_t size, int /*policy*/) {
+  const char *fn = "aclrtMalloc";
+  int32_t st;
+  if (take_injected(fn, &st)) return st;
+  if (!dev_ptr) return fail(fn, kAclErrInvalidParam, "devPtr is nullptr");
+  if (size == 0) return fail(fn, kAclErrInvalidParam, "size is 0");
+  void *p = nullptr;
+  if (posix_memalign(&p, 64, size) != 0 || !p)
+    return fail(fn, kAclErrMemAllocation, strf("cannot allocate %zu bytes", size));
+  std::memset(p, 0xCD, size);  // device memory starts as garbage, never as zeros
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().allocations.emplace(p, size);
+  }
+  *dev_ptr = p;
+  return 0;
+}
+
+aclError rt_free(void *dev_ptr) {
+  const char *fn = "aclrtFree";
+  int32_t st;
+  if (take_injected(fn, &st)) return st;
+  if (!dev_ptr) return fail(fn, kAclErrInvalidParam, "devPtr is nullptr");
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    if (state().allocations.erase(dev_ptr) == 0) {
+      ++state().bad_frees;
+    } else {
+      std::free(dev_ptr);
+      return 0;
+    }
+  }
+  return fail(fn, kAclErrInvalidParam,
+              strf("%p was not allocated by aclrtMalloc or was already freed", dev_ptr));
+}
+
+aclError rt_synchronize_stream(aclrtStream) {
+  int32_t st;
+  if (take_injected("aclrtSynchronizeStream", &st)) return st;
+  return 0;  // host emulation: every launch already completed synchronously
+}
+
+int32_t fwd_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
+                aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor) {
+  return get_workspace_size(kFwdGws, Op::kForward, {{"self", self}, {"indices", indices}},
+                            output_size, out, workspace_size, executor);
+}
+
+int32_t fwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                aclrtStream stream) {
+  return execute(kFwdRun, Op::kForward, workspace, workspace_size, executor, stream);
+}
+
+int32_t bwd_gws(const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
+                const aclIntArray *output_size, aclTensor *out, uint64_t *workspace_size,
+                aclOpExecutor **executor) {
+  return get_workspace_size(kBwdGws, Op::kBackward,
+                            {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
+                            output_size, out, workspace_size, executor);
+}
+
+int32_t bwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                aclrtStream stream) {
+  return execute(kBwdRun, Op::kBackward, workspace, workspace_size, executor, stream);
+}
+
+const CoreTable kCoreTable = {
+    kCoreAbiVersion,
+    get_recent_err_msg,
+    rt_malloc,
+    rt_free,
+    rt_synchronize_stream,
+    fwd_gws,
+    fwd_run,
+    bwd_gws,
+    bwd_run,
+};
+
+}  // namespace
+}  // namespace fakecann
+
+using namespace fakecann;
+
+FAKECANN_EXPORT const CoreTable *fakecann_core() { return &kCoreTable; }
+
+// ---- libnnopbase.so: aclTensor / aclIntArray ------------------------------------------
+
+FAKECANN_EXPORT aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
+                                           aclDataType dataType, const int64_t *stride,
+                                           int64_t offset, aclFormat format,
+                                           const int64_t *storageDims, uint64_t storageDimsNum,
+                                           void *tensorData) {
+  const char *fn = "aclCreateTensor";
+  int32_t st;
+  if (take_injected(fn, &st)) return nullptr;
+  std::string bad;
+  if (viewDimsNum > kMaxDims || storageDimsNum > kMaxDims)
+    bad = strf("at most %d dims, got viewDimsNum %llu, storageDimsNum %llu", kMaxDims,
+               (unsigned long long)viewDimsNum, (unsigned long long)storageDimsNum);
+  else if (viewDimsNum > 0 && !viewDims)
+    bad = "viewDims is nullptr";
+  else if (viewDimsNum > 0 && !stride)
+    bad = "stride is nullptr";
+  else if (storageDimsNum > 0 && !storageDims)
+    bad = "storageDims is nullptr";
+  else if (element_size(dataType) == 0)
+    bad = strf("unknown dataType %d", dataType);
+  else if (offset < 0)
+    bad = strf("negative offset %lld", (long long)offset);
+  else if (format < -1)
+    bad = strf("unknown format %d", format);
+  if (bad.empty()) {
+    for (uint64_t i = 0; i < viewDimsNum; ++i)
+      if (viewDims[i] < 0) bad = strf("negative view dim %lld", (long long)viewDims[i]);
+    for (uint64_t i = 0; i < storageDimsNum; ++i)
+      if (storageDims[i] < 0) bad = strf("negative storage dim %lld", (long long)storageDims[i]);
+  }
+  if (!bad.empty()) {
+    fail(fn, kErrParamInvalid, bad);
+    return nullptr;
+  }
+  auto *t = new aclTensor;
+  t->view.assign(viewDims, viewDims + viewDimsNum);
+  t->strides.assign(stride, stride + viewDimsNum);
+  t->storage.assign(storageDims, storageDims + storageDimsNum);
+  t->offset = offset;
+  t->dtype = dataType;
+  t->format = format;
+  t->data = tensorData;
+  std::lock_guard<std::mutex> lock(state().mu);
+  register_locked(state(), t, kTensor);
+  return t;
+}
+
+FAKECANN_EXPORT aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
+  return destroy("aclDestroyTensor", tensor, kTensor);
+}
+
+FAKECANN_EXPORT aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size) {
+  const char *fn = "aclCreateIntArray";
+  int32_t st;
+  if (take_injected(fn, &st)) return nullptr;
+  if (size > 0 && !value) {
+    fail(fn, kErrParamNullptr, "value is nullptr");
+    return nullptr;
+  }
+  auto *a = new aclIntArray;
+  a->values.assign(value, value + size);
+  std::lock_guard<std::mutex> lock(state().mu);
+  register_locked(state(), a, kIntArray);
+  return a;
+}
+
+FAKECANN_EXPORT aclnnStatus aclDestroyIntArray(const aclIntArray *array) {
+  return destroy("aclDestroyIntArray", array, kIntArray);
+}
+
+// For an executor that will not be run (e.g. the workspace allocation failed).
+FAKECANN_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
+  return destroy("aclDestroyAclOpExecutor", executor, kExecutor);
+}
+
+// ---- test controls --------------------------------------------------------------------
+
+FAKECANN_EXPORT int64_t fakecann_live_objects() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  const auto &c = state().live_count;
+  return c[kTensor] + c[kIntArray] + c[kExecutor];
+}
+
+FAKECANN_EXPORT int64_t fakecann_live_tensors() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().live_count[kTensor];
+}
+
+FAKECANN_EXPORT int64_t fakecann_live_int_arrays() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().live_count[kIntArray];
+}
+
+FAKECANN_EXPORT int64_t fakecann_live_executors() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().live_count[kExecutor];
+}
+
+FAKECANN_EXPORT int64_t fakecann_live_allocations() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return int64_t(state().allocations.size());
+}
+
+FAKECANN_EXPORT int64_t fakecann_bad_destroys() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().bad_destroys;
+}
+
+FAKECANN_EXPORT int64_t fakecann_bad_frees() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().bad_frees;
+}
+
+FAKECANN_EXPORT void fakecann_fail_next(const char *function_name, int32_t status,
+                                        const char *message) {
+  if (!function_name) return;
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().fail_next[function_name] = Injected{status, message ? message : ""};
+}
+
+FAKECANN_EXPORT int64_t fakecann_call_count(const char *function_name) {
+  if (!function_name) return 0;
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().calls.find(function_name);
+  return it == state().calls.end() ? 0 : it->second;
+}
+
+FAKECANN_EXPORT uint64_t fakecann_last_workspace_size() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().last_workspace_size;
+}
+
+FAKECANN_EXPORT int32_t fakecann_last_dtype(const char *function_name) {
+  if (!function_name) return -1;
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_dtype.find(function_name);
+  return it == state().last_dtype.end() ? -1 : it->second;
+}
+
+FAKECANN_EXPORT int32_t fakecann_last_indices_dtype(const char *function_name) {
+  if (!function_name) return -1;
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_indices_dtype.find(function_name);
+  return it == state().last_indices_dtype.end() ? -1 : it->second;
+}
+
+FAKECANN_EXPORT void *fakecann_last_stream(const char *function_name) {
+  if (!function_name) return nullptr;
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_stream.find(function_name);
+  return it == state().last_stream.end() ? nullptr : it->second;
+}
+
+// The newest error message set in any thread (not cleared by aclGetRecentErrMsg); "" if
+// none since the last reset. The pointer stays valid until this thread's next call.
+FAKECANN_EXPORT const char *fakecann_last_error_message() {
+  thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(state().mu);
+  copy = state().last_error;
+  return copy.c_str();
+}
+
+// Clears injected failures, call counts, last_* records, bad destroy/free counts and all
+// threads' pending error messages. Live objects and allocations are kept (and counted).
+FAKECANN_EXPORT void fakecann_reset() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  State &s = state();
+  s.fail_next.clear();
+  s.calls.clear();
+  s.last_dtype.clear();
+  s.last_indices_dtype.clear();
+  s.last_stream.clear();
+  s.last_workspace_size = 0;
+  s.bad_destroys = 0;
+  s.bad_frees = 0;
+  s.last_error.clear();
+  ++g_generation;
+}

@@ -1,0 +1,79 @@
+// Emulated CANN runtime for testing jax-unpool's aclnn path without an Ascend device.
+//
+// The CANN types below are declared from the public headers' signatures (see
+// shared/notes/cann-api.md). The three libraries share one state: libnnopbase.so holds it
+// and exports `fakecann_core()`, a table of the functions that the real CANN puts in
+// libascendcl.so and libopapi.so; those two libraries forward to it. Each forwarding
+// library finds the libnnopbase.so of its own directory at first use (dladdr + dlopen by
+// full path, dlsym on that handle), so two builds loaded into one process never share or
+// mix state, whatever the RTLD_GLOBAL/LOCAL flags of the loader under test.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+typedef int32_t aclnnStatus;
+typedef int aclError;
+typedef void *aclrtStream;
+typedef struct aclTensor aclTensor;
+typedef struct aclIntArray aclIntArray;
+typedef struct aclOpExecutor aclOpExecutor;
+typedef int32_t aclDataType;  // an enum in CANN; int-sized
+typedef int32_t aclFormat;    // an enum in CANN; int-sized
+}
+
+namespace fakecann {
+
+enum : int32_t {
+  kFloat = 0,
+  kFloat16 = 1,
+  kInt8 = 2,
+  kInt32 = 3,
+  kUint8 = 4,
+  kInt16 = 6,
+  kUint16 = 7,
+  kUint32 = 8,
+  kInt64 = 9,
+  kUint64 = 10,
+  kDouble = 11,
+  kBool = 12,
+  kBf16 = 27,
+};
+enum : int32_t { kFormatNchw = 0, kFormatNhwc = 1, kFormatNd = 2 };
+
+constexpr aclnnStatus kSuccess = 0;
+constexpr aclnnStatus kErrParamNullptr = 161001;
+constexpr aclnnStatus kErrParamInvalid = 161002;
+constexpr aclnnStatus kErrRuntime = 361001;
+constexpr aclnnStatus kErrInner = 561000;
+constexpr aclError kAclErrInvalidParam = 100000;   // ACL_ERROR_INVALID_PARAM
+constexpr aclError kAclErrMemAllocation = 207001;  // ACL_ERROR_RT_MEMORY_ALLOCATION
+
+// Functions of libascendcl.so and libopapi.so, implemented in libnnopbase.so.
+struct CoreTable {
+  uint32_t abi_version;
+  const char *(*get_recent_err_msg)();
+  aclError (*rt_malloc)(void **dev_ptr, size_t size, int policy);
+  aclError (*rt_free)(void *dev_ptr);
+  aclError (*rt_synchronize_stream)(aclrtStream stream);
+  aclnnStatus (*max_unpool2d_get_workspace_size)(const aclTensor *self, const aclTensor *indices,
+                                                 const aclIntArray *output_size, aclTensor *out,
+                                                 uint64_t *workspace_size,
+                                                 aclOpExecutor **executor);
+  aclnnStatus (*max_unpool2d)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                              aclrtStream stream);
+  aclnnStatus (*max_unpool2d_backward_get_workspace_size)(const aclTensor *grad_output,
+                                                          const aclTensor *self,
+                                                          const aclTensor *indices,
+                                                          const aclIntArray *output_size,
+                                                          aclTensor *out, uint64_t *workspace_size,
+                                                          aclOpExecutor **executor);
+  aclnnStatus (*max_unpool2d_backward)(void *workspace, uint64_t workspace_size,
+                                       aclOpExecutor *executor, aclrtStream stream);
+};
+constexpr uint32_t kCoreAbiVersion = 1;
+
+}  // namespace fakecann
+
+#define FAKECANN_EXPORT extern "C" __attribute__((visibility("default")))
