@@ -21,3 +21,15 @@ _CPU_TARGETS = {
 for _op, _capsule in _jax_unpool.cpu_registrations().items():
     jax.ffi.register_ffi_target(_CPU_TARGETS[_op], _capsule, platform="cpu")
     jax.ffi.register_ffi_target_as_batch_partitionable(_CPU_TARGETS[_op])
+
+
+def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
+    """The ``disabled_checks`` that ``jax.export.export`` needs for functions using these ops.
+
+    ``jax.export`` refuses custom calls that jax itself does not guarantee to keep
+    compatible. Ours are: a target's calling convention never changes under its name
+    (a change gets a new ``_vN`` target), so a serialized artifact keeps running in any
+    process that has imported ``jax_unpool``.
+    """
+    return [jax.export.DisabledSafetyCheck.custom_call(target)
+            for target in _CPU_TARGETS.values()]

@@ -1,0 +1,114 @@
+"""Both ops on 8 devices: split along the plane dims (N, C) the compiled step runs our CPU
+kernels on each device's shard with no communication; any split (H too) gives the
+numpy result; shard_map with a replicated operand differentiates correctly.
+
+The devices are simulated CPU devices in a fresh process (`sharded_cases.py`), because
+this process's backend already started with one device. That process saves the compiled
+HLO and the results; the assertions and the numpy oracle are here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax_unpool
+import numpy_oracle as oracle
+import sharded_cases as cases
+
+COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
+               "reduce-scatter")
+TARGETS = {"jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1"}
+
+
+def run_in_fresh_process(script: Path, *args: str) -> None:
+    """Runs a script under tests/ with this process's jax_unpool on its path."""
+    env = dict(os.environ)
+    package_root = str(Path(jax_unpool.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
+                                        if p)
+    proc = subprocess.run([sys.executable, str(script), *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sharded")
+    run_in_fresh_process(Path(cases.__file__), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(run) -> dict:
+    return json.loads((run / "results.json").read_text())
+
+
+def collective_counts(hlo: str) -> dict[str, int]:
+    # An instruction is `name = shape op(...)`; async collectives are `op-start(...)`.
+    return {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES}
+
+
+def custom_call_targets(hlo: str) -> set[str]:
+    return set(re.findall(r'custom_call_target="([^"]+)"', hlo))
+
+
+def expected_step(op: str, values, indices, ct, data_format: str):
+    """numpy's (op(values), VJP of op at values with cotangent ct)."""
+    last = data_format in ("NHWC", "HWC")
+    if op == "max_unpool2d":
+        return (oracle.unpool(values, indices, cases.OUTPUT_HW, last),
+                oracle.gather(ct, indices, last))
+    return (oracle.gather(values, indices, last),
+            oracle.unpool(ct, indices, cases.OUTPUT_HW, last))
+
+
+@pytest.mark.parametrize("op", cases.OPS)
+@pytest.mark.parametrize("case", cases.COLLECTIVE_FREE)
+def test_plane_split_runs_our_kernels_with_no_collectives(run, case, op):
+    hlo = (run / f"{case}.{op}.hlo.txt").read_text()
+    assert collective_counts(hlo) == dict.fromkeys(COLLECTIVES, 0)
+    assert custom_call_targets(hlo) >= TARGETS  # forward and gradient kernels
+
+
+@pytest.mark.parametrize("op", cases.OPS)
+@pytest.mark.parametrize("case", list(cases.CASES))
+def test_sharded_step_matches_numpy(run, case, op):
+    data = np.load(run / f"{case}.{op}.npz")
+    out, grad = expected_step(op, data["values"], data["indices"], data["ct"],
+                              cases.CASES[case][0])
+    np.testing.assert_array_equal(data["out"], out)
+    np.testing.assert_array_equal(data["grad"], grad)
+
+
+@pytest.mark.parametrize("op", cases.OPS)
+@pytest.mark.parametrize("case", [c for c in cases.CASES if c != "NCHW-H-auto"])
+def test_results_keep_the_operands_sharding(results, case, op):
+    # On an explicit mesh the sharding is part of the type; on an auto mesh XLA picks it,
+    # and splitting the plane dims is what it keeps. (An auto H split comes back whole.)
+    r = results["cases"][f"{case}.{op}"]
+    assert r["out_spec"] == r["in_spec"]
+    assert r["grad_spec"] == r["in_spec"]
+
+
+@pytest.mark.parametrize("case", list(cases.SHARD_MAP_CASES))
+def test_shard_map_vjp_with_a_replicated_operand(run, results, case):
+    op, replicated = cases.SHARD_MAP_CASES[case]
+    data = np.load(run / f"shard_map.{case}.npz")
+    values, indices = data["values"], data["indices"]
+    full = (cases.DEVICES, *values.shape[1:]), (cases.DEVICES, *indices.shape[1:])
+    out, grad = expected_step(op, np.broadcast_to(values, full[0]),
+                              np.broadcast_to(indices, full[1]), data["ct"], "NCHW")
+    if replicated == "values":  # every device used the same values: gradients add up
+        grad = grad.sum(axis=0, keepdims=True)
+    np.testing.assert_array_equal(data["out"], out)
+    np.testing.assert_array_equal(data["grad"], grad)
+    expected_spec = ["d"] if replicated == "indices" else [None]
+    assert results["shard_map"][case]["grad_spec"] == expected_spec + [None] * 3
