@@ -2,6 +2,7 @@
 
 from jax_unpool import reference
 from jax_unpool._api import max_unpool2d, max_unpool2d_backward
+from jax_unpool._ffi import export_safety_checks
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 from jax_unpool.pooling import max_pool2d_with_indices
 
@@ -14,4 +15,5 @@ __all__ = [
     "max_unpool2d_p",
     "max_unpool2d_backward_p",
     "reference",
+    "export_safety_checks",
 ]
