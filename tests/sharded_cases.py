@@ -148,7 +148,8 @@ def run_shard_map_cases(out_dir: Path) -> dict:
     shared by all); the VJP w.r.t. the values. A replicated values operand gets the sum
     of every device's gradient (shard_map transposes its implicit broadcast to a psum)."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import jax_unpool as ju
 

@@ -10,17 +10,13 @@ HLO and the results; the assertions and the numpy oracle are here.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import fresh_process
 import numpy as np
-import pytest
-
-import jax_unpool
 import numpy_oracle as oracle
+import pytest
 import sharded_cases as cases
 
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
@@ -28,21 +24,10 @@ COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
 TARGETS = {"jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1"}
 
 
-def run_in_fresh_process(script: Path, *args: str) -> None:
-    """Runs a script under tests/ with this process's jax_unpool on its path."""
-    env = dict(os.environ)
-    package_root = str(Path(jax_unpool.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
-                                        if p)
-    proc = subprocess.run([sys.executable, str(script), *args], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sharded")
-    run_in_fresh_process(Path(cases.__file__), str(out))
+    fresh_process.run_ok("sharded_cases.py", str(out))
     return out
 
 

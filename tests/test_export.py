@@ -1,0 +1,123 @@
+"""jax.export of a jitted forward + gradient step: the FFI targets it records are the
+stable, versioned ones; with `export_safety_checks()` it serializes, and a fresh process
+that imports jax_unpool runs it with identical results; the CUDA lowering of a
+multi-platform export uses the jnp reference, never the CPU targets."""
+
+from __future__ import annotations
+
+import fresh_process
+import jax
+import numpy as np
+import numpy_oracle as oracle
+import pytest
+from jax.export import DisabledSafetyCheck
+from jax.interpreters import mlir
+
+import jax_unpool as ju
+
+# Documented as stable: exported artifacts name them, so they must never change meaning.
+STABLE_TARGETS = ("jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1")
+OUTPUT_HW = (8, 8)
+
+
+def train_step(x, indices, weight):
+    """A loss through the unpooling and its gradient w.r.t. the pooled values."""
+    def loss(x):
+        return (ju.max_unpool2d(x, indices, output_size=OUTPUT_HW) * weight).sum()
+    return jax.value_and_grad(loss)(x)
+
+
+@pytest.fixture(scope="module")
+def operands():
+    rng = np.random.default_rng(0)
+    # Integer-valued floats: every sum is exact, whatever the order.
+    return (rng.integers(-20, 20, size=(2, 3, 4, 4)).astype(np.float32),
+            rng.integers(0, 64, size=(2, 3, 4, 4)).astype(np.int32),
+            rng.integers(-20, 20, size=(2, 3, *OUTPUT_HW)).astype(np.float32))
+
+
+def export(platforms, operands, **kwargs):
+    return jax.export.export(jax.jit(train_step), platforms=platforms, **kwargs)(*operands)
+
+
+def case_branch_targets(module_text: str) -> list[list[set[str]]]:
+    """For every stablehlo.case (how a multi-platform export picks a lowering): the FFI
+    targets each branch calls."""
+    module = mlir.ir.Module.parse(module_text, context=mlir.make_ir_context())
+
+    def ops_in(region):
+        for block in region:
+            for op in block.operations:
+                yield op.operation
+                for inner in op.operation.regions:
+                    yield from ops_in(inner)
+
+    def targets(region):
+        return {op.attributes["call_target_name"].value for op in ops_in(region)
+                if op.name == "stablehlo.custom_call"}
+
+    return [[targets(region) for region in op.regions]
+            for region in module.operation.regions for op in ops_in(region)
+            if op.name == "stablehlo.case"]
+
+
+def test_safety_checks_name_the_stable_targets():
+    assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
+                                              for t in STABLE_TARGETS}
+
+
+def test_export_without_the_safety_checks_is_refused(operands):
+    with pytest.raises(ValueError, match="jax_unpool_max_unpool2d_v1"):
+        export(("cpu",), operands)
+
+
+def test_exported_step_calls_both_stable_targets(operands):
+    text = export(("cpu",), operands, disabled_checks=ju.export_safety_checks()).mlir_module()
+    for target in STABLE_TARGETS:
+        assert f"stablehlo.custom_call @{target}(" in text
+
+
+def test_cuda_lowering_calls_no_cpu_target(operands):
+    cuda = export(("cuda",), operands, disabled_checks=ju.export_safety_checks())
+    assert "jax_unpool_" not in cuda.mlir_module()
+
+
+def test_multi_platform_export_keeps_cpu_targets_out_of_the_cuda_branch(operands):
+    both = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
+    cases = [branches for branches in case_branch_targets(both.mlir_module())
+             if any(branches)]
+    # Per op: the CPU branch calls its kernel, the CUDA branch (the jnp reference) none.
+    assert [len(branches) for branches in cases] == [2, 2]
+    assert all(set() in branches for branches in cases)
+    assert set().union(*(t for branches in cases for t in branches)) == set(STABLE_TARGETS)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, operands):
+    """The ("cpu", "cuda") export, serialized, with its operands saved next to it."""
+    path = tmp_path_factory.mktemp("export")
+    exported = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
+    (path / "step.bin").write_bytes(exported.serialize())
+    np.savez(path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    return path
+
+
+def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operands):
+    fresh_process.run_ok("exported_run.py", str(artifact / "step.bin"),
+                         str(artifact / "operands.npz"), str(artifact / "results.npz"))
+    results = np.load(artifact / "results.npz")
+    loss, grad = jax.jit(train_step)(*operands)
+    np.testing.assert_array_equal(results["out0"], loss)
+    np.testing.assert_array_equal(results["out1"], grad)
+    x, indices, weight = operands
+    np.testing.assert_array_equal(
+        results["out0"], (oracle.unpool(x, indices, OUTPUT_HW) * weight).sum())
+    np.testing.assert_array_equal(results["out1"], oracle.gather(weight, indices))
+
+
+def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
+    proc = fresh_process.run("exported_run.py", str(artifact / "step.bin"),
+                             str(artifact / "operands.npz"), str(artifact / "unused.npz"),
+                             "--without-jax-unpool")
+    assert proc.returncode != 0
+    assert "jax_unpool_max_unpool2d_v1" in proc.stderr
