@@ -1,6 +1,6 @@
 """jax-unpool: max-unpooling as first-class JAX primitives with native XLA FFI kernels."""
 
-from jax_unpool import reference
+from jax_unpool import npu, reference
 from jax_unpool._api import max_unpool2d, max_unpool2d_backward
 from jax_unpool._ffi import export_safety_checks
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
@@ -17,3 +17,11 @@ __all__ = [
     "reference",
     "export_safety_checks",
 ]
+
+
+def __getattr__(name: str):
+    # `jax_unpool.nnx` needs Flax (an optional extra): import it on first use only.
+    if name == "nnx":
+        import importlib
+        return importlib.import_module("jax_unpool.nnx")
+    raise AttributeError(f"module 'jax_unpool' has no attribute {name!r}")

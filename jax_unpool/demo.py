@@ -1,0 +1,273 @@
+"""A SegNet-style segmentation model trained on generated shapes, with plain JAX.
+
+The encoder max-pools with indices; the decoder max-unpools with them (SegNet's idea:
+the decoder puts features back where the encoder found its maxima). It needs nothing
+beyond jax, numpy and jax_unpool: the optimiser (Adam) and the PNG writer are written
+out here, so ``pip install . && python -m jax_unpool demo`` runs on the base install.
+The notebook (notebooks/segnet_unpool.ipynb) builds the same model with Flax NNX layers.
+
+The task: each image holds a few discs and triangles, brighter or darker than a noisy,
+shaded background; every pixel is labelled background (0), disc (1) or triangle (2).
+A pixel threshold cannot solve it, because shapes can be darker or brighter than the
+background and discs and triangles share intensities: the model must use shape.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_unpool import max_pool2d_with_indices, max_unpool2d
+
+CLASSES = ("background", "disc", "triangle")
+# Mask colours of the picture, one RGB triple per class.
+PALETTE = np.array([[30, 30, 30], [230, 90, 60], [70, 160, 230]], np.uint8)
+
+Params = list[dict[str, jax.Array]]
+
+# ----------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------
+
+
+def make_dataset(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` images ``(count, size, size, 1)`` float32 and masks ``(count, size, size)``.
+
+    Shapes are placed one after another; a later shape covers an earlier one.
+    """
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    images = np.empty((count, size, size, 1), np.float32)
+    masks = np.zeros((count, size, size), np.int32)
+    for n in range(count):
+        # Shaded background: a random linear ramp plus pixel noise.
+        gy, gx = rng.uniform(-0.5, 0.5, 2) / size
+        image = 0.5 + gy * (yy - size / 2) + gx * (xx - size / 2)
+        mask = masks[n]
+        for _ in range(rng.integers(1, 4)):
+            radius = rng.uniform(0.12, 0.25) * size
+            cy, cx = rng.uniform(radius, size - radius, 2)
+            if rng.random() < 0.5:
+                inside = (yy - cy) ** 2 + (xx - cx) ** 2 <= radius ** 2
+                label = 1
+            else:
+                # An upward triangle of height 2 * radius, base 2.4 * radius.
+                depth = (yy - (cy - radius)) / (2 * radius)
+                inside = (depth >= 0) & (depth <= 1) & (np.abs(xx - cx) <= 1.2 * radius * depth)
+                label = 2
+            image[inside] = 0.5 + rng.choice([-1.0, 1.0]) * rng.uniform(0.2, 0.4)
+            mask[inside] = label
+        images[n, ..., 0] = image + rng.normal(0.0, 0.06, image.shape)
+    return images, masks
+
+
+# ----------------------------------------------------------------------------------------
+# Model: conv -> pool -> conv -> pool -> conv -> unpool -> conv -> unpool -> conv -> 1x1
+# ----------------------------------------------------------------------------------------
+
+def init_params(key: jax.Array, width: int = 24, classes: int = len(CLASSES)) -> Params:
+    """He-initialised 3x3 convolutions (HWIO) and a 1x1 classifier."""
+    shapes = [(3, 1, width), (3, width, 2 * width), (3, 2 * width, 2 * width),
+              (3, 2 * width, width), (3, width, width), (1, width, classes)]
+    params = []
+    for layer_key, (k, cin, cout) in zip(jax.random.split(key, len(shapes)), shapes):
+        std = np.sqrt(2.0 / (k * k * cin))
+        params.append({"w": std * jax.random.normal(layer_key, (k, k, cin, cout)),
+                       "b": jnp.zeros((cout,))})
+    return params
+
+
+def _conv(x: jax.Array, layer: dict[str, jax.Array]) -> jax.Array:
+    y = jax.lax.conv_general_dilated(x, layer["w"], (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y + layer["b"]
+
+
+def apply(params: Params, images: jax.Array) -> jax.Array:
+    """Logits ``(N, H, W, classes)`` for images ``(N, H, W, 1)`` (H and W divisible by 4)."""
+    enc1, enc2, mid, dec2, dec1, head = params
+    h = jax.nn.relu(_conv(images, enc1))
+    h, where1 = max_pool2d_with_indices(h, 2, data_format="NHWC")
+    h = jax.nn.relu(_conv(h, enc2))
+    h, where2 = max_pool2d_with_indices(h, 2, data_format="NHWC")
+    h = jax.nn.relu(_conv(h, mid))
+    h = max_unpool2d(h, where2, 2, data_format="NHWC")
+    h = jax.nn.relu(_conv(h, dec2))
+    h = max_unpool2d(h, where1, 2, data_format="NHWC")
+    h = jax.nn.relu(_conv(h, dec1))
+    return _conv(h, head)
+
+
+def loss_fn(params: Params, images: jax.Array, masks: jax.Array) -> jax.Array:
+    """Mean per-pixel softmax cross-entropy."""
+    logp = jax.nn.log_softmax(apply(params, images))
+    return -jnp.take_along_axis(logp, masks[..., None], axis=-1).mean()
+
+
+def mean_iou(predicted: np.ndarray, masks: np.ndarray, classes: int = len(CLASSES)) -> float:
+    """Intersection over union per class over the whole set, averaged over classes."""
+    ious = []
+    for c in range(classes):
+        union = np.sum((predicted == c) | (masks == c))
+        if union:
+            ious.append(np.sum((predicted == c) & (masks == c)) / union)
+    return float(np.mean(ious))
+
+
+# ----------------------------------------------------------------------------------------
+# Training: Adam, written out (no optax in the base install)
+# ----------------------------------------------------------------------------------------
+
+def adam_init(params: Params) -> tuple[Any, Any, jax.Array]:
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return zeros, zeros, jnp.zeros((), jnp.int32)
+
+
+@jax.jit
+def train_step(params: Params, opt_state: Any, images: jax.Array, masks: jax.Array,
+               lr: float) -> tuple[Params, Any, jax.Array]:
+    """One Adam step (b1=0.9, b2=0.999, eps=1e-8); returns the loss before the step."""
+    loss, grads = jax.value_and_grad(loss_fn)(params, images, masks)
+    m, v, t = opt_state
+    t = t + 1
+    m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
+    v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, v, grads)
+    scale = lr * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+    params = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+    return params, (m, v, t), loss
+
+
+predict = jax.jit(lambda params, images: jnp.argmax(apply(params, images), axis=-1))
+
+
+def train(steps: int, size: int, batch: int, seed: int, width: int = 24, lr: float = 5e-3,
+          progress: Callable[[Iterable[int]], Iterable[int]] | None = None
+          ) -> tuple[Params, list[float]]:
+    """Train on a fresh generated batch each step; returns the parameters and the losses."""
+    params = init_params(jax.random.PRNGKey(seed), width)
+    opt_state = adam_init(params)
+    images, masks = make_dataset(steps * batch, size, seed)
+    losses = []
+    bar = progress(range(steps)) if progress else range(steps)
+    for step in bar:
+        sl = slice(step * batch, (step + 1) * batch)
+        # Cosine decay: large steps first, then settle into a minimum.
+        step_lr = lr * 0.5 * (1.0 + np.cos(np.pi * step / steps))
+        params, opt_state, loss = train_step(params, opt_state, images[sl], masks[sl], step_lr)
+        losses.append(float(loss))
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    return params, losses
+
+
+# ----------------------------------------------------------------------------------------
+# Progress bar and picture
+# ----------------------------------------------------------------------------------------
+
+class SimpleProgress:
+    """A minimal text progress bar on stderr, used when tqdm is not installed."""
+
+    def __init__(self, iterable: Iterable[int], total: int, desc: str = "training"):
+        self.iterable, self.total, self.desc, self.postfix = iterable, total, desc, ""
+
+    def set_postfix(self, refresh: bool = True, **values: str) -> None:
+        self.postfix = " ".join(f"{k}={v}" for k, v in values.items())
+
+    def __iter__(self):
+        start = shown = time.perf_counter()
+        for i, item in enumerate(self.iterable, 1):
+            yield item
+            now = time.perf_counter()
+            if now - shown < 0.5 and i < self.total:
+                continue  # redraw twice a second, not every step
+            shown = now
+            filled = 30 * i // self.total
+            sys.stderr.write(f"\r{self.desc} [{'#' * filled}{'.' * (30 - filled)}] "
+                             f"{i}/{self.total} {now - start:.0f}s {self.postfix}")
+            sys.stderr.flush()
+        sys.stderr.write("\n")
+
+
+def progress_bar(iterable: Iterable[int], total: int) -> Iterable[int]:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return SimpleProgress(iterable, total)
+    return tqdm(iterable, total=total, desc="training", mininterval=0.5)
+
+
+def picture(images: np.ndarray, masks: np.ndarray, predicted: np.ndarray,
+            scale: int = 4) -> np.ndarray:
+    """One row per example: input, true mask, predicted mask; RGB uint8, enlarged."""
+    gray = np.clip(images[..., 0], 0.0, 1.0)
+    gap = np.full((gray.shape[1], 2, 3), 255, np.uint8)
+    rows = []
+    for g, m, p in zip(gray, masks, predicted):
+        rgb = np.repeat((g * 255).astype(np.uint8)[..., None], 3, axis=-1)
+        rows.append(np.concatenate([rgb, gap, PALETTE[m], gap, PALETTE[p]], axis=1))
+        rows.append(np.full((2, rows[-1].shape[1], 3), 255, np.uint8))
+    grid = np.concatenate(rows[:-1], axis=0)
+    return grid.repeat(scale, axis=0).repeat(scale, axis=1)
+
+
+def write_png(path: str, rgb: np.ndarray) -> None:
+    """An 8-bit RGB PNG: signature, IHDR, one zlib-compressed IDAT, IEND."""
+    height, width, _ = rgb.shape
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    # Filter type 0 (none) in front of every scanline.
+    raw = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(rgb, np.uint8))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)))
+        f.write(chunk(b"IDAT", zlib.compress(raw, 9)))
+        f.write(chunk(b"IEND", b""))
+
+
+# ----------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------
+
+def check_options(steps: int, size: int, batch: int, width: int) -> None:
+    """ValueError for options the model cannot run with."""
+    if size < 16 or size % 4:
+        raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {size}")
+    if min(steps, batch, width) < 1:
+        raise ValueError(f"demo: steps, batch and width must be positive, got {steps}, "
+                         f"{batch}, {width}")
+
+
+def run(steps: int = 800, size: int = 32, batch: int = 16, seed: int = 0,
+        out: str = "unpool_demo.png", width: int = 24, test_count: int = 256,
+        show: int = 4) -> dict[str, float]:
+    """Train, evaluate on a held-out generated set, print the results, write the picture."""
+    check_options(steps, size, batch, width)
+    start = time.perf_counter()
+    params, losses = train(steps, size, batch, seed, width,
+                           progress=lambda it: progress_bar(it, steps))
+    # A different seed: the test images were never seen in training.
+    test_images, test_masks = make_dataset(test_count, size, seed + 1_000_003)
+    predicted = np.asarray(predict(params, test_images))
+    model_iou = mean_iou(predicted, test_masks)
+    # The trivial predictor: every pixel is background, the most frequent class.
+    trivial_iou = mean_iou(np.zeros_like(test_masks), test_masks)
+    tail = losses[-min(20, len(losses)):]
+    print(f"loss: first step {losses[0]:.4f}, mean of last {len(tail)} steps "
+          f"{np.mean(tail):.4f}")
+    print(f"mean IoU on {test_count} held-out images: model {model_iou:.3f}, "
+          f"trivial predictor (all background) {trivial_iou:.3f}")
+    write_png(out, picture(test_images[:show], test_masks[:show], predicted[:show]))
+    seconds = time.perf_counter() - start
+    print(f"wrote {out} (columns: input, true mask, prediction) in {seconds:.1f} s")
+    return {"loss": float(np.mean(tail)), "iou": model_iou, "trivial_iou": trivial_iou}

@@ -1,0 +1,163 @@
+"""Flax NNX layers: NHWC by default, the same results as the functions, through nnx.jit and
+nnx.grad; and `import jax_unpool` never needs Flax."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import jax_unpool as ju
+from jax_unpool import reference
+from jax_unpool.nnx import MaxPool2d, MaxUnpool2d
+
+to_nchw = lambda a: jnp.moveaxis(a, -1, -3)  # (N)HWC -> (N)CHW
+to_nhwc = lambda a: jnp.moveaxis(a, -3, -1)  # (N)CHW -> (N)HWC
+
+POOLINGS = [  # kernel_size, stride, padding, dilation, ceil_mode
+    (2, None, 0, 1, False),
+    (3, 2, 1, 1, False),
+    ((3, 2), (2, 1), (1, 0), (1, 2), True),
+]
+
+
+@pytest.fixture
+def x(rng):
+    return jnp.asarray(rng.standard_normal((2, 9, 8, 3)), jnp.float32)  # N, H, W, C
+
+
+@pytest.mark.parametrize("config", POOLINGS)
+def test_max_pool_is_nhwc_by_default(config, x):
+    values, indices = MaxPool2d(*config)(x)
+    # The oracle: the NCHW function on the channels-first view, moved back.
+    want_values, want_indices = ju.max_pool2d_with_indices(to_nchw(x), *config)
+    np.testing.assert_array_equal(values, to_nhwc(want_values))
+    np.testing.assert_array_equal(indices, to_nhwc(want_indices))
+
+
+@pytest.mark.parametrize("kernel_size, stride, padding", [(2, None, 0), (3, 2, 1)])
+def test_max_unpool_is_nhwc_by_default(kernel_size, stride, padding, x):
+    values, indices = ju.max_pool2d_with_indices(x, kernel_size, stride, padding,
+                                                 data_format="NHWC")
+    out = MaxUnpool2d(kernel_size, stride, padding)(values, indices, output_size=(9, 8))
+    want = reference.max_unpool2d(to_nchw(values), to_nchw(indices), kernel_size, stride,
+                                  padding, output_size=(9, 8))
+    np.testing.assert_array_equal(out, to_nhwc(want))
+
+
+def test_max_unpool_default_output_size(x):
+    values, indices = MaxPool2d(2)(x[:, :8])  # (2, 8, 8, 3) -> (2, 4, 4, 3)
+    out = MaxUnpool2d(2)(values, indices)
+    assert out.shape == (2, 8, 8, 3)
+    np.testing.assert_array_equal(
+        out, to_nhwc(reference.max_unpool2d(to_nchw(values), to_nchw(indices), 2)))
+
+
+def test_layers_take_one_unbatched_example(x):
+    values, indices = MaxPool2d(2)(x[0])  # (H, W, C)
+    want_values, want_indices = MaxPool2d(2)(x[:1])
+    np.testing.assert_array_equal(values, want_values[0])
+    np.testing.assert_array_equal(indices, want_indices[0])
+    np.testing.assert_array_equal(MaxUnpool2d(2)(values, indices, (9, 8)),
+                                  MaxUnpool2d(2)(want_values, want_indices, (9, 8))[0])
+
+
+def test_layers_nchw(x):
+    nchw = to_nchw(x)
+    values, indices = MaxPool2d(2, data_format="NCHW")(nchw)
+    want_values, want_indices = ju.max_pool2d_with_indices(nchw, 2)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(
+        MaxUnpool2d(2, data_format="NCHW")(values, indices, (9, 8)),
+        reference.max_unpool2d(values, indices, 2, output_size=(9, 8)))
+
+
+def test_layers_have_no_parameters():
+    assert not jax.tree.leaves(nnx.state(MaxPool2d(2)))
+    assert not jax.tree.leaves(nnx.state(MaxUnpool2d(2)))
+
+
+def test_a_bad_argument_reaches_the_function_error(x):
+    with pytest.raises(ValueError, match="max_unpool2d: data_format"):
+        MaxUnpool2d(2, data_format="NCWH")(x, x.astype(jnp.int32))
+
+
+class PoolUnpool(nnx.Module):
+    """conv -> pool -> unpool -> weighted sum: a loss whose gradient crosses both layers."""
+
+    def __init__(self, rngs):
+        self.conv = nnx.Conv(3, 4, (3, 3), padding="SAME", rngs=rngs)
+        # Non-overlapping windows: no duplicated index, where the gradient convention
+        # (every duplicate gets its position's gradient) differs from the reference's.
+        self.pool = MaxPool2d(2)
+        self.unpool = MaxUnpool2d(2)
+
+    def __call__(self, x, weights):
+        h = self.conv(x)
+        values, indices = self.pool(h)
+        return jnp.sum(weights * self.unpool(values, indices, output_size=h.shape))
+
+
+def reference_loss(kernel, bias, x, weights):
+    """The same computation from lax.conv and the pure-jnp reference ops."""
+    h = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC")) + bias
+    values, indices = reference.max_pool2d_with_indices(h, 2, data_format="NHWC")
+    out = reference.max_unpool2d(values, indices, 2, output_size=h.shape,
+                                 data_format="NHWC")
+    return jnp.sum(weights * out)
+
+
+def test_model_under_nnx_jit_and_grad(x, rng):
+    model = PoolUnpool(nnx.Rngs(0))
+    weights = jnp.asarray(rng.standard_normal((2, 9, 8, 4)), jnp.float32)
+    kernel, bias = model.conv.kernel[...], model.conv.bias[...]
+
+    loss = nnx.jit(lambda model, x, w: model(x, w))(model, x, weights)
+    np.testing.assert_allclose(loss, reference_loss(kernel, bias, x, weights), rtol=1e-5)
+
+    grads = nnx.jit(nnx.grad(lambda model, x, w: model(x, w)))(model, x, weights)
+    want_kernel, want_bias = jax.grad(reference_loss, argnums=(0, 1))(kernel, bias, x, weights)
+    np.testing.assert_allclose(grads.conv.kernel[...], want_kernel, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grads.conv.bias[...], want_bias, rtol=1e-5, atol=1e-5)
+    assert np.abs(want_kernel).max() > 0  # the gradient does reach the convolution
+
+
+def run_python(code, tmp_path):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+                          env=dict(os.environ), capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+def test_import_jax_unpool_does_not_import_flax(tmp_path):
+    result = run_python("""
+        import sys
+        import jax_unpool
+        assert "flax" not in sys.modules, "import jax_unpool imported flax"
+        jax_unpool.nnx.MaxPool2d  # the attribute imports it on first use
+        assert "flax" in sys.modules
+        """, tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_flax_names_the_extra(tmp_path):
+    result = run_python("""
+        import sys
+        sys.modules["flax"] = None  # what an environment without Flax looks like to import
+        import jax_unpool
+        try:
+            jax_unpool.nnx
+        except ImportError as error:
+            print(error)
+        else:
+            raise SystemExit("no ImportError")
+        """, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "jax_unpool.nnx needs Flax, an optional extra: pip install 'jax-unpool[flax]'")
