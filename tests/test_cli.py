@@ -1,0 +1,112 @@
+"""The command line, run as users run it: `python -m jax_unpool ...` in a fresh process.
+
+The subprocess starts in a temporary directory, so it imports the installed package (or
+whatever PYTHONPATH names), never the source tree by accident.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jaxlib
+import numpy as np
+import pytest
+
+import jax_unpool
+
+
+def run_cli(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "jax_unpool", *args], cwd=cwd,
+                          env=dict(os.environ), capture_output=True, text=True, check=False,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args", [[], ["info"], ["bench"], ["demo"]],
+                         ids=["main", "info", "bench", "demo"])
+def test_help(args, tmp_path):
+    result = run_cli(*args, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m jax_unpool " + " ".join(args))
+
+
+def test_unknown_argument_is_an_error(tmp_path):
+    result = run_cli("info", "--no-such-option", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --no-such-option" in result.stderr
+
+
+def test_info(tmp_path):
+    result = run_cli("info", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"jax_unpool {jax_unpool.__version__}" in out
+    assert f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}" in out
+    # The CPU row: both unpool ops lower to our FFI kernels, the pooling to XLA ops.
+    cpu_row = re.search(r"^  cpu +(.*)$", out, re.MULTILINE)
+    assert cpu_row, out
+    assert re.fullmatch(r"XLA FFI \(C\+\+\) +XLA FFI \(C\+\+\) +jnp \(XLA\)", cpu_row.group(1))
+    assert re.search(r"^  cpu: \d+ x cpu$", out, re.MULTILINE)
+    from jax_unpool import npu
+
+    expected = "found" if npu.is_available() else "not found"
+    assert re.search(rf"^CANN \(Ascend NPU toolkit\): {expected}\b", out, re.MULTILINE), out
+
+
+def test_demo_trains_and_writes_a_png(tmp_path):
+    from matplotlib import image
+
+    out = tmp_path / "picture.png"
+    result = run_cli("demo", "--steps", "5", "--size", "16", "--batch", "4", "--width", "4",
+                     "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    loss = re.search(r"^loss: first step (\d+\.\d+), mean of last 5 steps (\d+\.\d+)$",
+                     result.stdout, re.MULTILINE)
+    iou = re.search(r"^mean IoU on \d+ held-out images: model (\d\.\d+), "
+                    r"trivial predictor \(all background\) (\d\.\d+)$", result.stdout, re.MULTILINE)
+    assert loss and iou, result.stdout
+    assert 0 < float(loss.group(1)) < 10
+    # Decoded by matplotlib (Pillow), not by our writer: 4 examples of 16x16 pixels, each
+    # shown as input | mask | prediction with 2-pixel gaps, enlarged 4 times.
+    pixels = image.imread(out)
+    assert pixels.shape == ((4 * 16 + 3 * 2) * 4, (3 * 16 + 2 * 2) * 4, 3)
+
+
+def test_demo_rejects_a_size_the_poolings_cannot_halve(tmp_path):
+    result = run_cli("demo", "--size", "18", "--steps", "1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "size must be a multiple of 4 and at least 16, got 18" in result.stderr
+
+
+def test_bench_quick_prints_a_table(tmp_path):
+    result = run_cli("bench", "--quick", "--no-torch", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # Rows like "forward  2x4x8x8  float32  int32  0.01  0.01  1.01": op, shape, dtypes, times.
+    for op in ("forward", "backward"):
+        assert re.search(rf"^{op} +\d+x\d+x\d+x\d+ +\w+ +int32 +\d+\.\d+", result.stdout,
+                         re.MULTILINE), result.stdout
+
+
+def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
+    from fake_cann.build import build
+
+    build(tmp_path / "cann" / "lib64")  # the emulated CANN runtime, under its real names
+    script = textwrap.dedent("""
+        from jax_unpool import npu
+        from jax_unpool.__main__ import main
+        main(["info"])
+        npu.register("cpu")  # host emulation: the CPU lowering now calls the aclnn handlers
+        main(["info"])
+        """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,
+                            env={**os.environ, "ASCEND_TOOLKIT_HOME": str(tmp_path / "cann")},
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    before, after = result.stdout.split("CANN (Ascend NPU toolkit): found; route the ops to "
+                                        "aclnn with jax_unpool.npu.register()\n")
+    assert re.search(r"^  cpu +XLA FFI \(C\+\+\) +XLA FFI \(C\+\+\) +jnp \(XLA\)$", before,
+                     re.MULTILINE), before
+    assert re.search(r"^  cpu +aclnn +aclnn +jnp \(XLA\)$", after, re.MULTILINE), after
+    assert after.rstrip().endswith("CANN (Ascend NPU toolkit): found")
