@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from jax import lax
 
 from jax_unpool import _args
 from jax_unpool.pooling import max_pool2d_with_indices
@@ -41,6 +41,17 @@ def _from_planes(p: jax.Array, like_shape: tuple[int, ...], hw: tuple[int, int],
     return out if len(like_shape) == 4 else out[0]
 
 
+_UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def _as_bits(a: jax.Array) -> jax.Array:
+    # Move unsigned integers of the same width: XLA's CPU backend computes bf16/f16
+    # selects in f32, which would quiet NaN payloads; integers keep every bit.
+    if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.complexfloating):
+        return a
+    return lax.bitcast_convert_type(a, _UINT[a.dtype.itemsize])
+
+
 def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
     # jnp indexing wraps negative indices; send them past the end so they are dropped.
     return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
@@ -57,13 +68,18 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
     plane = output_hw[0] * output_hw[1]
     length = xp.shape[-1]
     pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
-    pos = jnp.broadcast_to(jnp.arange(1, length + 1, dtype=pos_dtype), ip.shape)
-    n, c = np.indices(ip.shape[:2], sparse=True)
-    winner = (jnp.zeros((*ip.shape[:2], plane), pos_dtype)
-              .at[n[..., None], c[..., None], _drop_negative(ip, plane)]
-              .max(pos, mode="drop"))
-    moved = jnp.take_along_axis(xp, jnp.maximum(winner - 1, 0), axis=-1)
-    out = jnp.where(winner > 0, moved, jnp.zeros((), x.dtype))
+    pos = lax.broadcasted_iota(pos_dtype, ip.shape, 2) + 1
+    # N and C are batching dims of the scatter: each plane scatters on its own, so XLA
+    # can split planes across devices without gathering (and type explicit shardings).
+    planes = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
+        operand_batching_dims=(0, 1), scatter_indices_batching_dims=(0, 1))
+    winner = lax.scatter_max(jnp.zeros_like(pos, shape=(*ip.shape[:2], plane)),
+                             _drop_negative(ip, plane)[..., None], pos, planes, mode="drop")
+    bits = _as_bits(xp)
+    moved = jnp.take_along_axis(bits, jnp.maximum(winner - 1, 0), axis=-1)
+    out = lax.bitcast_convert_type(jnp.where(winner > 0, moved, jnp.zeros((), bits.dtype)),
+                                   x.dtype)
     return _from_planes(out, x.shape, output_hw, channels_last)
 
 
@@ -73,8 +89,9 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array,
     h = _args.spatial_axis(grad_output.ndim, channels_last)
     plane = grad_output.shape[h] * grad_output.shape[h + 1]
     gp, ip = _to_planes(grad_output, channels_last), _to_planes(indices, channels_last)
-    out = jnp.take_along_axis(gp, _drop_negative(ip, plane), axis=-1,
+    out = jnp.take_along_axis(_as_bits(gp), _drop_negative(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
+    out = lax.bitcast_convert_type(out, grad_output.dtype)
     hi = _args.spatial_axis(indices.ndim, channels_last)
     return _from_planes(out, indices.shape, tuple(indices.shape[hi:hi + 2]), channels_last)
 

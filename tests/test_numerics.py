@@ -93,16 +93,27 @@ def test_zero_size_backward(shape):
     assert out.shape == shape and out.size == 0
 
 
+PAYLOADS = {  # NaNs with payloads, -0.0 and a signalling NaN, per width
+    "float32": np.array([0x7FC12345, 0xFFA00001, 0x80000000, 0x7F800001], np.uint32),
+    "bfloat16": np.array([0x7FFF, 0xFFC1, 0x8000, 0x7F81], np.uint16),
+    "float16": np.array([0x7E01, 0xFE3F, 0x8000, 0x7C01], np.uint16),
+}
+
+
+@pytest.mark.parametrize("impl", ["jax_unpool", "reference"])
+@pytest.mark.parametrize("dtype", list(PAYLOADS))
 @pytest.mark.parametrize("op", ["forward", "backward"])
-def test_nan_payloads_and_negative_zero_move_bit_exactly(op):
-    payloads = np.array([0x7FC12345, 0xFFA00001, 0x80000000, 0x7F800001], np.uint32)
-    vals = payloads.view(np.float32).reshape(1, 1, 2, 2)
+def test_nan_payloads_and_negative_zero_move_bit_exactly(op, dtype, impl):
+    payloads = PAYLOADS[dtype]
+    vals = payloads.view(jnp.dtype(dtype)).reshape(1, 1, 2, 2)
     idx = np.array([[[[3, 2], [1, 0]]]], np.int32)
+    mod = ju if impl == "jax_unpool" else ju.reference
     if op == "forward":
-        out = ju.max_unpool2d(vals, idx, output_size=(2, 2))
+        f = jax.jit(lambda v: mod.max_unpool2d(v, idx, output_size=(2, 2)))
     else:
-        out = ju.max_unpool2d_backward(vals, vals, idx, (2, 2))
-    np.testing.assert_array_equal(np.asarray(out).view(np.uint32).ravel(), payloads[::-1])
+        f = jax.jit(lambda v: mod.max_unpool2d_backward(v, v, idx, (2, 2)))
+    out = np.asarray(f(vals))
+    np.testing.assert_array_equal(out.view(payloads.dtype).ravel(), payloads[::-1])
 
 
 torch = pytest.importorskip("torch")
