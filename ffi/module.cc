@@ -1,7 +1,12 @@
-// The extension module does one thing: hand the FFI handler capsules to Python.
+// The extension module does one thing: hand the FFI handler capsules to Python (and,
+// for the aclnn handlers, load the CANN runtime they call).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
 
 #include "cpu/kernels.h"
+#include "npu/cann_library.h"
+#include "npu/handlers.h"
 
 namespace nb = nanobind;
 
@@ -21,4 +26,14 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool2d_backward"] = Capsule(jax_unpool::MaxUnpool2dBackwardCpu);
     return d;
   });
+  m.def("npu_registrations", []() {
+    nb::dict d;
+    d["max_unpool2d"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnDevice);
+    d["max_unpool2d_backward"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnDevice);
+    d["max_unpool2d_host"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnHost);
+    d["max_unpool2d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnHost);
+    return d;
+  });
+  m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"));
+  m.def("probe_cann", &jax_unpool::cann::ProbeCannOrThrow, nb::arg("library_dir"));
 }

@@ -1,0 +1,176 @@
+#include "npu/aclnn_call.h"
+
+#include "value_types.h"
+
+namespace jax_unpool::npu {
+
+std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op) {
+  // The dtypes both ops list.
+  switch (dtype) {
+    case ffi::DataType::F32: return ACL_FLOAT;
+    case ffi::DataType::F16: return ACL_FLOAT16;
+    case ffi::DataType::S8: return ACL_INT8;
+    case ffi::DataType::S16: return ACL_INT16;
+    case ffi::DataType::S32: return ACL_INT32;
+    case ffi::DataType::S64: return ACL_INT64;
+    case ffi::DataType::U8: return ACL_UINT8;
+    default: break;
+  }
+  // DOUBLE: the forward only (newer backward docs drop it). BOOL: the backward only.
+  if (op == AclnnOp::kMaxUnpool2d && dtype == ffi::DataType::F64) return ACL_DOUBLE;
+  if (op == AclnnOp::kMaxUnpool2dBackward && dtype == ffi::DataType::PRED) return ACL_BOOL;
+  switch (MovableByteWidth(dtype)) {
+    case 1: return ACL_UINT8;
+    case 2: return ACL_INT16;
+    case 4: return ACL_INT32;
+    case 8: return ACL_INT64;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<aclDataType> PresentedIndexType(ffi::DataType dtype) {
+  if (dtype == ffi::DataType::S32) return ACL_INT32;
+  if (dtype == ffi::DataType::S64) return ACL_INT64;
+  return std::nullopt;
+}
+
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype) {
+  const auto d = buffer.dimensions();
+  TensorView v;
+  v.storage.assign(d.begin(), d.end());
+  v.dtype = dtype;
+  v.data = buffer.untyped_data();
+  const size_t rank = d.size();
+  if (!channels_last) {
+    v.dims = v.storage;
+    v.strides.assign(rank, 1);
+    for (size_t i = rank; i-- > 1;) v.strides[i - 1] = v.strides[i] * d[i];
+    return v;
+  }
+  const int64_t h = d[rank - 3], w = d[rank - 2], c = d[rank - 1];
+  if (rank == 4) {
+    v.dims = {d[0], c, h, w};
+    v.strides = {h * w * c, 1, w * c, c};
+  } else {
+    v.dims = {c, h, w};
+    v.strides = {1, w * c, c};
+  }
+  return v;
+}
+
+TensorView BroadcastFirstElement(const TensorView& shape, const TensorView& memory) {
+  TensorView v = memory;
+  v.dims = shape.dims;
+  v.strides.assign(shape.dims.size(), 0);
+  v.offset = 0;
+  return v;
+}
+
+AclObjects::~AclObjects() {
+  // A failed destroy cannot be acted on here; the objects are ours alone, so it would be
+  // a CANN-internal problem, not a leak we could fix.
+  for (aclTensor* t : tensors_) cann_.destroy_tensor(t);
+  for (aclIntArray* a : arrays_) cann_.destroy_int_array(a);
+}
+
+aclTensor* AclObjects::Tensor(const TensorView& v) {
+  aclTensor* t = cann_.create_tensor(v.dims.data(), v.dims.size(), v.dtype, v.strides.data(),
+                                     v.offset, ACL_FORMAT_ND, v.storage.data(),
+                                     v.storage.size(), v.data);
+  if (t == nullptr) {
+    if (failure_.empty()) failure_ = "aclCreateTensor failed: " + cann_.RecentErrorMessage();
+    return nullptr;
+  }
+  tensors_.push_back(t);
+  return t;
+}
+
+aclIntArray* AclObjects::IntArray(const std::vector<int64_t>& values) {
+  aclIntArray* a = cann_.create_int_array(values.data(), values.size());
+  if (a == nullptr) {
+    if (failure_.empty()) failure_ = "aclCreateIntArray failed: " + cann_.RecentErrorMessage();
+    return nullptr;
+  }
+  arrays_.push_back(a);
+  return a;
+}
+
+ffi::Error AclObjects::error(const char* op) const {
+  if (failure_.empty()) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string(op) + ": " + failure_);
+}
+
+namespace {
+
+ffi::Error StatusError(const CannLibrary& cann, const char* op, const char* function,
+                       aclnnStatus status) {
+  // 161xxx: the arguments were refused; everything else is a runtime or internal error.
+  const bool invalid = status / 1000 == 161;
+  return ffi::Error(invalid ? ffi::ErrorCode::kInvalidArgument : ffi::ErrorCode::kInternal,
+                    std::string(op) + ": " + function + " failed with status " +
+                        std::to_string(status) + " " + StatusName(status) + ": " +
+                        cann.RecentErrorMessage());
+}
+
+// Owns an executor until it is handed to the launch (which consumes it).
+class ExecutorOwner {
+ public:
+  ExecutorOwner(const CannLibrary& cann, aclOpExecutor* executor)
+      : cann_(cann), executor_(executor) {}
+  ~ExecutorOwner() {
+    if (executor_ != nullptr && cann_.destroy_executor != nullptr) {
+      cann_.destroy_executor(executor_);
+    }
+  }
+  ExecutorOwner(const ExecutorOwner&) = delete;
+  ExecutorOwner& operator=(const ExecutorOwner&) = delete;
+  aclOpExecutor* release() {
+    aclOpExecutor* e = executor_;
+    executor_ = nullptr;
+    return e;
+  }
+
+ private:
+  const CannLibrary& cann_;
+  aclOpExecutor* executor_;
+};
+
+}  // namespace
+
+ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
+                       const char* get_workspace_size_name, aclnnStatus status,
+                       uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
+                       AclnnRunFn run) {
+  ExecutorOwner owner(cann, executor);
+  if (status != ACLNN_SUCCESS) return StatusError(cann, op, get_workspace_size_name, status);
+  void* workspace = nullptr;
+  if (workspace_size > 0) {
+    workspace = launch.allocate(workspace_size);
+    if (workspace == nullptr) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        std::string(op) + ": cannot allocate the " +
+                            std::to_string(workspace_size) + "-byte workspace that " +
+                            get_workspace_size_name + " asked for");
+    }
+  }
+  status = run(workspace, workspace_size, owner.release(), launch.stream);
+  if (status != ACLNN_SUCCESS) return StatusError(cann, op, run_name, status);
+  if (launch.synchronize) {
+    if (const aclError e = cann.synchronize_stream(launch.stream); e != 0) {
+      return ffi::Error::Internal(std::string(op) + ": aclrtSynchronizeStream failed with error " +
+                                  std::to_string(e) + ": " + cann.RecentErrorMessage());
+    }
+  }
+  return ffi::Error::Success();
+}
+
+ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {
+  if (const CannLibrary* cann = LoadedCann()) return cann;
+  return ffi::Unexpected(ffi::Error(
+      ffi::ErrorCode::kFailedPrecondition,
+      std::string(op) + ": the CANN runtime is not loaded in this process: call "
+                        "jax_unpool.npu.register() before running a program that uses the "
+                        "aclnn targets"));
+}
+
+}  // namespace jax_unpool::npu

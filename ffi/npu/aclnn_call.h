@@ -1,0 +1,138 @@
+// What both aclnn handlers share: how XLA buffers are presented to aclnn (dtype, NCHW
+// view), RAII owners of the CANN objects, the two-phase call (GetWorkspaceSize, then the
+// launch with exactly that workspace), error reporting, and where the workspace and the
+// stream come from (device, or host memory in emulation mode).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "npu/cann_library.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool::npu {
+
+namespace ffi = xla::ffi;
+using namespace jax_unpool::cann;  // NOLINT: the CANN names are the vocabulary here
+
+enum class AclnnOp { kMaxUnpool2d, kMaxUnpool2dBackward };
+
+// The aclDataType under which values of `dtype` are handed to `op`: the matching aclnn
+// dtype where the op lists it, otherwise the integer type of the same byte width (bf16
+// -> INT16, bool -> UINT8 for the forward, f64 -> INT64 for the backward, ...): both ops
+// only move bits, so any dtype of that width is served exactly. nullopt for a dtype that
+// cannot be moved (sub-byte, 16-byte).
+std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op);
+
+// INT32 or INT64, as given; nullopt for any other dtype.
+std::optional<aclDataType> PresentedIndexType(ffi::DataType dtype);
+
+// An aclTensor description: a view (dims, strides in elements, offset) into the storage
+// `data` of shape `storage`.
+struct TensorView {
+  std::vector<int64_t> dims, strides, storage;
+  int64_t offset = 0;
+  aclDataType dtype = 0;
+  void* data = nullptr;
+};
+
+// A rank-3/4 buffer in the primitive's layout seen as aclnn's (N,) C, H, W. NCHW is the
+// buffer itself; NHWC is described as a strided view, (N, C, H, W) with strides
+// (H*W*C, 1, W*C, C), because aclnn honours strides (the ops document non-contiguous
+// support and make the layout copy inside their executor, sized into the workspace):
+// no transposes in the XLA program and no extra buffers for XLA to hold.
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype);
+
+// A view with `shape`'s dims whose every element is the first element of `memory`
+// (all strides 0): a tensor whose data is never read needs no memory of its own.
+TensorView BroadcastFirstElement(const TensorView& shape, const TensorView& memory);
+
+// Creates aclTensor/aclIntArray objects and destroys every one of them when it goes out
+// of scope, on success and error paths alike.
+class AclObjects {
+ public:
+  explicit AclObjects(const CannLibrary& cann) : cann_(cann) {}
+  ~AclObjects();
+  AclObjects(const AclObjects&) = delete;
+  AclObjects& operator=(const AclObjects&) = delete;
+
+  aclTensor* Tensor(const TensorView& view);  // nullptr on failure, see error()
+  aclIntArray* IntArray(const std::vector<int64_t>& values);
+
+  // The first creation failure, as the error of `op`; Success if none.
+  ffi::Error error(const char* op) const;
+
+ private:
+  const CannLibrary& cann_;
+  std::vector<aclTensor*> tensors_;
+  std::vector<aclIntArray*> arrays_;
+  std::string failure_;
+};
+
+// Where the workspace comes from and which stream runs the op.
+struct Launch {
+  aclrtStream stream = nullptr;
+  // Memory of `bytes` bytes that stays valid until the op has finished; nullptr if none.
+  std::function<void*(uint64_t bytes)> allocate;
+  // Wait for the stream before returning: the host workspace dies with the handler.
+  bool synchronize = false;
+};
+
+// The second phase: given GetWorkspaceSize's status, workspace size and executor,
+// allocates exactly that workspace and runs the executor. An executor that is not run is
+// destroyed. Errors name `op`, the failing function, the status code and its name, and
+// aclGetRecentErrMsg().
+ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
+                       const char* get_workspace_size_name, aclnnStatus status,
+                       uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
+                       AclnnRunFn run);
+
+// The loaded CANN, or the error telling the user to load it.
+ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op);
+
+// Calls impl(launch) with the XLA stream and XLA scratch memory for the workspace.
+// No exception escapes: the FFI boundary gets an ffi::Error.
+template <typename Impl>
+ffi::Error OnDevice(void* stream, ffi::ScratchAllocator& scratch, Impl&& impl) {
+  try {
+    Launch launch;
+    launch.stream = stream;
+    launch.allocate = [&scratch](uint64_t bytes) -> void* {
+      constexpr size_t kAlignment = 512;  // CANN's device memory alignment
+      std::optional<void*> p = scratch.Allocate(bytes, kAlignment);
+      return p ? *p : nullptr;
+    };
+    return impl(launch);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_unpool aclnn handler: ") + e.what());
+  } catch (...) {
+    return ffi::Error::Internal("jax_unpool aclnn handler: unknown exception");
+  }
+}
+
+// Calls impl(launch) in host-emulation mode: host memory for the workspace, no stream
+// (the default stream, nullptr, which is synchronised before the workspace is freed).
+template <typename Impl>
+ffi::Error OnHost(Impl&& impl) {
+  try {
+    std::unique_ptr<std::byte[]> memory;
+    Launch launch;
+    launch.synchronize = true;
+    launch.allocate = [&memory](uint64_t bytes) -> void* {
+      memory.reset(new (std::nothrow) std::byte[bytes]);
+      return memory.get();
+    };
+    return impl(launch);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_unpool aclnn handler: ") + e.what());
+  } catch (...) {
+    return ffi::Error::Internal("jax_unpool aclnn handler: unknown exception");
+  }
+}
+
+}  // namespace jax_unpool::npu

@@ -1,0 +1,102 @@
+// The slice of the CANN C API the aclnn handlers use, declared from the public headers'
+// signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool2d*.h) so that
+// the package builds without a CANN toolkit: the functions are resolved with dlsym at run
+// time (cann_library.cc). The enums are C enums in CANN, hence int-sized here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace jax_unpool::cann {
+
+using aclnnStatus = int32_t;
+using aclError = int;
+using aclrtStream = void*;
+using aclDataType = int32_t;
+using aclFormat = int32_t;
+
+struct aclTensor;  // opaque, owned by CANN
+struct aclIntArray;
+struct aclOpExecutor;
+
+// aclDataType values.
+enum : aclDataType {
+  ACL_FLOAT = 0,
+  ACL_FLOAT16 = 1,
+  ACL_INT8 = 2,
+  ACL_INT32 = 3,
+  ACL_UINT8 = 4,
+  ACL_INT16 = 6,
+  ACL_INT64 = 9,
+  ACL_DOUBLE = 11,
+  ACL_BOOL = 12,
+};
+
+// aclFormat values.
+enum : aclFormat { ACL_FORMAT_ND = 2 };
+
+// aclnn status codes: #defines of an internal CANN header, so spelled out here.
+enum : aclnnStatus {
+  ACLNN_SUCCESS = 0,
+  ACLNN_ERR_PARAM_NULLPTR = 161001,
+  ACLNN_ERR_PARAM_INVALID = 161002,
+  ACLNN_ERR_RUNTIME_ERROR = 361001,
+  ACLNN_ERR_INNER = 561000,
+};
+
+// The status code's name, e.g. "ACLNN_ERR_PARAM_INVALID"; "unknown status" otherwise.
+inline const char* StatusName(aclnnStatus status) {
+  switch (status) {
+    case 0: return "ACLNN_SUCCESS";
+    case 161001: return "ACLNN_ERR_PARAM_NULLPTR";
+    case 161002: return "ACLNN_ERR_PARAM_INVALID";
+    case 361001: return "ACLNN_ERR_RUNTIME_ERROR";
+    case 561000: return "ACLNN_ERR_INNER";
+    case 561001: return "ACLNN_ERR_INNER_INFERSHAPE_ERROR";
+    case 561002: return "ACLNN_ERR_INNER_TILING_ERROR";
+    case 561003: return "ACLNN_ERR_INNER_FIND_KERNEL_ERROR (is the op binary package installed?)";
+    case 561101: return "ACLNN_ERR_INNER_CREATE_EXECUTOR";
+    case 561102: return "ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR";
+    case 561103: return "ACLNN_ERR_INNER_NULLPTR";
+    case 561104: return "ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE";
+    case 561105: return "ACLNN_ERR_INNER_KEY_CONFLICT";
+    case 561106: return "ACLNN_ERR_INNER_INVALID_IMPL_MODE";
+    case 561107: return "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND (is ASCEND_OPP_PATH set?)";
+    case 561108: return "ACLNN_ERR_INNER_LOAD_JSON_FAILED";
+    case 561109: return "ACLNN_ERR_INNER_JSON_VALUE_NOT_FOUND";
+    case 561110: return "ACLNN_ERR_INNER_JSON_FORMAT_INVALID";
+    case 561111: return "ACLNN_ERR_INNER_JSON_DTYPE_INVALID";
+    case 561112: return "ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND";
+    default: return "unknown status";
+  }
+}
+
+// libnnopbase.so
+using CreateTensorFn = aclTensor* (*)(const int64_t* view_dims, uint64_t view_dims_num,
+                                      aclDataType data_type, const int64_t* stride,
+                                      int64_t offset, aclFormat format,
+                                      const int64_t* storage_dims, uint64_t storage_dims_num,
+                                      void* tensor_data);
+using DestroyTensorFn = aclnnStatus (*)(const aclTensor* tensor);
+using CreateIntArrayFn = aclIntArray* (*)(const int64_t* value, uint64_t size);
+using DestroyIntArrayFn = aclnnStatus (*)(const aclIntArray* array);
+using DestroyExecutorFn = aclnnStatus (*)(aclOpExecutor* executor);
+
+// libascendcl.so
+using GetRecentErrMsgFn = const char* (*)();
+using SynchronizeStreamFn = aclError (*)(aclrtStream stream);
+
+// libopapi.so / libopapi_nn.so
+using MaxUnpool2dGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self,
+                                                      const aclTensor* indices,
+                                                      const aclIntArray* output_size,
+                                                      aclTensor* out, uint64_t* workspace_size,
+                                                      aclOpExecutor** executor);
+using MaxUnpool2dBackwardGetWorkspaceSizeFn = aclnnStatus (*)(
+    const aclTensor* grad_output, const aclTensor* self, const aclTensor* indices,
+    const aclIntArray* output_size, aclTensor* out, uint64_t* workspace_size,
+    aclOpExecutor** executor);
+using AclnnRunFn = aclnnStatus (*)(void* workspace, uint64_t workspace_size,
+                                   aclOpExecutor* executor, aclrtStream stream);
+
+}  // namespace jax_unpool::cann

@@ -1,0 +1,75 @@
+// Finds and opens the CANN runtime at run time (dlopen/dlsym), so that the package
+// builds and imports on machines without CANN.
+//
+// Search order, first directory holding libascendcl.so, libnnopbase.so and libopapi.so or
+// libopapi_nn.so wins (all three from one directory, never mixed across installs):
+//   1. the library_dir argument (when not empty)
+//   2. $ASCEND_TOOLKIT_HOME/lib64
+//   3. $ASCEND_HOME_PATH/lib64
+//   4. /usr/local/Ascend/ascend-toolkit/latest/lib64
+//   5. /usr/local/Ascend/cann/lib64
+//   6. the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache, ...), by bare name
+// Each aclnn symbol comes from the first of libcust_opapi.so (custom op packages
+// override, as in op-plugin), libopapi.so, libopapi_nn.so (newer split packages) that
+// exports it.
+//
+// Loading policy: the first successful LoadCann() fixes the runtime for the process (one
+// process talks to one CANN: its streams, device memory and the handlers' function table
+// belong to it). Later calls with no library_dir, or with one that resolves to the same
+// files, return it; one that resolves to other files is an error. A failed load installs
+// nothing and may be retried, e.g. with another library_dir. Libraries are never closed:
+// compiled executables may call into them until the process exits.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "npu/cann_api.h"
+
+namespace jax_unpool::cann {
+
+struct CannLibrary {
+  // Where each part was loaded from (resolved file paths), for messages and for comparing
+  // two loads.
+  std::string ascendcl_path, nnopbase_path, opapi_path;
+
+  CreateTensorFn create_tensor = nullptr;
+  DestroyTensorFn destroy_tensor = nullptr;
+  CreateIntArrayFn create_int_array = nullptr;
+  DestroyIntArrayFn destroy_int_array = nullptr;
+  DestroyExecutorFn destroy_executor = nullptr;  // optional: older CANN lacks it
+  GetRecentErrMsgFn get_recent_err_msg = nullptr;
+  SynchronizeStreamFn synchronize_stream = nullptr;
+  MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool2d = nullptr;
+  MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool2d_backward = nullptr;
+
+  // aclGetRecentErrMsg(), or a note that it had none.
+  std::string RecentErrorMessage() const;
+  std::map<std::string, std::string> Describe() const;
+};
+
+struct LoadResult {
+  std::optional<CannLibrary> library;  // set on success
+  std::string error;                   // otherwise: every path tried and why it failed
+};
+
+// Finds and opens CANN without installing it (see the search order above); when
+// library_dir is empty and CANN is already loaded, returns the loaded one.
+LoadResult ProbeCann(const std::string& library_dir);
+
+// Finds, opens and installs CANN for the handlers (see the loading policy above).
+// Thread-safe.
+LoadResult LoadCann(const std::string& library_dir);
+
+// The installed runtime, or nullptr before a successful LoadCann().
+const CannLibrary* LoadedCann();
+
+// For the Python module: LoadCann/ProbeCann returning where the parts are (were) loaded
+// from, or throwing std::runtime_error with the message listing every path tried.
+std::map<std::string, std::string> LoadCannOrThrow(const std::string& library_dir);
+std::map<std::string, std::string> ProbeCannOrThrow(const std::string& library_dir);
+
+}  // namespace jax_unpool::cann

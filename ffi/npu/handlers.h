@@ -1,0 +1,17 @@
+// The aclnn handlers (XLA FFI, typed API): (values, indices) -> out with the
+// `channels_last` attribute, the same calling convention as the CPU handlers.
+// *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.
+// *Host: host-emulation mode on the CPU platform: host memory, no stream (the CPU
+// platform has none to give), for testing against an emulated CANN.
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool::npu {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost);
+
+}  // namespace jax_unpool::npu

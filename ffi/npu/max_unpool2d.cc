@@ -1,0 +1,94 @@
+// aclnn forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i], by
+// aclnnMaxUnpool2d(self=x, indices, outputSize=out's (H, W), out).
+#include <algorithm>
+
+#include "npu/aclnn_call.h"
+#include "npu/handlers.h"
+#include "value_types.h"
+
+namespace jax_unpool::npu {
+namespace {
+
+constexpr const char* kOp = "max_unpool2d";
+
+ffi::Error MaxUnpool2dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuffer indices,
+                            ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
+  auto cann = RequireCann(kOp);
+  if (cann.has_error()) return cann.error();
+  const CannLibrary& lib = **cann;
+
+  const auto value_type = PresentedValueType(x.element_type(), AclnnOp::kMaxUnpool2d);
+  const auto index_type = PresentedIndexType(indices.element_type());
+  if (!value_type || out->element_type() != x.element_type()) {
+    return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
+                                       DataTypeName(x.element_type()));
+  }
+  if (!index_type) {
+    return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
+  }
+  const auto xd = x.dimensions(), od = out->dimensions();
+  if ((xd.size() != 3 && xd.size() != 4) || od.size() != xd.size() ||
+      indices.dimensions().size() != xd.size() ||
+      !std::equal(xd.begin(), xd.end(), indices.dimensions().begin())) {
+    return ffi::Error::InvalidArgument(
+        std::string(kOp) + ": expected rank-3 or rank-4 x, indices of x's shape, out of x's rank");
+  }
+  if (out->element_count() == 0) return ffi::Error::Success();
+  if (x.element_count() == 0) {
+    // aclnn refuses empty C, H or W; the NPU lowering computes this case with the reference.
+    return ffi::Error::InvalidArgument(std::string(kOp) +
+                                       ": aclnnMaxUnpool2d cannot take an empty x");
+  }
+
+  AclObjects objects(lib);
+  const TensorView out_view = PlanesView(*out, channels_last, *value_type);
+  aclTensor* self = objects.Tensor(PlanesView(x, channels_last, *value_type));
+  aclTensor* idx = objects.Tensor(PlanesView(indices, channels_last, *index_type));
+  aclTensor* result = objects.Tensor(out_view);
+  const size_t rank = out_view.dims.size();
+  aclIntArray* output_size =
+      objects.IntArray({out_view.dims[rank - 2], out_view.dims[rank - 1]});
+  if (ffi::Error e = objects.error(kOp); !e.success()) return e;
+
+  uint64_t workspace_size = 0;
+  aclOpExecutor* executor = nullptr;
+  const aclnnStatus status = lib.max_unpool2d_get_workspace_size(
+      self, idx, output_size, result, &workspace_size, &executor);
+  return RunExecutor(lib, launch, kOp, "aclnnMaxUnpool2dGetWorkspaceSize", status,
+                     workspace_size, executor, "aclnnMaxUnpool2d", lib.max_unpool2d);
+}
+
+ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
+                        ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                        bool channels_last) {
+  return OnDevice(stream, scratch, [&](const Launch& launch) {
+    return MaxUnpool2dAclnn(launch, x, indices, out, channels_last);
+  });
+}
+
+ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                      bool channels_last) {
+  return OnHost([&](const Launch& launch) {
+    return MaxUnpool2dAclnn(launch, x, indices, out, channels_last);
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice, OnDeviceImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void*>>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // indices
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Attr<bool>("channels_last"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost, OnHostImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // indices
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Attr<bool>("channels_last"));
+
+}  // namespace jax_unpool::npu

@@ -1,0 +1,441 @@
+"""The aclnn path (ffi/npu, jax_unpool.npu) against the emulated CANN runtime in
+tests/fake_cann, in host-emulation mode: jax.jit programs whose CPU lowering goes through
+the aclnn handlers, compared bit-exactly with numpy loops; what the handlers hand to
+aclnn (dtypes, call counts, stream, workspace) read back from the emulator; errors from
+every phase reaching Python with no CANN object leaked; loading and registration errors.
+
+Every emulated test runs inside `npu.cpu_emulation()`, so the mode never outlives a test,
+and the module checks on teardown that the normal CPU lowering is back.
+"""
+
+import ctypes.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from fake_cann.check_fake_cann import FakeCann, build
+
+import jax_unpool as ju
+import numpy_oracle as oracle
+from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
+
+npu = ju.npu
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+
+FWD_GWS, FWD_RUN = "aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"
+BWD_GWS, BWD_RUN = "aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"
+CPU_TARGET = "jax_unpool_max_unpool2d_v1"
+
+# aclDataType values (shared/notes/cann-api.md) and what each op lists (the aclnn docs).
+ACL = {"FLOAT": 0, "FLOAT16": 1, "INT8": 2, "INT32": 3, "UINT8": 4, "INT16": 6, "INT64": 9,
+       "DOUBLE": 11, "BOOL": 12}
+_BOTH = {"float32": "FLOAT", "float16": "FLOAT16", "int8": "INT8", "int16": "INT16",
+         "int32": "INT32", "int64": "INT64", "uint8": "UINT8"}
+LISTED = {"forward": {**_BOTH, "float64": "DOUBLE"}, "backward": {**_BOTH, "bool": "BOOL"}}
+SAME_WIDTH_INTEGER = {1: "UINT8", 2: "INT16", 4: "INT32", 8: "INT64"}
+
+
+def presented(op: str, dtype: str) -> int:
+    """The aclDataType aclnn must see: the op's own where listed, else the same width."""
+    name = LISTED[op].get(dtype) or SAME_WIDTH_INTEGER[jnp.dtype(dtype).itemsize]
+    return ACL[name]
+
+
+SHAPES = {3: (3, 4, 5), 4: (2, 3, 4, 5)}  # channels-first; NHWC moves C last
+HW = (6, 7)  # output plane 42 >= input plane 20: aclnn's forward takes it
+
+
+def _shape(rank, layout):
+    s = SHAPES[rank]
+    return (*s[:-3], s[-2], s[-1], s[-3]) if layout == "NHWC" else s
+
+
+def _grad_shape(shape, layout, hw=HW):
+    h = len(shape) - 3 if layout == "NHWC" else len(shape) - 2
+    return (*shape[:h], *hw, *shape[h + 2:])
+
+
+def _forward(layout="NCHW", hw=HW):
+    return jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=hw, data_format=layout))
+
+
+def _backward(shape, dtype, layout="NCHW", hw=HW):
+    x = jax.ShapeDtypeStruct(shape, dtype)
+    return jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))
+
+
+# --------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def fake_cann_dir(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("fake_cann_npu"))
+
+
+@pytest.fixture(scope="module")
+def fake(fake_cann_dir):
+    """ctypes view of the emulator's controls: the same libnnopbase.so file the loader
+    opened, so the same state."""
+    return FakeCann(fake_cann_dir)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def normal_cpu_lowering_afterwards():
+    yield
+    assert not npu.cpu_emulation_active()
+    x = np.ones((1, 1, 2, 2), np.float32)
+    text = _forward(hw=(2, 2)).lower(x, np.zeros(x.shape, np.int32)).as_text()
+    assert CPU_TARGET in text and npu.MAX_UNPOOL2D_TARGET not in text
+
+
+@pytest.fixture
+def emulated(fake, fake_cann_dir):
+    """Host-emulation mode for one test. The emulator's counters start from zero;
+    `fake.live0` is the number of CANN objects alive before the test (0 unless an earlier
+    test leaked): no more may be alive after it."""
+    with npu.cpu_emulation(fake_cann_dir):
+        fake.live0 = fake.baseline()
+        yield fake
+    assert fake.live_objects() == fake.live0 and fake.bad_destroys() == 0
+
+
+# --------------------------------------------------------------------------------------
+# Values, dtypes, layouts
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("rank", [3, 4])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank,
+                                                  layout):
+    shape = _shape(rank, layout)
+    x = random_values(rng, shape, dtype)
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)  # with duplicates
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = _forward(layout)(x, idx)
+    assert_bits_equal(out, oracle.unpool(x, idx, HW, layout == "NHWC"))
+    assert emulated.call_count(FWD_RUN.encode()) == 1
+    assert emulated.last_dtype(FWD_RUN.encode()) == presented("forward", dtype)
+    assert emulated.last_indices_dtype(FWD_RUN.encode()) == ACL[index_dtype.upper()]
+    assert emulated.live_objects() == emulated.live0
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("rank", [3, 4])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
+@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank,
+                                                   layout):
+    shape = _shape(rank, layout)
+    g = random_values(rng, _grad_shape(shape, layout), dtype)
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = _backward(shape, g.dtype, layout)(g, idx)
+    assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
+    assert emulated.call_count(BWD_RUN.encode()) == 1
+    assert emulated.last_dtype(BWD_RUN.encode()) == presented("backward", dtype)
+    assert emulated.last_indices_dtype(BWD_RUN.encode()) == ACL[index_dtype.upper()]
+    assert emulated.live_objects() == emulated.live0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64", "float8_e4m3fn"])
+def test_dtypes_beyond_the_lists_move_as_integers_of_their_width(emulated, rng, op, dtype):
+    shape = SHAPES[4]
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
+    with jax.enable_x64(needs_x64(dtype)):
+        if op == "forward":
+            x = random_values(rng, shape, dtype)
+            out, expected = _forward()(x, idx), oracle.unpool(x, idx, HW)
+        else:
+            g = random_values(rng, _grad_shape(shape, "NCHW"), dtype)
+            out, expected = _backward(shape, g.dtype)(g, idx), oracle.gather(g, idx)
+    assert_bits_equal(out, expected)
+    run = FWD_RUN if op == "forward" else BWD_RUN
+    width = jnp.dtype(dtype).itemsize
+    assert emulated.last_dtype(run.encode()) == ACL[SAME_WIDTH_INTEGER[width]]
+
+
+def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
+    shape = _shape(4, "NHWC")
+    x = random_values(rng, shape, "float32")
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
+    text = _forward("NHWC").lower(x, idx).as_text()
+    assert npu.MAX_UNPOOL2D_TARGET in text
+    assert "stablehlo.transpose" not in text
+
+
+# --------------------------------------------------------------------------------------
+# Autodiff and batching through aclnn
+# --------------------------------------------------------------------------------------
+
+def test_grad_runs_both_aclnn_ops(emulated, rng):
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
+    w = random_values(rng, (*x.shape[:2], *HW), "float32")
+    f = jax.jit(jax.grad(lambda x: jnp.sum(ju.max_unpool2d(x, idx, output_size=HW) * w)))
+    text = f.lower(x).as_text()
+    assert npu.MAX_UNPOOL2D_BACKWARD_TARGET in text
+    assert CPU_TARGET not in text and "jax_unpool_max_unpool2d_backward_v1" not in text
+    # d/dx sum(unpool(x) * w) gathers w at the indices
+    np.testing.assert_array_equal(f(x), oracle.gather(w, idx))
+    assert emulated.call_count(BWD_RUN.encode()) == 1
+
+
+def test_second_order_grad_runs_aclnn_forward(emulated, rng):
+    # The transpose of the backward is the forward: grad of grad goes through both.
+    g = random_values(rng, (*SHAPES[4][:2], *HW), "float32")
+    idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1])
+    x = jax.ShapeDtypeStruct(SHAPES[4], jnp.float32)
+    v = random_values(rng, SHAPES[4], "float32")
+
+    def inner(g):
+        return jnp.sum(ju.max_unpool2d_backward(g, x, idx, HW) * v)
+
+    out = jax.jit(jax.grad(inner))(g)
+    np.testing.assert_array_equal(out, oracle.unpool(v, idx, HW))
+    assert emulated.call_count(FWD_RUN.encode()) == 1
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_vmap_is_one_aclnn_call(emulated, rng, op):
+    batch, shape = 4, SHAPES[3]
+    idx = oracle.random_indices(rng, (batch, *shape), HW[0] * HW[1])
+    if op == "forward":
+        x = random_values(rng, (batch, *shape), "float32")
+        f = jax.jit(jax.vmap(lambda x, i: ju.max_unpool2d(x, i, output_size=HW)))
+        out, target, run = f(x, idx), npu.MAX_UNPOOL2D_TARGET, FWD_RUN
+        expected = np.stack([oracle.unpool(x[b], idx[b], HW) for b in range(batch)])
+        text = f.lower(x, idx).as_text()
+    else:
+        g = random_values(rng, (batch, shape[0], *HW), "float32")
+        xs = jax.ShapeDtypeStruct(shape, jnp.float32)
+        f = jax.jit(jax.vmap(lambda g, i: ju.max_unpool2d_backward(g, xs, i, HW)))
+        out, target, run = f(g, idx), npu.MAX_UNPOOL2D_BACKWARD_TARGET, BWD_RUN
+        expected = np.stack([oracle.gather(g[b], idx[b]) for b in range(batch)])
+        text = f.lower(g, idx).as_text()
+    np.testing.assert_array_equal(out, expected)
+    assert text.count(target) == 1
+    assert emulated.call_count(run.encode()) == 1
+
+
+# --------------------------------------------------------------------------------------
+# What the handlers hand to CANN
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_workspace_stream_and_objects(emulated, rng, op):
+    # The emulator asks for a non-zero workspace and refuses a launch whose workspace size
+    # differs from what GetWorkspaceSize returned; a success proves it was honoured.
+    shape = SHAPES[4]
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
+    if op == "forward":
+        _forward()(random_values(rng, shape, "float32"), idx).block_until_ready()
+        run = FWD_RUN
+    else:
+        g = random_values(rng, _grad_shape(shape, "NCHW"), "float32")
+        _backward(shape, g.dtype)(g, idx).block_until_ready()
+        run = BWD_RUN
+    assert emulated.last_workspace_size() > 0
+    assert emulated.last_stream(run.encode()) is None  # host emulation: no stream
+    assert emulated.live_objects() == emulated.live0 and emulated.live_allocations() == 0
+    assert emulated.bad_destroys() == 0
+
+
+# --------------------------------------------------------------------------------------
+# Errors from CANN reach Python; nothing leaks
+# --------------------------------------------------------------------------------------
+
+def _run_op(op, rng, idx=None):
+    shape = SHAPES[4]
+    idx = oracle.random_indices(rng, shape, HW[0] * HW[1]) if idx is None else idx
+    if op == "forward":
+        return _forward()(random_values(rng, shape, "float32"), idx).block_until_ready()
+    g = random_values(rng, _grad_shape(shape, "NCHW"), "float32")
+    return _backward(shape, g.dtype)(g, idx).block_until_ready()
+
+
+@pytest.mark.parametrize("status,name", [
+    (161001, "ACLNN_ERR_PARAM_NULLPTR"), (161002, "ACLNN_ERR_PARAM_INVALID"),
+    (361001, "ACLNN_ERR_RUNTIME_ERROR"), (561003, "ACLNN_ERR_INNER_FIND_KERNEL_ERROR"),
+    (561107, "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND")])
+@pytest.mark.parametrize("function", [FWD_GWS, FWD_RUN, BWD_GWS, BWD_RUN])
+def test_failing_status_reaches_python(emulated, rng, function, status, name):
+    op = "forward" if function in (FWD_GWS, FWD_RUN) else "backward"
+    emulated.fail_next(function.encode(), status, b"injected: the device is on fire")
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        _run_op(op, rng)
+    message = str(err.value)
+    assert f"{function} failed with status {status} {name}" in message
+    assert "injected: the device is on fire" in message  # aclGetRecentErrMsg()
+    assert emulated.live_objects() == emulated.live0 and emulated.live_executors() == 0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_object_creation_failure_destroys_what_was_created(emulated, rng, op):
+    # The int array is created after the three or four tensors.
+    emulated.fail_next(b"aclCreateIntArray", 161001, b"injected: no int array")
+    with pytest.raises(RUNTIME_ERRORS, match="aclCreateIntArray failed: injected: no int"):
+        _run_op(op, rng)
+    assert emulated.live_objects() == emulated.live0 and emulated.bad_destroys() == 0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_out_of_range_index_error_from_the_emulated_op_surfaces(emulated, rng, op):
+    idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1])
+    idx[1, 2, 3, 4] = HW[0] * HW[1]
+    run = FWD_RUN if op == "forward" else BWD_RUN
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        _run_op(op, rng, idx)
+    message = str(err.value)
+    assert f"{run} failed with status 361001 ACLNN_ERR_RUNTIME_ERROR" in message
+    assert "index 42 at position (n=1, c=2, i=19) is out of range [0, 42)" in message
+    assert emulated.live_objects() == emulated.live0
+
+
+# --------------------------------------------------------------------------------------
+# Shapes aclnn refuses go to the jnp reference
+# --------------------------------------------------------------------------------------
+
+def test_forward_with_a_smaller_output_plane_uses_the_reference(emulated, rng):
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, 6)  # plane 2x3 < 4x5: duplicates
+    f = _forward(hw=(2, 3))
+    assert npu.MAX_UNPOOL2D_TARGET not in f.lower(x, idx).as_text()
+    np.testing.assert_array_equal(f(x, idx), oracle.unpool(x, idx, (2, 3)))
+    assert emulated.call_count(FWD_GWS.encode()) == 0
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4, 5), (2, 3, 0, 5), (3, 4, 0)])
+def test_empty_input_forward_gives_zeros_without_aclnn(emulated, shape):
+    x, idx = np.ones(shape, np.float32), np.zeros(shape, np.int32)
+    out = _forward()(x, idx)
+    np.testing.assert_array_equal(out, np.zeros((*shape[:-2], *HW), np.float32))
+    assert emulated.call_count(FWD_GWS.encode()) == 0
+
+
+def test_empty_backward_without_aclnn(emulated):
+    shape = (2, 0, 4, 5)
+    out = _backward(shape, np.float32)(np.ones((2, 0, *HW), np.float32),
+                                       np.zeros(shape, np.int32))
+    assert out.shape == shape
+    assert emulated.call_count(BWD_GWS.encode()) == 0
+
+
+# --------------------------------------------------------------------------------------
+# Loading and registration
+# --------------------------------------------------------------------------------------
+
+DEFAULT_DIRS = ["/usr/local/Ascend/ascend-toolkit/latest/lib64", "/usr/local/Ascend/cann/lib64"]
+real_cann = any(os.path.isdir(d) for d in DEFAULT_DIRS) or ctypes.util.find_library("ascendcl")
+
+
+def test_is_available_finds_the_emulator(fake_cann_dir):
+    assert npu.is_available(fake_cann_dir)
+    assert npu.locate(fake_cann_dir)["opapi"] == str(fake_cann_dir / "libopapi.so")
+
+
+@pytest.mark.skipif(bool(real_cann), reason="a real CANN is installed where the search ends")
+def test_missing_library_error_lists_every_path_and_variable(tmp_path, monkeypatch):
+    empty, toolkit = tmp_path / "empty", tmp_path / "toolkit"
+    empty.mkdir()
+    (toolkit / "lib64").mkdir(parents=True)
+    (toolkit / "lib64" / "libascendcl.so").write_bytes(b"")  # incomplete install
+    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(toolkit))
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    assert not npu.is_available(empty)
+    with pytest.raises(RuntimeError) as err:
+        npu.register("cpu", empty)
+    message = str(err.value)
+    lines = [str(empty), f"{toolkit}/lib64", "$ASCEND_HOME_PATH/lib64: not set", *DEFAULT_DIRS,
+             "the dynamic loader's search path"]
+    positions = [message.find(line) for line in lines]
+    assert -1 not in positions and positions == sorted(positions), message  # in order
+    assert "no libnnopbase.so, no libopapi.so or libopapi_nn.so" in message
+    for variable in ("ASCEND_TOOLKIT_HOME=", "ASCEND_HOME_PATH=<unset>", "LD_LIBRARY_PATH="):
+        assert variable in message
+    assert not npu.cpu_emulation_active()
+
+
+def _platform_known(name):
+    try:
+        jax.devices(name)
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("platform", [
+    pytest.param("ascend", marks=pytest.mark.skipif(_platform_known("ascend"),
+                                                    reason="an ascend plugin is loaded")),
+    "npu_without_plugin"])
+def test_platform_without_a_plugin_is_named(fake_cann_dir, platform):
+    with pytest.raises(RuntimeError, match=f"no platform '{platform}': no PJRT plugin"):
+        npu.register(platform, fake_cann_dir)
+
+
+@pytest.fixture(scope="module")
+def opapi_nn_dir(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("fake_cann_nn"), opapi_name="libopapi_nn.so")
+
+
+def test_opapi_nn_is_the_fallback(opapi_nn_dir):
+    assert not (opapi_nn_dir / "libopapi.so").exists()
+    assert npu.locate(opapi_nn_dir)["opapi"] == str(opapi_nn_dir / "libopapi_nn.so")
+
+
+def test_a_second_runtime_in_one_process_is_refused(emulated, opapi_nn_dir, fake_cann_dir):
+    with pytest.raises(RuntimeError, match="CANN is already loaded in this process from"):
+        npu.register("cpu", opapi_nn_dir)
+    assert npu.register("cpu", fake_cann_dir)["opapi"] == str(fake_cann_dir / "libopapi.so")
+
+
+def test_both_ops_run_through_libopapi_nn_in_a_fresh_process(opapi_nn_dir):
+    script = textwrap.dedent("""
+        import sys
+        import jax, numpy as np
+        import jax_unpool as ju
+        import numpy_oracle as oracle
+        where = ju.npu.register("cpu", sys.argv[1])
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+        idx = oracle.random_indices(rng, x.shape, 42)
+        out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=(6, 7)))(x, idx)
+        np.testing.assert_array_equal(out, oracle.unpool(x, idx, (6, 7)))
+        g = rng.standard_normal((2, 3, 6, 7)).astype(np.float32)
+        back = ju.max_unpool2d_backward(g, x, idx, (6, 7))
+        np.testing.assert_array_equal(back, oracle.gather(g, idx))
+        print(where["opapi"])
+    """)
+    tests = Path(__file__).resolve().parent
+    package_root = str(Path(ju.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, str(tests)])}
+    proc = subprocess.run([sys.executable, "-c", script, str(opapi_nn_dir)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == str(opapi_nn_dir / "libopapi_nn.so")
+
+
+def test_cpu_emulation_context_restores_the_cpu_ffi_lowering(fake, fake_cann_dir, rng):
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
+    f = _forward()
+    with npu.cpu_emulation(fake_cann_dir):
+        assert npu.MAX_UNPOOL2D_TARGET in f.lower(x, idx).as_text()
+        fake.reset()
+        np.testing.assert_array_equal(f(x, idx), oracle.unpool(x, idx, HW))
+        assert fake.call_count(FWD_RUN.encode()) == 1
+    text = f.lower(x, idx).as_text()
+    assert CPU_TARGET in text and npu.MAX_UNPOOL2D_TARGET not in text
+    np.testing.assert_array_equal(f(x, idx), oracle.unpool(x, idx, HW))
+    assert fake.call_count(FWD_RUN.encode()) == 1  # the compiled aclnn program is gone
+    npu.unregister_cpu_emulation()  # a no-op when the mode is off
+    assert not npu.cpu_emulation_active()
