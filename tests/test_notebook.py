@@ -1,0 +1,30 @@
+"""notebooks/segnet_unpool.ipynb runs top to bottom and draws its plots."""
+
+import pathlib
+
+import nbclient
+import nbformat
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "segnet_unpool.ipynb"
+# Samples, loss curve, evaluation, timing chart: one figure each.
+FIGURES = 4
+
+
+def test_notebook_is_committed_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code
+    assert all(not cell.outputs and cell.execution_count is None for cell in code)
+
+
+def test_notebook_runs_and_plots(tmp_path):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # Raises CellExecutionError (with the cell and the traceback) if any cell fails.
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    images = [out for out in outputs if "image/png" in out.get("data", {})]
+    assert len(images) == FIGURES
+    text = "".join(out.get("text", "") for out in outputs)
+    assert "vmap over examples == one batched call: True" in text
