@@ -64,8 +64,8 @@ def _library_dir(library_dir: str | os.PathLike | None) -> str:
 
 
 def is_available(library_dir: str | os.PathLike | None = None) -> bool:
-    """True if the CANN runtime can be loaded from `library_dir` or the default search
-    (or is already loaded); never raises."""
+    """True if the CANN runtime is already loaded (with library_dir None), or can be found
+    and opened from `library_dir` or the default search; never raises."""
     try:
         _jax_unpool.probe_cann(_library_dir(library_dir))
     except Exception:  # noqa: BLE001 -- documented: never raises
@@ -169,7 +169,8 @@ def register(platform: str = "ascend",
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
                                ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET)):
                 jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=platform)
-                jax.ffi.register_ffi_target_as_batch_partitionable(target)
+                if not _targets_registered:  # platform-independent, once per target
+                    jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
         mlir.register_lowering(max_unpool2d_p, _max_unpool2d_aclnn_lowering, platform=platform)
         mlir.register_lowering(max_unpool2d_backward_p, _max_unpool2d_backward_aclnn_lowering,

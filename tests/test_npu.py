@@ -18,12 +18,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
+from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 from fake_cann.check_fake_cann import FakeCann, build
 
 import jax_unpool as ju
-import numpy_oracle as oracle
-from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
