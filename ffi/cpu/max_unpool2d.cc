@@ -3,42 +3,71 @@
 // plane positions go in flat order, so among duplicated indices the largest input
 // position wins, deterministically (PyTorch CPU's sequential behaviour).
 #include <cstring>
+#include <vector>
 
 #include "cpu/kernels.h"
+#include "cpu/output_pages.h"
 #include "cpu/planes.h"
 
 namespace jax_unpool {
 namespace {
 
+// NCHW: each plane is checked, zero-filled and scattered in one go while it is in cache.
 template <typename V, typename I>
-BadIndex ScatterSpan(const PlaneGeometry& g, const V* x, const I* indices, V* out, int64_t n,
-                     int64_t c0, int64_t c1) {
-  // Every index is checked before anything of the span is written.
-  BadIndex bad = CheckSpan(g, indices, n, c0, c1);
-  if (bad.found()) return bad;
-  if (!g.channels_last) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const V* src = x + g.in_offset(n, c, 0);
-      const I* idx = indices + g.in_offset(n, c, 0);
-      V* dst = out + g.out_offset(n, c, 0);
-      std::memset(dst, 0, sizeof(V) * g.Lo);
-      for (int64_t i = 0; i < g.L; ++i) dst[idx[i]] = src[i];
-    }
-    return bad;
+BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* out, int64_t n,
+                       int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
+    BadIndex bad = CheckBlock(g, indices, n, c, c + 1, 0, g.L);
+    if (bad.found()) return bad;
+    const V* src = x + g.in_offset(n, c, 0);
+    const I* idx = indices + g.in_offset(n, c, 0);
+    V* dst = out + g.out_offset(n, c, 0);
+    std::memset(dst, 0, sizeof(V) * g.Lo);
+    for (int64_t i = 0; i < g.L; ++i) dst[idx[i]] = src[i];
   }
+  return BadIndex{};
+}
+
+// NHWC: the channels [c0, c1) of image n are interleaved with the others, so the span's
+// output is too big to zero-fill first and scatter later while it is in cache. Instead
+// it is zero-filled lazily in blocks of positions: a block is zeroed just before its
+// first write, the blocks nobody wrote at the end. Input positions go in flat order, so
+// among duplicates the largest position still wins.
+template <typename V, typename I>
+BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, V* out,
+                          int64_t n, int64_t c0, int64_t c1) {
   const int64_t cols = c1 - c0;
-  V* dst = out + g.out_offset(n, c0, 0);
-  if (cols == g.C) {
-    std::memset(dst, 0, sizeof(V) * g.Lo * g.C);
-  } else {
-    for (int64_t o = 0; o < g.Lo; ++o) std::memset(dst + o * g.C, 0, sizeof(V) * cols);
+  V* dst = out + g.out_offset(n, c0, 0);  // position o of channel c0 + j is dst[o * C + j]
+  int shift = 0;  // blocks of 2^shift positions, about 4 KiB of the span's output
+  while ((int64_t{2} << shift) * cols * static_cast<int64_t>(sizeof(V)) <= 4096) ++shift;
+  std::vector<uint8_t> zeroed(static_cast<size_t>(((g.Lo - 1) >> shift) + 1), 0);
+  const auto zero_block = [&](int64_t b) {
+    const int64_t o0 = b << shift, o1 = std::min(g.Lo, (b + 1) << shift);
+    if (cols == g.C) {
+      std::memset(dst + o0 * g.C, 0, sizeof(V) * (o1 - o0) * g.C);
+    } else {
+      for (int64_t o = o0; o < o1; ++o) std::memset(dst + o * g.C, 0, sizeof(V) * cols);
+    }
+    zeroed[b] = 1;
+  };
+  const int64_t rows = RowsPerBlock(cols, sizeof(I));
+  for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
+    const int64_t i1 = std::min(g.L, i0 + rows);
+    BadIndex bad = CheckBlock(g, indices, n, c0, c1, i0, i1);
+    if (bad.found()) return bad;
+    for (int64_t i = i0; i < i1; ++i) {
+      const V* src = x + g.in_offset(n, c0, i);
+      const I* idx = indices + g.in_offset(n, c0, i);
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t o = static_cast<int64_t>(idx[j]);
+        if (!zeroed[o >> shift]) zero_block(o >> shift);
+        dst[o * g.C + j] = src[j];
+      }
+    }
   }
-  for (int64_t i = 0; i < g.L; ++i) {
-    const V* src = x + g.in_offset(n, c0, i);
-    const I* idx = indices + g.in_offset(n, c0, i);
-    for (int64_t j = 0; j < cols; ++j) dst[static_cast<int64_t>(idx[j]) * g.C + j] = src[j];
-  }
-  return bad;
+  for (int64_t b = 0; b < static_cast<int64_t>(zeroed.size()); ++b)
+    if (!zeroed[b]) zero_block(b);
+  return BadIndex{};
 }
 
 ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
@@ -57,6 +86,7 @@ ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffe
   const PlaneGeometry g = *geometry;
   if (out->element_count() == 0) return ffi::Error::Success();
 
+  AdviseHugePages(out->untyped_data(), out->size_bytes());
   const int64_t bytes = static_cast<int64_t>(x.size_bytes() + indices.size_bytes() +
                                              out->size_bytes());
   return VisitValueWidth(width, [&](auto value_tag) {
@@ -70,7 +100,8 @@ ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffe
           pool, g.units(), bytes,
           [=](int64_t u0, int64_t u1) {
             return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
-              return ScatterSpan<V, I>(g, xs, is, os, n, c0, c1);
+              return g.channels_last ? ScatterImageSpan<V, I>(g, xs, is, os, n, c0, c1)
+                                     : ScatterPlanes<V, I>(g, xs, is, os, n, c0, c1);
             });
           },
           [g](const BadIndex& b) { return OutOfRangeError(kOp, g, b); });

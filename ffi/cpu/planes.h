@@ -81,31 +81,39 @@ inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const 
       ") for an output plane of " + std::to_string(g.Ho) + "x" + std::to_string(g.Wo));
 }
 
-// Unsigned bound for an exact one-compare range check: v is valid iff U(v) < bound.
-// Negative values wrap to huge unsigned ones; int32 indices can never reach past 2^31.
+// Largest valid index, as the unsigned type of I. For int32 indices a plane of more than
+// 2^31 positions is clamped: no int32 can exceed it anyway.
 template <typename I>
-std::make_unsigned_t<I> IndexBound(int64_t Lo) {
+std::make_unsigned_t<I> LastValidIndex(int64_t Lo) {
   using U = std::make_unsigned_t<I>;
   const uint64_t cap = static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1;
-  return static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(Lo), cap));
+  return static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(Lo), cap) - 1);
 }
 
 // Exact check of a rows x cols block of indices (rows `row_stride` apart); returns
-// r * cols + col of the first bad one in flat order, or -1. The scan is a
-// branch-free OR-reduction (vectorised); the search runs only on failure.
+// r * cols + col of the first bad one in flat order, or -1. The scan ORs v | (last - v)
+// over the block: its sign bit is set iff some v < 0 or v > last (last < 2^(bits-1); a
+// plane with no position at all has last = all ones and fails every index). Subtract
+// and OR vectorise on every x86-64, compares of unsigned integers do not. The exact
+// search runs only on failure.
 template <typename I>
 int64_t FirstBadIndex(const I* idx, int64_t rows, int64_t cols, int64_t row_stride,
-                      std::make_unsigned_t<I> bound) {
+                      std::make_unsigned_t<I> last) {
   using U = std::make_unsigned_t<I>;
-  U bad = 0;
+  constexpr int kSign = std::numeric_limits<U>::digits - 1;
+  const auto outside = [last](I i) {
+    const U v = static_cast<U>(i);
+    return static_cast<U>(v | static_cast<U>(last - v));  // sign bit: i is out of range
+  };
+  U acc = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const I* row = idx + r * row_stride;
-    for (int64_t j = 0; j < cols; ++j) bad |= static_cast<U>(static_cast<U>(row[j]) >= bound);
+    for (int64_t j = 0; j < cols; ++j) acc |= outside(row[j]);
   }
-  if (!bad) return -1;
+  if (!(acc >> kSign)) return -1;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j)
-      if (static_cast<U>(idx[r * row_stride + j]) >= bound) return r * cols + j;
+      if (outside(idx[r * row_stride + j]) >> kSign) return r * cols + j;
   return -1;
 }
 
@@ -122,6 +130,10 @@ ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());
   const int64_t chunks = std::clamp<int64_t>(
       std::min(bytes / kMinBytesPerChunk, units), 1, 4 * threads);
+  if (chunks == 1) {  // small problems run inline, without the bookkeeping below
+    const BadIndex bad = chunk(int64_t{0}, units);
+    return bad.found() ? make_error(bad) : ffi::Error::Success();
+  }
 
   struct Job {
     const Chunk* chunk;
@@ -130,7 +142,7 @@ ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes
     std::atomic<int64_t> next{0}, done{0};
     std::mutex mutex;
     std::condition_variable all_done;
-    // Claims and runs chunks until none is left; false when it ran none.
+    // Claims and runs chunks until none is left.
     void Drain() {
       for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
         bad[k] = (*chunk)(units * k / chunks, units * (k + 1) / chunks);
@@ -176,23 +188,33 @@ BadIndex ForEachImageSpan(const PlaneGeometry& g, int64_t u0, int64_t u1, Span s
   return BadIndex{};
 }
 
-// Checks the indices of planes [c0, c1) of image n; fills in the first bad one.
+// Checks the indices of positions [i0, i1) of planes [c0, c1) of image n, in flat order,
+// and returns the first bad one. The kernels check a block this way just before moving
+// it, while its indices are in cache.
 template <typename I>
-BadIndex CheckSpan(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1) {
-  const auto bound = IndexBound<I>(g.Lo);
+BadIndex CheckBlock(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1,
+                    int64_t i0, int64_t i1) {
+  const auto last = LastValidIndex<I>(g.Lo);
   if (!g.channels_last) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t base = g.in_offset(n, c, 0);
-      const int64_t i = FirstBadIndex(indices + base, 1, g.L, g.L, bound);
-      if (i >= 0) return BadIndex{base + i, static_cast<int64_t>(indices[base + i]), n, c, i};
+      const int64_t base = g.in_offset(n, c, i0);
+      const int64_t k = FirstBadIndex(indices + base, 1, i1 - i0, 0, last);
+      if (k >= 0) return BadIndex{base + k, static_cast<int64_t>(indices[base + k]), n, c, i0 + k};
     }
     return BadIndex{};
   }
-  const int64_t base = g.in_offset(n, c0, 0), cols = c1 - c0;
-  const int64_t k = FirstBadIndex(indices + base, g.L, cols, g.C, bound);
+  const int64_t cols = c1 - c0;
+  const int64_t k = FirstBadIndex(indices + g.in_offset(n, c0, i0), i1 - i0, cols, g.C, last);
   if (k < 0) return BadIndex{};
-  const int64_t i = k / cols, c = c0 + k % cols, flat = g.in_offset(n, c, i);
+  const int64_t i = i0 + k / cols, c = c0 + k % cols, flat = g.in_offset(n, c, i);
   return BadIndex{flat, static_cast<int64_t>(indices[flat]), n, c, i};
+}
+
+// Positions per block of an NHWC span: blocks of about kBlockBytes of indices are
+// checked, then moved, while they are in L1.
+inline int64_t RowsPerBlock(int64_t cols, int64_t index_bytes) {
+  constexpr int64_t kBlockBytes = 16 << 10;
+  return std::max<int64_t>(1, kBlockBytes / (cols * index_bytes));
 }
 
 }  // namespace jax_unpool

@@ -1,0 +1,129 @@
+"""The CPU kernels on problems big enough to be split across threads: results against
+numpy loops when planes (NCHW) and channel spans of one image (NHWC) go to different
+chunks, the first bad index in flat order whichever chunk meets it, and results large
+enough for the huge-page advice (forward) and streaming stores (backward)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy_oracle as oracle
+import pytest
+from dtypes import assert_bits_equal, needs_x64, random_values
+
+import jax_unpool as ju
+
+# One image of 16 channels, outputs of several MB: the kernels split it into chunks of
+# a few channels each (NHWC: spans of channels inside one image).
+SHAPE = (1, 16, 32, 32)  # NCHW
+OUTPUT_HW = (512, 512)
+WIDTH_DTYPES = ["uint8", "bfloat16", "float32", "float64"]  # one per byte width
+
+
+def _layout(a: np.ndarray, layout: str) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if layout == "NHWC" else a
+
+
+def _indices_with_duplicates(rng, shape, dtype):
+    """Half of the indices crowd into the first 64 positions of their plane."""
+    plane = OUTPUT_HW[0] * OUTPUT_HW[1]
+    idx = rng.integers(0, plane, size=shape)
+    crowd = rng.random(shape) < 0.5
+    idx[crowd] = rng.integers(0, 64, size=int(crowd.sum()))
+    return idx.astype(dtype)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+def test_forward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype, layout):
+    x = _layout(random_values(rng, SHAPE, dtype), layout)
+    idx = _layout(_indices_with_duplicates(rng, SHAPE, index_dtype), layout)
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=OUTPUT_HW,
+                                                   data_format=layout))(x, idx)
+    assert_bits_equal(out, oracle.unpool(x, idx, OUTPUT_HW, layout == "NHWC"))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+def test_backward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype, layout):
+    n, c, _, _ = SHAPE
+    g = _layout(random_values(rng, (n, c, *OUTPUT_HW), dtype), layout)
+    idx = _layout(_indices_with_duplicates(rng, SHAPE, index_dtype), layout)
+    x = jax.ShapeDtypeStruct(idx.shape, g.dtype)
+    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+        out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, OUTPUT_HW,
+                                                            data_format=layout))(g, idx)
+    assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
+
+
+@pytest.mark.parametrize("op", ["max_unpool2d", "max_unpool2d_backward"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_first_bad_index_in_flat_order_whichever_chunk_meets_it(op, layout):
+    n, c, _, _ = SHAPE
+    plane = OUTPUT_HW[0] * OUTPUT_HW[1]
+    idx = np.zeros(SHAPE, np.int32)
+    # Channel 3 (an early chunk) is bad late in its plane, channel 12 (a late chunk)
+    # early: NCHW flat order meets channel 3 first, NHWC flat order channel 12.
+    idx[0, 3, 28, 4] = plane + 7   # position i = 900
+    idx[0, 12, 3, 4] = -5          # position i = 100
+    expected = (f"index {plane + 7} at (n=0, c=3, i=900)" if layout == "NCHW"
+                else "index -5 at (n=0, c=12, i=100)")
+    idx = _layout(idx, layout)
+    if op == "max_unpool2d":
+        f = jax.jit(lambda v, i: ju.max_unpool2d(v, i, output_size=OUTPUT_HW,
+                                                 data_format=layout))
+        values = jnp.ones(idx.shape, jnp.float32)
+    else:
+        x = jax.ShapeDtypeStruct(idx.shape, jnp.float32)
+        f = jax.jit(lambda v, i: ju.max_unpool2d_backward(v, x, i, OUTPUT_HW,
+                                                          data_format=layout))
+        values = jnp.ones(_layout(np.zeros((n, c, *OUTPUT_HW), np.float32), layout).shape)
+    for _ in range(2):  # the same index on every run
+        with pytest.raises((jax.errors.JaxRuntimeError, ValueError)) as err:
+            f(values, idx).block_until_ready()
+        assert f"{op}: {expected} of indices is out of range" in str(err.value)
+        assert f"valid indices are [0, {plane})" in str(err.value)
+
+
+LARGE_HW = (1021, 1023)  # odd: planes and rows start at every alignment
+
+
+def _large_shape(dtype: str) -> tuple[int, int, int, int]:
+    """Channels enough for a backward result over 8 MB (streaming stores) and so a
+    forward result over 32 MB (huge-page advice)."""
+    plane_bytes = LARGE_HW[0] * LARGE_HW[1] * np.dtype(jnp.dtype(dtype)).itemsize
+    return (1, (8 << 20) // plane_bytes + 1, *LARGE_HW)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+def test_forward_of_a_large_result_equals_numpy(rng, dtype, layout):
+    shape = _large_shape(dtype)
+    n, c, h, w = shape
+    hw = (2 * h, 2 * w)
+    x = random_values(rng, shape, dtype)
+    idx = oracle.pool_indices(rng, shape)[0]  # unique per plane: fancy assignment is exact
+    expected = np.zeros((c, hw[0] * hw[1]), x.dtype)
+    expected[np.arange(c)[:, None], idx.reshape(c, -1)] = x.reshape(c, -1)
+    with jax.enable_x64(needs_x64(dtype)):
+        out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=hw, data_format=layout))(
+            _layout(x, layout), _layout(idx, layout))
+    assert_bits_equal(out, _layout(expected.reshape(n, c, *hw), layout))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+def test_backward_of_a_large_result_equals_numpy(rng, dtype, layout):
+    shape = _large_shape(dtype)
+    n, c, h, w = shape
+    hw = (2 * h, 2 * w)
+    g = random_values(rng, (n, c, *hw), dtype)
+    idx = oracle.pool_indices(rng, shape)[0]
+    expected = np.take_along_axis(g.reshape(c, -1), idx.reshape(c, -1), axis=1)
+    x = jax.ShapeDtypeStruct(_layout(idx, layout).shape, g.dtype)
+    with jax.enable_x64(needs_x64(dtype)):
+        out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))(
+            _layout(g, layout), _layout(idx, layout))
+    assert_bits_equal(out, _layout(expected.reshape(shape), layout))
