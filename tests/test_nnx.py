@@ -105,13 +105,15 @@ class PoolUnpool(nnx.Module):
 
 
 def reference_loss(kernel, bias, x, weights):
-    """The same computation from lax.conv and the pure-jnp reference ops."""
+    """The same loss from lax.conv and the pure-jnp reference ops, written so that its
+    gradient needs no autodiff rule of the pooling ops: with non-overlapping windows,
+    unpool(pool(h)) is h where h has its window's maximum and 0 elsewhere."""
     h = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME",
                                      dimension_numbers=("NHWC", "HWIO", "NHWC")) + bias
     values, indices = reference.max_pool2d_with_indices(h, 2, data_format="NHWC")
-    out = reference.max_unpool2d(values, indices, 2, output_size=h.shape,
-                                 data_format="NHWC")
-    return jnp.sum(weights * out)
+    at_max = reference.max_unpool2d(jnp.ones_like(values), indices, 2, output_size=h.shape,
+                                    data_format="NHWC")
+    return jnp.sum(weights * h * jax.lax.stop_gradient(at_max))
 
 
 def test_model_under_nnx_jit_and_grad(x, rng):
