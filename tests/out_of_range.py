@@ -1,0 +1,38 @@
+"""The CPU kernels' run-time error for an out-of-range index, predicted with numpy.
+
+The kernels report the first bad index in the flat (memory) order of the indices
+buffer -- for NHWC that is (n, h, w, c) order -- whichever thread found it.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+# A run-time error is a JaxRuntimeError, or a plain ValueError with the same message once
+# the executable already ran successfully (jaxlib 0.10.2's C++ fast path, jax-ml/jax#34083).
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
+
+
+def expected_message(op: str, indices, output_hw: tuple[int, int],
+                     channels_last: bool) -> str | None:
+    """The error's full text for these indices, or None when every index is in range."""
+    idx = np.asarray(indices)
+    ho, wo = output_hw
+    plane = ho * wo
+    flat = idx.reshape(-1)
+    bad = np.flatnonzero((flat < 0) | (flat >= plane))
+    if bad.size == 0:
+        return None
+    k = int(bad[0])
+    shape4 = idx.shape if idx.ndim == 4 else (1, *idx.shape)
+    if channels_last:
+        n, h, w, c = np.unravel_index(k, shape4)
+        width = shape4[2]
+    else:
+        n, c, h, w = np.unravel_index(k, shape4)
+        width = shape4[3]
+    i = h * width + w
+    return (f"OUT_OF_RANGE: {op}: index {int(flat[k])} at (n={n}, c={c}, i={i}) of indices "
+            f"is out of range: valid indices are [0, {plane}) for an output plane of "
+            f"{ho}x{wo}")
