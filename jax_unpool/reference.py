@@ -7,10 +7,12 @@ index is dropped by the forward and reads 0 in the backward.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jax_unpool import _args
@@ -57,13 +59,7 @@ def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
     return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
 
 
-def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
-                   channels_last: bool = False) -> jax.Array:
-    """The forward on already-validated operands: zeros, then out[..., idx] = x.
-
-    Duplicates resolve deterministically to the largest input position: scatter-max
-    each element's (position + 1), then gather the winners (0 marks an empty slot).
-    """
+def _scatter(x, indices, output_hw, channels_last, exact_bits):
     xp, ip = _to_planes(x, channels_last), _to_planes(indices, channels_last)
     plane = output_hw[0] * output_hw[1]
     length = xp.shape[-1]
@@ -76,24 +72,67 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
         operand_batching_dims=(0, 1), scatter_indices_batching_dims=(0, 1))
     winner = lax.scatter_max(jnp.zeros_like(pos, shape=(*ip.shape[:2], plane)),
                              _drop_negative(ip, plane)[..., None], pos, planes, mode="drop")
-    bits = _as_bits(xp)
-    moved = jnp.take_along_axis(bits, jnp.maximum(winner - 1, 0), axis=-1)
-    out = lax.bitcast_convert_type(jnp.where(winner > 0, moved, jnp.zeros((), bits.dtype)),
-                                   x.dtype)
+    vals = _as_bits(xp) if exact_bits else xp
+    moved = jnp.take_along_axis(vals, jnp.maximum(winner - 1, 0), axis=-1)
+    out = jnp.where(winner > 0, moved, jnp.zeros((), vals.dtype))
+    if exact_bits:
+        out = lax.bitcast_convert_type(out, x.dtype)
     return _from_planes(out, x.shape, output_hw, channels_last)
 
 
-def gather_planes(grad_output: jax.Array, indices: jax.Array,
-                  channels_last: bool = False) -> jax.Array:
-    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
+def _gather(grad_output, indices, channels_last, exact_bits):
     h = _args.spatial_axis(grad_output.ndim, channels_last)
     plane = grad_output.shape[h] * grad_output.shape[h + 1]
     gp, ip = _to_planes(grad_output, channels_last), _to_planes(indices, channels_last)
-    out = jnp.take_along_axis(_as_bits(gp), _drop_negative(ip, plane), axis=-1,
+    vals = _as_bits(gp) if exact_bits else gp
+    out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
-    out = lax.bitcast_convert_type(out, grad_output.dtype)
+    if exact_bits:
+        out = lax.bitcast_convert_type(out, grad_output.dtype)
     hi = _args.spatial_axis(indices.ndim, channels_last)
     return _from_planes(out, indices.shape, tuple(indices.shape[hi:hi + 2]), channels_last)
+
+
+def _tangent(tangent, out, move):
+    # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
+    # scatter, linear and transposable. Integer primals have float0 tangents.
+    if tangent.dtype == jax.dtypes.float0:
+        return np.zeros(out.shape, jax.dtypes.float0)
+    return move(tangent)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
+                   channels_last: bool = False) -> jax.Array:
+    """The forward on already-validated operands: zeros, then out[..., idx] = x.
+
+    Duplicates resolve deterministically to the largest input position: scatter-max
+    each element's (position + 1), then gather the winners (0 marks an empty slot).
+    Values move as same-width unsigned ints, bit-exactly.
+    """
+    return _scatter(x, indices, output_hw, channels_last, exact_bits=True)
+
+
+@scatter_planes.defjvp
+def _scatter_planes_jvp(output_hw, channels_last, primals, tangents):
+    x, indices = primals
+    out = scatter_planes(x, indices, output_hw, channels_last)
+    return out, _tangent(tangents[0], out, lambda t: _scatter(t, indices, output_hw,
+                                                              channels_last, False))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def gather_planes(grad_output: jax.Array, indices: jax.Array,
+                  channels_last: bool = False) -> jax.Array:
+    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
+    return _gather(grad_output, indices, channels_last, exact_bits=True)
+
+
+@gather_planes.defjvp
+def _gather_planes_jvp(channels_last, primals, tangents):
+    grad_output, indices = primals
+    out = gather_planes(grad_output, indices, channels_last)
+    return out, _tangent(tangents[0], out, lambda t: _gather(t, indices, channels_last, False))
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,

@@ -103,3 +103,15 @@ def test_duplicates_gradient_follows_pytorch(rng):
     ct = jnp.array([[[[5.0, 7.0]]]])
     _, vjp = jax.vjp(lambda x: ju.max_unpool2d(x, idx, output_size=(1, 2)), x)
     np.testing.assert_array_equal(vjp(ct)[0].ravel(), [5.0, 5.0, 7.0, 7.0])
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_the_reference_is_differentiable(rng, op):
+    x, idx, hw = _pooled(rng, "NCHW")
+    g = rng.standard_normal((*x.shape[:2], *hw))
+    with jax.enable_x64(True):
+        if op == "forward":
+            f, arg = (lambda x: ju.reference.max_unpool2d(x, idx, output_size=hw)), x
+        else:
+            f, arg = (lambda g: ju.reference.max_unpool2d_backward(g, x, idx, hw)), g
+        check_grads(f, (jnp.asarray(arg),), order=2, modes=("fwd", "rev"))
