@@ -99,11 +99,13 @@ def normal_cpu_lowering_afterwards():
 def emulated(fake, fake_cann_dir):
     """Host-emulation mode for one test. The emulator's counters start from zero;
     `fake.live0` is the number of CANN objects alive before the test (0 unless an earlier
-    test leaked): no more may be alive after it."""
+    test leaked): no more objects or aclrtMalloc'ed blocks may be alive after it."""
     with npu.cpu_emulation(fake_cann_dir):
         fake.live0 = fake.baseline()
+        allocations = fake.live_allocations()
         yield fake
     assert fake.live_objects() == fake.live0 and fake.bad_destroys() == 0
+    assert fake.live_allocations() == allocations and fake.bad_frees() == 0
 
 
 # --------------------------------------------------------------------------------------
@@ -231,29 +233,6 @@ def test_vmap_is_one_aclnn_call(emulated, rng, op):
 # What the handlers hand to CANN
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op", ["forward", "backward"])
-def test_workspace_stream_and_objects(emulated, rng, op):
-    # The emulator asks for a non-zero workspace and refuses a launch whose workspace size
-    # differs from what GetWorkspaceSize returned; a success proves it was honoured.
-    shape = SHAPES[4]
-    idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
-    if op == "forward":
-        _forward()(random_values(rng, shape, "float32"), idx).block_until_ready()
-        run = FWD_RUN
-    else:
-        g = random_values(rng, _grad_shape(shape, "NCHW"), "float32")
-        _backward(shape, g.dtype)(g, idx).block_until_ready()
-        run = BWD_RUN
-    assert emulated.last_workspace_size() > 0
-    assert emulated.last_stream(run.encode()) is None  # host emulation: no stream
-    assert emulated.live_objects() == emulated.live0 and emulated.live_allocations() == 0
-    assert emulated.bad_destroys() == 0
-
-
-# --------------------------------------------------------------------------------------
-# Errors from CANN reach Python; nothing leaks
-# --------------------------------------------------------------------------------------
-
 def _run_op(op, rng, idx=None):
     shape = SHAPES[4]
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1]) if idx is None else idx
@@ -262,6 +241,26 @@ def _run_op(op, rng, idx=None):
     g = random_values(rng, _grad_shape(shape, "NCHW"), "float32")
     return _backward(shape, g.dtype)(g, idx).block_until_ready()
 
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_workspace_stream_and_objects(emulated, rng, op):
+    _run_op(op, rng)
+    run = FWD_RUN if op == "forward" else BWD_RUN
+    # The emulator asks for a non-zero workspace and refuses a launch whose workspace
+    # size differs from what GetWorkspaceSize returned: the success proves it was honoured.
+    assert emulated.last_workspace_size() > 0
+    # Host emulation: no stream (CANN's default), the workspace from aclrtMalloc, freed
+    # once the stream is synchronised.
+    assert emulated.last_stream(run.encode()) is None
+    assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
+                                             b"aclrtFree")] == [1, 1, 1]
+    assert emulated.live_allocations() == 0 and emulated.bad_frees() == 0
+    assert emulated.live_objects() == emulated.live0 and emulated.bad_destroys() == 0
+
+
+# --------------------------------------------------------------------------------------
+# Errors from CANN reach Python; nothing leaks
+# --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("status,name", [
     (161001, "ACLNN_ERR_PARAM_NULLPTR"), (161002, "ACLNN_ERR_PARAM_INVALID"),
@@ -286,6 +285,27 @@ def test_object_creation_failure_destroys_what_was_created(emulated, rng, op):
     with pytest.raises(RUNTIME_ERRORS, match="aclCreateIntArray failed: injected: no int"):
         _run_op(op, rng)
     assert emulated.live_objects() == emulated.live0 and emulated.bad_destroys() == 0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_workspace_allocation_failure_destroys_the_unrun_executor(emulated, rng, op):
+    emulated.fail_next(b"aclrtMalloc", 207001, b"injected: out of device memory")
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        _run_op(op, rng)
+    assert ("aclrtMalloc of the workspace failed with error 207001: injected: out of device "
+            "memory") in str(err.value)
+    assert emulated.call_count((FWD_RUN if op == "forward" else BWD_RUN).encode()) == 0
+    assert emulated.live_executors() == 0 and emulated.live_objects() == emulated.live0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_failed_synchronisation_reaches_python_and_frees_the_workspace(emulated, rng, op):
+    emulated.fail_next(b"aclrtSynchronizeStream", 507000, b"injected: stream broke")
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        _run_op(op, rng)
+    assert "aclrtSynchronizeStream failed with error 507000: injected: stream broke" in str(
+        err.value)
+    assert emulated.live_allocations() == 0 and emulated.call_count(b"aclrtFree") == 1
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])

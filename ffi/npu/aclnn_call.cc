@@ -135,6 +135,35 @@ class ExecutorOwner {
   aclOpExecutor* executor_;
 };
 
+// aclrtMalloc'ed memory, freed by the destructor. The owner synchronises the stream
+// first whenever a launch may still be using it.
+class RtMemory {
+ public:
+  explicit RtMemory(const CannLibrary& cann) : cann_(cann) {}
+  ~RtMemory() {
+    if (data_ != nullptr) cann_.rt_free(data_);
+  }
+  RtMemory(const RtMemory&) = delete;
+  RtMemory& operator=(const RtMemory&) = delete;
+  aclError Allocate(uint64_t bytes) {
+    void* p = nullptr;
+    const aclError e = cann_.rt_malloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST);
+    if (e == 0) data_ = p;
+    return e;
+  }
+  void* data() const { return data_; }
+
+ private:
+  const CannLibrary& cann_;
+  void* data_ = nullptr;
+};
+
+ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* function,
+                        aclError error) {
+  return ffi::Error::Internal(std::string(op) + ": " + function + " failed with error " +
+                              std::to_string(error) + ": " + cann.RecentErrorMessage());
+}
+
 }  // namespace
 
 ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
@@ -143,22 +172,24 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
                        AclnnRunFn run) {
   ExecutorOwner owner(cann, executor);
   if (status != ACLNN_SUCCESS) return StatusError(cann, op, get_workspace_size_name, status);
+  RtMemory rt_memory(cann);  // declared before the launch: freed after the final sync
   void* workspace = nullptr;
   if (workspace_size > 0) {
-    workspace = launch.allocate(workspace_size);
+    if (launch.scratch) workspace = launch.scratch(workspace_size);
     if (workspace == nullptr) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        std::string(op) + ": cannot allocate the " +
-                            std::to_string(workspace_size) + "-byte workspace that " +
-                            get_workspace_size_name + " asked for");
+      if (const aclError e = rt_memory.Allocate(workspace_size); e != 0) {
+        return RuntimeError(cann, op, "aclrtMalloc of the workspace", e);
+      }
+      workspace = rt_memory.data();
     }
   }
   status = run(workspace, workspace_size, owner.release(), launch.stream);
   if (status != ACLNN_SUCCESS) return StatusError(cann, op, run_name, status);
-  if (launch.synchronize) {
+  if (rt_memory.data() != nullptr) {
+    // aclrtFree must not pull the workspace from under a running kernel. (A failed sync
+    // means a broken stream: the memory is freed all the same rather than leaked.)
     if (const aclError e = cann.synchronize_stream(launch.stream); e != 0) {
-      return ffi::Error::Internal(std::string(op) + ": aclrtSynchronizeStream failed with error " +
-                                  std::to_string(e) + ": " + cann.RecentErrorMessage());
+      return RuntimeError(cann, op, "aclrtSynchronizeStream", e);
     }
   }
   return ffi::Error::Success();

@@ -6,8 +6,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,13 +72,13 @@ class AclObjects {
   std::string failure_;
 };
 
-// Where the workspace comes from and which stream runs the op.
+// Which stream runs the op and where its workspace comes from.
 struct Launch {
   aclrtStream stream = nullptr;
-  // Memory of `bytes` bytes that stays valid until the op has finished; nullptr if none.
-  std::function<void*(uint64_t bytes)> allocate;
-  // Wait for the stream before returning: the host workspace dies with the handler.
-  bool synchronize = false;
+  // XLA's scratch memory of `bytes` bytes, freed by XLA in stream order; nullptr if it
+  // has none. Without it (or when it fails) the workspace comes from aclrtMalloc and is
+  // freed after aclrtSynchronizeStream.
+  std::function<void*(uint64_t bytes)> scratch;
 };
 
 // The second phase: given GetWorkspaceSize's status, workspace size and executor,
@@ -95,16 +93,17 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 // The loaded CANN, or the error telling the user to load it.
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op);
 
-// Calls impl(launch) with the XLA stream and XLA scratch memory for the workspace.
+// Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.
 template <typename Impl>
 ffi::Error OnDevice(void* stream, ffi::ScratchAllocator& scratch, Impl&& impl) {
   try {
     Launch launch;
     launch.stream = stream;
-    launch.allocate = [&scratch](uint64_t bytes) -> void* {
-      constexpr size_t kAlignment = 512;  // CANN's device memory alignment
-      std::optional<void*> p = scratch.Allocate(bytes, kAlignment);
+    launch.scratch = [&scratch](uint64_t bytes) -> void* {
+      // 16: the largest alignment XLA's FFI allocator grants (device allocators align
+      // more in practice).
+      std::optional<void*> p = scratch.Allocate(bytes, 16);
       return p ? *p : nullptr;
     };
     return impl(launch);
@@ -115,19 +114,14 @@ ffi::Error OnDevice(void* stream, ffi::ScratchAllocator& scratch, Impl&& impl) {
   }
 }
 
-// Calls impl(launch) in host-emulation mode: host memory for the workspace, no stream
-// (the default stream, nullptr, which is synchronised before the workspace is freed).
+// Calls impl(launch) in host-emulation mode: the CPU platform has no stream to give
+// (nullptr, CANN's default stream) and no device memory, so the workspace comes from
+// aclrtMalloc -- host memory in an emulated CANN -- the same path as a device whose
+// plugin grants no scratch memory.
 template <typename Impl>
 ffi::Error OnHost(Impl&& impl) {
   try {
-    std::unique_ptr<std::byte[]> memory;
-    Launch launch;
-    launch.synchronize = true;
-    launch.allocate = [&memory](uint64_t bytes) -> void* {
-      memory.reset(new (std::nothrow) std::byte[bytes]);
-      return memory.get();
-    };
-    return impl(launch);
+    return impl(Launch{});
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jax_unpool aclnn handler: ") + e.what());
   } catch (...) {

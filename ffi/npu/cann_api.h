@@ -4,6 +4,7 @@
 // time (cann_library.cc). The enums are C enums in CANN, hence int-sized here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -85,6 +86,9 @@ using DestroyExecutorFn = aclnnStatus (*)(aclOpExecutor* executor);
 // libascendcl.so
 using GetRecentErrMsgFn = const char* (*)();
 using SynchronizeStreamFn = aclError (*)(aclrtStream stream);
+using RtMallocFn = aclError (*)(void** dev_ptr, size_t size, int policy);
+using RtFreeFn = aclError (*)(void* dev_ptr);
+constexpr int ACL_MEM_MALLOC_HUGE_FIRST = 0;
 
 // libopapi.so / libopapi_nn.so
 using MaxUnpool2dGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self,

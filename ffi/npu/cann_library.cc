@@ -111,6 +111,8 @@ std::optional<CannLibrary> Open(const std::string& ascendcl, const std::string& 
   Resolve(nnop, "aclDestroyAclOpExecutor", &lib.destroy_executor);
   need(acl, "aclGetRecentErrMsg", &lib.get_recent_err_msg);
   need(acl, "aclrtSynchronizeStream", &lib.synchronize_stream);
+  need(acl, "aclrtMalloc", &lib.rt_malloc);
+  need(acl, "aclrtFree", &lib.rt_free);
   need_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",

@@ -41,6 +41,8 @@ struct CannLibrary {
   DestroyExecutorFn destroy_executor = nullptr;  // optional: older CANN lacks it
   GetRecentErrMsgFn get_recent_err_msg = nullptr;
   SynchronizeStreamFn synchronize_stream = nullptr;
+  RtMallocFn rt_malloc = nullptr;
+  RtFreeFn rt_free = nullptr;
   MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
