@@ -12,6 +12,11 @@ from jax_unpool import _jax_unpool
 
 MAX_UNPOOL2D_TARGET = "jax_unpool_max_unpool2d_v1"
 MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"
+# The Ascend NPU handlers (registered by jax_unpool.npu.register).
+ACLNN_MAX_UNPOOL2D_TARGET = "jax_unpool_aclnn_max_unpool2d_v1"
+ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_v1"
+STABLE_TARGETS = (MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
+                  ACLNN_MAX_UNPOOL2D_TARGET, ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET)
 
 _CPU_TARGETS = {
     "max_unpool2d": MAX_UNPOOL2D_TARGET,
@@ -31,5 +36,4 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     (a change gets a new ``_vN`` target), so a serialized artifact keeps running in any
     process that has imported ``jax_unpool``.
     """
-    return [jax.export.DisabledSafetyCheck.custom_call(target)
-            for target in _CPU_TARGETS.values()]
+    return [jax.export.DisabledSafetyCheck.custom_call(target) for target in STABLE_TARGETS]

@@ -36,7 +36,7 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _jax_unpool, _primitives, _sharding, reference
+from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, reference
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 
 __all__ = [
@@ -51,8 +51,8 @@ __all__ = [
 ]
 
 # Stable and versioned, like the CPU targets: jax.export artifacts record them.
-MAX_UNPOOL2D_TARGET = "jax_unpool_aclnn_max_unpool2d_v1"
-MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_v1"
+MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
+MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
