@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_oracle
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 from out_of_range import RUNTIME_ERRORS, expected_message
 
@@ -355,8 +355,16 @@ def check_malformed_call(op: str, api, ref, values, indices, channels_last: bool
     return "ran, equals the reference"
 
 
+# A plane past int32: rejected with int32 indices, accepted (not run) with int64 ones.
+HUGE_PLANE_CALLS = [Call(np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 2, 2), dtype), None,
+                         {"output_size": (46341, 46341), "data_format": "NCHW"}, True)
+                    for dtype in (np.int32, np.int64)]
+
+
 @settings(max_examples=150, **SETTINGS)
 @given(forward_calls())
+@example(HUGE_PLANE_CALLS[0])
+@example(HUGE_PLANE_CALLS[1])
 def test_malformed_forward_fails_cleanly_or_matches_reference(call):
     kw = call.kwargs
     with jax.enable_x64(call.x64):

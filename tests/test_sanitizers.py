@@ -45,6 +45,10 @@ def toolchain() -> dict[str, str]:
     return {"cxx": cxx, "cmake": cmake, "preload": " ".join(runtimes)}
 
 
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+
+
 @pytest.fixture(scope="module")
 def sanitized_package(request, tmp_path_factory, toolchain) -> Path:
     """A directory holding jax_unpool (this checkout's sources) with the sanitized module."""
@@ -55,8 +59,11 @@ def sanitized_package(request, tmp_path_factory, toolchain) -> Path:
                  "-DJAX_UNPOOL_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                  "-DSKBUILD_PROJECT_NAME=jax_unpool", f"-DPython_EXECUTABLE={sys.executable}",
                  f"-DCMAKE_CXX_COMPILER={toolchain['cxx']}"]
-    for cmd in (configure, [toolchain["cmake"], "--build", str(build), "-j", "2"]):
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    compile_ = [toolchain["cmake"], "--build", str(build), "-j", "2"]
+    if _run(configure).returncode != 0:  # e.g. a cache left by a checkout at another path
+        shutil.rmtree(build, ignore_errors=True)
+    for cmd in (configure, compile_):
+        done = _run(cmd)
         assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
     (module,) = build.glob("_jax_unpool*.so")
     package = Path(root) / "pkg" / "jax_unpool"
