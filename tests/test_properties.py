@@ -36,7 +36,7 @@ UNMOVABLE_DTYPES = [np.dtype(d) for d in (np.complex128, jnp.int4, jnp.uint4)]
 BAD_INDEX_DTYPES = [np.dtype(d) for d in (np.int16, np.uint8, np.uint32, np.float32, np.bool_)]
 
 SETTINGS = {"deadline": None, "derandomize": True, "database": None,
-                "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 fwd_ffi = jax.jit(ju.max_unpool2d, static_argnames=("output_size", "data_format"))
 fwd_ref = jax.jit(reference.max_unpool2d, static_argnames=("output_size", "data_format"))
