@@ -49,6 +49,10 @@ TINY_SHAPE = (1, 3, 4, 4)
 QUICK_SHAPES = ((2, 4, 8, 8), TINY_SHAPE)
 KERNEL = 2  # 2x2 windows, stride 2: outputs are (2H, 2W)
 SAMPLE_SECONDS = 5e-3  # a sample repeats a fast call until it lasts about this long
+# Idle time before each sample: OpenMP (torch) and Eigen (XLA) worker threads spin for a
+# while after a parallel region, and on a small machine whoever runs next would share
+# the cores with them.
+PAUSE_SECONDS = 0.01
 
 # The targets of the performance issue, checked on float32 values with int32 indices.
 TARGETS = {
@@ -95,7 +99,8 @@ def _nhwc(a: np.ndarray) -> np.ndarray:
 
 def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dict[str, float]:
     """Median milliseconds per call of each zero-argument call. The calls take turns
-    sample by sample; a sample repeats a fast call until it lasts ~SAMPLE_SECONDS."""
+    sample by sample, after a pause; a sample repeats a fast call until it lasts
+    ~SAMPLE_SECONDS."""
     repeat = {}
     for name, call in calls.items():
         for _ in range(warmup):
@@ -107,6 +112,7 @@ def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dic
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(reps):
         for name, call in calls.items():
+            time.sleep(PAUSE_SECONDS)
             start = time.perf_counter()
             for _ in range(repeat[name]):
                 call()

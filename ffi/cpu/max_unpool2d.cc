@@ -1,7 +1,8 @@
 // CPU forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i].
 // Each plane is zero-filled and scattered in one pass while it is in cache; inside a
 // plane positions go in flat order, so among duplicated indices the largest input
-// position wins, deterministically (PyTorch CPU's sequential behaviour).
+// position wins, deterministically (PyTorch CPU's sequential behaviour). The range check
+// rides along (IndexRange): a plane with a bad index fails the call.
 #include <cstring>
 #include <vector>
 
@@ -12,18 +13,18 @@
 namespace jax_unpool {
 namespace {
 
-// NCHW: each plane is checked, zero-filled and scattered in one go while it is in cache.
+// NCHW: each plane is zero-filled and scattered in one go while it is in cache.
 template <typename V, typename I>
 BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* out, int64_t n,
                        int64_t c0, int64_t c1) {
   for (int64_t c = c0; c < c1; ++c) {
-    BadIndex bad = CheckBlock(g, indices, n, c, c + 1, 0, g.L);
-    if (bad.found()) return bad;
     const V* src = x + g.in_offset(n, c, 0);
     const I* idx = indices + g.in_offset(n, c, 0);
     V* dst = out + g.out_offset(n, c, 0);
+    IndexRange<I> range(g.Lo);
     std::memset(dst, 0, sizeof(V) * g.Lo);
-    for (int64_t i = 0; i < g.L; ++i) dst[idx[i]] = src[i];
+    for (int64_t i = 0; i < g.L; ++i) dst[range.Clamp(idx[i])] = src[i];
+    if (range.failed()) return FindBadIndex(g, indices, n, c, c + 1, 0, g.L);
   }
   return BadIndex{};
 }
@@ -50,20 +51,20 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
     }
     zeroed[b] = 1;
   };
+  IndexRange<I> range(g.Lo);
   const int64_t rows = RowsPerBlock(cols, sizeof(I));
   for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
     const int64_t i1 = std::min(g.L, i0 + rows);
-    BadIndex bad = CheckBlock(g, indices, n, c0, c1, i0, i1);
-    if (bad.found()) return bad;
     for (int64_t i = i0; i < i1; ++i) {
       const V* src = x + g.in_offset(n, c0, i);
       const I* idx = indices + g.in_offset(n, c0, i);
       for (int64_t j = 0; j < cols; ++j) {
-        const int64_t o = static_cast<int64_t>(idx[j]);
+        const int64_t o = static_cast<int64_t>(range.Clamp(idx[j]));
         if (!zeroed[o >> shift]) zero_block(o >> shift);
         dst[o * g.C + j] = src[j];
       }
     }
+    if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
   }
   for (int64_t b = 0; b < static_cast<int64_t>(zeroed.size()); ++b)
     if (!zeroed[b]) zero_block(b);

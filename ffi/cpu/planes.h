@@ -90,32 +90,36 @@ std::make_unsigned_t<I> LastValidIndex(int64_t Lo) {
   return static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(Lo), cap) - 1);
 }
 
-// Exact check of a rows x cols block of indices (rows `row_stride` apart); returns
-// r * cols + col of the first bad one in flat order, or -1. The scan ORs v | (last - v)
-// over the block: its sign bit is set iff some v < 0 or v > last (last < 2^(bits-1); a
-// plane with no position at all has last = all ones and fails every index). Subtract
-// and OR vectorise on every x86-64, compares of unsigned integers do not. The exact
-// search runs only on failure.
+// The range check the kernels fuse into their loops: Clamp(i) gives the plane position
+// to access for index i, inside the plane whatever i is, and remembers whether i was out
+// of range. It ORs v | (last - v), whose sign bit is set iff v < 0 or v > last (last <
+// 2^(bits-1)); subtract, OR and min vectorise on every x86-64 and need no branch. After a
+// block, failed() says whether to search it for the first bad index, and the call then
+// fails, so whatever the clamped accesses moved is never returned. Needs Lo > 0.
 template <typename I>
-int64_t FirstBadIndex(const I* idx, int64_t rows, int64_t cols, int64_t row_stride,
-                      std::make_unsigned_t<I> last) {
+class IndexRange {
+ public:
   using U = std::make_unsigned_t<I>;
-  constexpr int kSign = std::numeric_limits<U>::digits - 1;
-  const auto outside = [last](I i) {
+  explicit IndexRange(int64_t Lo) : last_(LastValidIndex<I>(Lo)) {}
+
+  U Clamp(I i) {
     const U v = static_cast<U>(i);
-    return static_cast<U>(v | static_cast<U>(last - v));  // sign bit: i is out of range
-  };
-  U acc = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const I* row = idx + r * row_stride;
-    for (int64_t j = 0; j < cols; ++j) acc |= outside(row[j]);
+    seen_ |= Outside(v);
+    return std::min(v, last_);
   }
-  if (!(acc >> kSign)) return -1;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j)
-      if (outside(idx[r * row_stride + j]) >> kSign) return r * cols + j;
-  return -1;
-}
+  // The same position, unrecorded (for prefetches).
+  U Position(I i) const { return std::min(static_cast<U>(i), last_); }
+  bool failed() const { return (seen_ >> kSign) != 0; }
+  void MarkFailed() { seen_ = ~U{0}; }  // for vector loops that run the test themselves
+  U last() const { return last_; }
+  bool IsBad(I i) const { return (Outside(static_cast<U>(i)) >> kSign) != 0; }
+
+ private:
+  static constexpr int kSign = std::numeric_limits<U>::digits - 1;
+  U Outside(U v) const { return static_cast<U>(v | static_cast<U>(last_ - v)); }
+  U last_;
+  U seen_ = 0;
+};
 
 // Runs `chunk(u0, u1) -> BadIndex` over the planes [0, units) in contiguous chunks and
 // returns the error of the first bad index in flat order, whichever chunk found it.
@@ -188,30 +192,30 @@ BadIndex ForEachImageSpan(const PlaneGeometry& g, int64_t u0, int64_t u1, Span s
   return BadIndex{};
 }
 
-// Checks the indices of positions [i0, i1) of planes [c0, c1) of image n, in flat order,
-// and returns the first bad one. The kernels check a block this way just before moving
-// it, while its indices are in cache.
+// The first bad index among positions [i0, i1) of planes [c0, c1) of image n, in flat
+// order: the search a kernel runs once IndexRange::failed() says there is one.
 template <typename I>
-BadIndex CheckBlock(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1,
-                    int64_t i0, int64_t i1) {
-  const auto last = LastValidIndex<I>(g.Lo);
+BadIndex FindBadIndex(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0,
+                      int64_t c1, int64_t i0, int64_t i1) {
+  const IndexRange<I> range(g.Lo);
+  const auto found = [&](int64_t c, int64_t i) {
+    const int64_t flat = g.in_offset(n, c, i);
+    return BadIndex{flat, static_cast<int64_t>(indices[flat]), n, c, i};
+  };
   if (!g.channels_last) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t base = g.in_offset(n, c, i0);
-      const int64_t k = FirstBadIndex(indices + base, 1, i1 - i0, 0, last);
-      if (k >= 0) return BadIndex{base + k, static_cast<int64_t>(indices[base + k]), n, c, i0 + k};
-    }
-    return BadIndex{};
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = i0; i < i1; ++i)
+        if (range.IsBad(indices[g.in_offset(n, c, i)])) return found(c, i);
+  } else {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t c = c0; c < c1; ++c)
+        if (range.IsBad(indices[g.in_offset(n, c, i)])) return found(c, i);
   }
-  const int64_t cols = c1 - c0;
-  const int64_t k = FirstBadIndex(indices + g.in_offset(n, c0, i0), i1 - i0, cols, g.C, last);
-  if (k < 0) return BadIndex{};
-  const int64_t i = i0 + k / cols, c = c0 + k % cols, flat = g.in_offset(n, c, i);
-  return BadIndex{flat, static_cast<int64_t>(indices[flat]), n, c, i};
+  return BadIndex{};
 }
 
-// Positions per block of an NHWC span: blocks of about kBlockBytes of indices are
-// checked, then moved, while they are in L1.
+// Positions per block of an NHWC span: a block of about kBlockBytes of indices is moved,
+// then its range check is looked at, so that a bad index stops the span soon.
 inline int64_t RowsPerBlock(int64_t cols, int64_t index_bytes) {
   constexpr int64_t kBlockBytes = 16 << 10;
   return std::max<int64_t>(1, kBlockBytes / (cols * index_bytes));
