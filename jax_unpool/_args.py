@@ -103,6 +103,10 @@ def unpool_output_hw(fn: str, shape: Sequence[int], channels_last: bool, kernel_
     if kernel_size is None:
         if output_size is None:
             raise ValueError(f"{fn}: one of kernel_size or output_size is required, got neither")
+        if stride is not None or padding != 0:
+            raise ValueError(
+                f"{fn}: stride and padding need kernel_size, got kernel_size=None with "
+                f"stride={stride!r}, padding={padding!r}")
         return output_hw(fn, output_size, len(shape), channels_last)
     kernel = positive_pair(fn, "kernel_size", kernel_size)
     strides = kernel if stride is None else positive_pair(fn, "stride", stride)

@@ -49,6 +49,11 @@ TRACE_TIME_CASES = {
                           r"max_unpool2d: output_size must be an int or a pair of ints"),
     "no size": (unpool(output_size=None), ValueError,
                 r"max_unpool2d: one of kernel_size or output_size is required"),
+    "stride without kernel": (unpool(stride="junk"), ValueError,
+                              r"max_unpool2d: stride and padding need kernel_size, got "
+                              r"kernel_size=None with stride='junk', padding=0"),
+    "padding without kernel": (unpool(padding=-5), ValueError,
+                               r"max_unpool2d: stride and padding need kernel_size"),
     "kernel zero": (unpool(output_size=None, kernel_size=0), ValueError,
                     r"max_unpool2d: kernel_size must be positive, got 0"),
     "stride negative": (unpool(output_size=None, kernel_size=2, stride=-1), ValueError,
