@@ -1,44 +1,39 @@
 // The inner loop of the backward: one row of a gather with its range check,
-//   dst[k] = src[Clamp(idx[k]) * stride + k * step]   for k in [0, count),
+//   dst[k] = src[idx[k] * stride + k * step]   for k in [0, count),
 // with (stride, step) = (1, 0) inside an NCHW plane and (C, 1) across the channels of an
 // NHWC position. x86-64's baseline (SSE2) has no gather instruction, so 4- and 8-byte
-// values also get an AVX2 version (vpgather*), compiled for AVX2 alone and chosen at run
-// time: it moves 4 or 8 values per instruction where the scalar loop moves one, which
-// is what bounds the gather once its data is in cache.
+// values also get an AVX2 version (vpgather*, see simd.h): it moves 4 or 8 values per
+// instruction where the scalar loop moves one, which is what bounds the gather once its
+// data is in cache.
 #pragma once
 
 #include <cstdint>
 
 #include "cpu/planes.h"
+#include "cpu/simd.h"
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#if JAX_UNPOOL_HAVE_AVX2
 #include <immintrin.h>
-#define JAX_UNPOOL_HAVE_AVX2_GATHER 1
-#else
-#define JAX_UNPOOL_HAVE_AVX2_GATHER 0
 #endif
 
 namespace jax_unpool {
 
+// Checks the row first: the check vectorises, the gather does not.
 template <typename V, typename I>
 void GatherRowScalar(const V* src, const I* idx, V* dst, int64_t count, int64_t stride,
                      int64_t step, IndexRange<I>& range) {
+  if (!range.Admit(idx, count)) return;
   for (int64_t k = 0; k < count; ++k)
-    dst[k] = src[static_cast<int64_t>(range.Clamp(idx[k])) * stride + k * step];
+    dst[k] = src[static_cast<int64_t>(idx[k]) * stride + k * step];
 }
 
-#if JAX_UNPOOL_HAVE_AVX2_GATHER
-
-inline bool CpuHasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return has;
-}
+#if JAX_UNPOOL_HAVE_AVX2
 
 // Gathers a prefix of the row and returns its length; the caller does the rest. Needs
-// a 4- or 8-byte V and every offset pos * stride + k * step below 2^31.
+// a 4- or 8-byte V and every offset pos * stride + k * step below 2^31. The range check
+// rides along in the vector registers: each index is clamped into the plane, so no
+// access leaves it, and a bad one marks `range` failed (the caller then searches for it
+// and fails the call, so what the clamped lanes moved is never returned).
 template <typename V, typename I>
 __attribute__((target("avx2"))) int64_t GatherRowAvx2(const V* src, const I* idx, V* dst,
                                                        int64_t count, int64_t stride,
@@ -122,7 +117,7 @@ __attribute__((target("avx2"))) int64_t GatherRowAvx2(const V* src, const I* idx
   return k;
 }
 
-#endif  // JAX_UNPOOL_HAVE_AVX2_GATHER
+#endif  // JAX_UNPOOL_HAVE_AVX2
 
 // Gathers rows with the AVX2 loop where it applies (decided once per call) and the
 // scalar loop for the rest.
@@ -131,7 +126,7 @@ class RowGatherer {
  public:
   // `offset_limit`: one past the largest offset pos * stride + k * step of the call.
   explicit RowGatherer(int64_t offset_limit) {
-#if JAX_UNPOOL_HAVE_AVX2_GATHER
+#if JAX_UNPOOL_HAVE_AVX2
     vector_ = sizeof(V) >= 4 && offset_limit <= (int64_t{1} << 31) && CpuHasAvx2();
 #else
     (void)offset_limit;
@@ -141,7 +136,7 @@ class RowGatherer {
   void operator()(const V* src, const I* idx, V* dst, int64_t count, int64_t stride,
                   int64_t step, IndexRange<I>& range) const {
     int64_t done = 0;
-#if JAX_UNPOOL_HAVE_AVX2_GATHER
+#if JAX_UNPOOL_HAVE_AVX2
     if constexpr (sizeof(V) >= 4) {
       if (vector_) done = GatherRowAvx2(src, idx, dst, count, stride, step, range);
     }

@@ -1,8 +1,8 @@
 // CPU forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i].
 // Each plane is zero-filled and scattered in one pass while it is in cache; inside a
 // plane positions go in flat order, so among duplicated indices the largest input
-// position wins, deterministically (PyTorch CPU's sequential behaviour). The range check
-// rides along (IndexRange): a plane with a bad index fails the call.
+// position wins, deterministically (PyTorch CPU's sequential behaviour). Every run of
+// indices is range-checked (IndexRange) just before it is used: a bad one fails the call.
 #include <cstring>
 #include <vector>
 
@@ -22,9 +22,9 @@ BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* 
     const I* idx = indices + g.in_offset(n, c, 0);
     V* dst = out + g.out_offset(n, c, 0);
     IndexRange<I> range(g.Lo);
+    if (!range.Admit(idx, g.L)) return FindBadIndex(g, indices, n, c, c + 1, 0, g.L);
     std::memset(dst, 0, sizeof(V) * g.Lo);
-    for (int64_t i = 0; i < g.L; ++i) dst[range.Clamp(idx[i])] = src[i];
-    if (range.failed()) return FindBadIndex(g, indices, n, c, c + 1, 0, g.L);
+    for (int64_t i = 0; i < g.L; ++i) dst[idx[i]] = src[i];
   }
   return BadIndex{};
 }
@@ -55,16 +55,17 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
   const int64_t rows = RowsPerBlock(cols, sizeof(I));
   for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
     const int64_t i1 = std::min(g.L, i0 + rows);
+    for (int64_t i = i0; i < i1; ++i) range.Admit(indices + g.in_offset(n, c0, i), cols);
+    if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
     for (int64_t i = i0; i < i1; ++i) {
       const V* src = x + g.in_offset(n, c0, i);
       const I* idx = indices + g.in_offset(n, c0, i);
       for (int64_t j = 0; j < cols; ++j) {
-        const int64_t o = static_cast<int64_t>(range.Clamp(idx[j]));
+        const int64_t o = static_cast<int64_t>(idx[j]);
         if (!zeroed[o >> shift]) zero_block(o >> shift);
         dst[o * g.C + j] = src[j];
       }
     }
-    if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
   }
   for (int64_t b = 0; b < static_cast<int64_t>(zeroed.size()); ++b)
     if (!zeroed[b]) zero_block(b);
