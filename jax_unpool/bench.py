@@ -98,9 +98,12 @@ def _nhwc(a: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dict[str, float]:
-    """Median milliseconds per call of each zero-argument call. The calls take turns
-    sample by sample, after a pause; a sample repeats a fast call until it lasts
-    ~SAMPLE_SECONDS."""
+    """Median milliseconds per call of each zero-argument call, in its steady state. The
+    calls take turns sample by sample, in an order that rotates; before a sample come a
+    pause and an untimed call; a sample repeats a fast call until it lasts
+    ~SAMPLE_SECONDS. (Taking turns spreads load from elsewhere over all calls alike;
+    the untimed call gives each sample the same cache state: without it, whoever's
+    data some earlier call left in the last-level cache -- hundreds of MB here -- wins.)"""
     repeat = {}
     for name, call in calls.items():
         for _ in range(warmup):
@@ -110,14 +113,25 @@ def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dic
         once = time.perf_counter() - start
         repeat[name] = max(1, min(2000, int(SAMPLE_SECONDS / max(once, 1e-7))))
     samples: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(reps):
-        for name, call in calls.items():
+    names = list(calls)
+    for rep in range(reps):
+        # The order rotates: each call follows each other one in turn.
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            call = calls[name]
             time.sleep(PAUSE_SECONDS)
+            call()  # untimed: the timed call finds its own data, not another's, in cache
             start = time.perf_counter()
             for _ in range(repeat[name]):
                 call()
             samples[name].append((time.perf_counter() - start) / repeat[name])
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
+
+
+def inputs(*arrays: np.ndarray) -> list[jax.Array]:
+    """Fresh copies: every contender reads its own, for one that read what another has
+    just read would find it in cache and win for that alone. (The numpy copy comes first:
+    on CPU a device array may share an aligned numpy array's memory.)"""
+    return [jnp.asarray(np.array(a, copy=True)) for a in arrays]
 
 
 def _jax_call(fn: Callable, *args: Any) -> Callable[[], Any]:
@@ -167,19 +181,21 @@ def _unpool_rows(shape, dtype, index_dtype, torch, reps, warmup, rng) -> list[di
     x_np = _values(rng, shape, dtype)
     i_np = pool_indices(rng, shape).astype(index_dtype)
     g_np = _values(rng, out_shape, dtype)
-    x, i, g = jnp.asarray(x_np), jnp.asarray(i_np), jnp.asarray(g_np)
-    x_struct = jax.ShapeDtypeStruct(shape, x.dtype)
+    x_struct = jax.ShapeDtypeStruct(shape, x_np.dtype)
 
     ours_fwd = jax.jit(lambda x, i: ju.max_unpool2d(x, i, KERNEL))
     xla_fwd = jax.jit(lambda x, i: ju.reference.max_unpool2d(x, i, KERNEL))
     ours_bwd = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x_struct, i, hw_out))
     xla_bwd = jax.jit(lambda g, i: ju.reference.max_unpool2d_backward(g, x_struct, i, hw_out))
-    copy, total = _checked_copy(g), jax.jit(jnp.sum)
+    copy, total = _checked_copy(jnp.asarray(g_np)), jax.jit(jnp.sum)
 
-    fwd = {"jax_unpool": _jax_call(ours_fwd, x, i), "xla": _jax_call(xla_fwd, x, i),
-           "roofline": _jax_call(copy, g)}
-    bwd = {"jax_unpool": _jax_call(ours_bwd, g, i), "xla": _jax_call(xla_bwd, g, i),
-           "roofline_sum": _jax_call(total, g), "roofline_copy": _jax_call(copy, x)}
+    fwd = {"jax_unpool": _jax_call(ours_fwd, *inputs(x_np, i_np)),
+           "xla": _jax_call(xla_fwd, *inputs(x_np, i_np)),
+           "roofline": _jax_call(copy, *inputs(g_np))}
+    bwd = {"jax_unpool": _jax_call(ours_bwd, *inputs(g_np, i_np)),
+           "xla": _jax_call(xla_bwd, *inputs(g_np, i_np)),
+           "roofline_sum": _jax_call(total, *inputs(g_np)),
+           "roofline_copy": _jax_call(copy, *inputs(x_np))}
     if torch is not None:
         tx, tg = _to_torch(torch, x_np), _to_torch(torch, g_np)
         ti = torch.from_numpy(i_np.astype(np.int64))  # torch's index type
