@@ -316,6 +316,10 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _ms(v: float | None) -> str:
+    return _fmt(v, ".4f" if v is not None and v < 0.1 else ".2f")  # tiny shapes: to 0.1 us
+
+
 def format_table(rows: list[dict], summary: dict[str, dict]) -> str:
     lines = []
     unpool = [r for r in rows if r["section"] == "unpool"]
@@ -328,8 +332,8 @@ def format_table(rows: list[dict], summary: dict[str, dict]) -> str:
         for r in unpool:
             lines.append(
                 f"{r['op']:<9}{'x'.join(map(str, r['shape'])):<20}{r['dtype']:<10}"
-                f"{r['index_dtype']:<7}{_fmt(r['jax_unpool_ms']):>9}{_fmt(r['xla_ms']):>9}"
-                f"{_fmt(r['torch_ms']):>9}{_fmt(r['roofline_ms']):>9}"
+                f"{r['index_dtype']:<7}{_ms(r['jax_unpool_ms']):>9}{_ms(r['xla_ms']):>9}"
+                f"{_ms(r['torch_ms']):>9}{_ms(r['roofline_ms']):>9}"
                 f"{_fmt(r['speedup_vs_xla']):>10}{_fmt(r['speedup_vs_torch']):>11}"
                 f"{_fmt(r['vs_roofline']):>10}")
     layout = [r for r in rows if r["section"] == "layout"]
@@ -340,7 +344,7 @@ def format_table(rows: list[dict], summary: dict[str, dict]) -> str:
         lines += [head, "-" * len(head)]
         for r in layout:
             lines.append(f"{r['op']:<9}{'x'.join(map(str, r['shape'])):<20}{r['dtype']:<10}"
-                         f"{r['index_dtype']:<7}{_fmt(r['nchw_ms']):>9}{_fmt(r['nhwc_ms']):>9}"
+                         f"{r['index_dtype']:<7}{_ms(r['nchw_ms']):>9}{_ms(r['nhwc_ms']):>9}"
                          f"{_fmt(r['nhwc_vs_nchw']):>11}")
     pool = [r for r in rows if r["section"] == "pool"]
     if pool:
@@ -350,7 +354,7 @@ def format_table(rows: list[dict], summary: dict[str, dict]) -> str:
         lines += [head, "-" * len(head)]
         for r in pool:
             lines.append(f"{'x'.join(map(str, r['shape'])):<20}{r['dtype']:<10}"
-                         f"{_fmt(r['jax_unpool_ms']):>9}{_fmt(r['torch_ms']):>9}"
+                         f"{_ms(r['jax_unpool_ms']):>9}{_ms(r['torch_ms']):>9}"
                          f"{_fmt(r['vs_torch']):>11}")
     lines += ["", "targets (float32 values, int32 indices; median over the large shapes)"]
     for name, s in summary.items():
@@ -410,6 +414,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = len(os.sched_getaffinity(0))  # the cores XLA's CPU client uses too
     torch = None if args.no_torch else _torch(threads)
     rng = np.random.default_rng(0)
+    load_before = os.getloadavg()
     rows: list[dict] = []
     for shape in shapes:
         for index_dtype in args.index_dtypes:
@@ -424,8 +429,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for dtype in dtypes:
                 rows += _pool_rows(shape, dtype, torch, reps, warmup, rng)
     summary = summarize(rows)
-    return {"machine": machine(), "settings": {"quick": args.quick, "reps": reps,
-                                               "warmup": warmup, "torch_threads": threads},
+    # Other processes on a small machine move every number: the load before and after.
+    return {"machine": {**machine(), "load_average_before": load_before,
+                        "load_average_after": os.getloadavg()},
+            "settings": {"quick": args.quick, "reps": reps, "warmup": warmup,
+                         "torch_threads": threads},
             "rows": rows, "targets": summary}
 
 
@@ -433,8 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     result = run(args)
     m = result["machine"]
+    load = ", ".join(f"{a:.2f}" for a in m["load_average_before"])
     print(f"{m['cpu']}, {m['cores']} cores; jax {m['jax']}, torch {m['torch']}; "
-          f"median of {result['settings']['reps']} samples\n")
+          f"median of {result['settings']['reps']} samples; load average {load} before\n")
     print(format_table(result["rows"], result["targets"]))
     if args.json:
         with open(args.json, "w") as f:
