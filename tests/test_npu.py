@@ -438,7 +438,9 @@ def test_both_ops_run_through_libopapi_nn_in_a_fresh_process(opapi_nn_dir):
     tests = Path(__file__).resolve().parent
     package_root = str(Path(ju.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, str(tests)])}
-    proc = subprocess.run([sys.executable, "-c", script, str(opapi_nn_dir)], env=env,
+    # cwd: `python -c` puts it first on sys.path; the repo root would shadow the
+    # installed package (with its compiled extension) by the bare sources.
+    proc = subprocess.run([sys.executable, "-c", script, str(opapi_nn_dir)], env=env, cwd=tests,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == str(opapi_nn_dir / "libopapi_nn.so")
