@@ -97,7 +97,7 @@ def mixed_jobs(rng) -> list[Job]:
         last = bool(k % 2)
         fmt = "NHWC" if last else "NCHW"
         big = k % 4 < 2
-        n, c, h, w = (2, 8 + k, 64, 48) if big else (1 + k % 3, 3, 5, 4)
+        n, c, h, w = (2, 8 + k, 128, 96) if big else (1 + k % 3, 3, 5, 4)
         x, idx, hw, out = unique_case(rng, n, c, h, w, last,
                                       [np.float32, np.float16, np.int8, np.uint32][k % 4])
         if k % 4 == 3:  # small, duplicated indices: the sequential oracle decides
@@ -129,7 +129,7 @@ def test_threads_sharing_one_executable_get_their_own_answers_and_errors(rng):
     # half of them with a bad index at a position of their own.
     jobs = []
     for k in range(THREADS):
-        x, idx, hw, out = unique_case(rng, 2, 16, 48, 48, False)
+        x, idx, hw, out = unique_case(rng, 2, 16, 96, 96, False)  # ~7 MB: thread pool
         if k % 2:
             bad = with_bad_index(rng, idx, -1 - k)
             jobs.append(Job(lambda x=x, i=bad: forward(x, i, output_size=hw),

@@ -13,6 +13,8 @@
 namespace jax_unpool {
 namespace {
 
+constexpr const char* kOp = "max_unpool2d";
+
 // NCHW: each plane is zero-filled and scattered in one go while it is in cache.
 template <typename V, typename I>
 BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* out, int64_t n,
@@ -74,39 +76,40 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 
 ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                             ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
-  constexpr const char* kOp = "max_unpool2d";
-  const int64_t width = MovableByteWidth(x.element_type());
-  if (width == 0 || out->element_type() != x.element_type()) {
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": unsupported value dtype " + DataTypeName(x.element_type()));
-  }
-  if (!IsIndexType(indices.element_type())) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
-  }
-  auto geometry = ReadGeometry(kOp, x.dimensions(), out->dimensions(), channels_last);
-  if (geometry.has_error()) return geometry.error();
-  const PlaneGeometry g = *geometry;
-  if (out->element_count() == 0) return ffi::Error::Success();
+  return NoThrow(kOp, [&]() -> ffi::Error {
+    const int64_t width = MovableByteWidth(x.element_type());
+    if (width == 0 || out->element_type() != x.element_type()) {
+      return ffi::Error::InvalidArgument(
+          std::string(kOp) + ": unsupported value dtype " + DataTypeName(x.element_type()));
+    }
+    if (!IsIndexType(indices.element_type())) {
+      return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
+    }
+    auto geometry = ReadGeometry(kOp, x.dimensions(), out->dimensions(), channels_last);
+    if (geometry.has_error()) return geometry.error();
+    const PlaneGeometry g = *geometry;
+    if (out->element_count() == 0) return ffi::Error::Success();
 
-  AdviseHugePages(out->untyped_data(), out->size_bytes());
-  const int64_t bytes = static_cast<int64_t>(x.size_bytes() + indices.size_bytes() +
-                                             out->size_bytes());
-  return VisitValueWidth(width, [&](auto value_tag) {
-    using V = typename decltype(value_tag)::type;
-    return VisitIndexType(indices.element_type(), [&](auto index_tag) {
-      using I = typename decltype(index_tag)::type;
-      const V* xs = static_cast<const V*>(x.untyped_data());
-      const I* is = static_cast<const I*>(indices.untyped_data());
-      V* os = static_cast<V*>(out->untyped_data());
-      return ForEachPlaneChunk(
-          pool, g.units(), bytes,
-          [=](int64_t u0, int64_t u1) {
-            return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
-              return g.channels_last ? ScatterImageSpan<V, I>(g, xs, is, os, n, c0, c1)
-                                     : ScatterPlanes<V, I>(g, xs, is, os, n, c0, c1);
-            });
-          },
-          [g](const BadIndex& b) { return OutOfRangeError(kOp, g, b); });
+    AdviseHugePages(out->untyped_data(), out->size_bytes());
+    const int64_t bytes = static_cast<int64_t>(x.size_bytes() + indices.size_bytes() +
+                                               out->size_bytes());
+    return VisitValueWidth(width, [&](auto value_tag) {
+      using V = typename decltype(value_tag)::type;
+      return VisitIndexType(indices.element_type(), [&](auto index_tag) {
+        using I = typename decltype(index_tag)::type;
+        const V* xs = static_cast<const V*>(x.untyped_data());
+        const I* is = static_cast<const I*>(indices.untyped_data());
+        V* os = static_cast<V*>(out->untyped_data());
+        return ForEachPlaneChunk(
+            pool, g.units(), bytes,
+            [=](int64_t u0, int64_t u1) {
+              return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
+                return g.channels_last ? ScatterImageSpan<V, I>(g, xs, is, os, n, c0, c1)
+                                       : ScatterPlanes<V, I>(g, xs, is, os, n, c0, c1);
+              });
+            },
+            [g](const BadIndex& b) { return OutOfRangeError(kOp, g, b); });
+      });
     });
   });
 }

@@ -148,6 +148,18 @@ class IndexRange {
 // call). The calling thread claims chunks too and then waits only for chunks already
 // claimed by running pool tasks: it never waits on a task that has not started, so it
 // cannot deadlock however busy the pool is.
+// No exception crosses the FFI boundary: one (an allocation failure) becomes INTERNAL.
+template <typename Body>
+ffi::Error NoThrow(const char* op, Body body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  } catch (...) {
+    return ffi::Error::Internal(std::string(op) + ": unknown C++ exception");
+  }
+}
+
 template <typename Chunk, typename MakeError>
 ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes,
                              const Chunk& chunk, const MakeError& make_error) {
@@ -170,12 +182,17 @@ ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes
     int64_t units, chunks;
     std::vector<BadIndex> bad;
     std::atomic<int64_t> next{0}, done{0};
+    std::atomic<bool> failed{false};
     std::mutex mutex;
     std::condition_variable all_done;
     // Claims and runs chunks until none is left.
     void Drain() {
       for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
-        bad[k] = (*chunk)(units * k / chunks, units * (k + 1) / chunks);
+        try {  // a pool thread must not throw (a span may allocate)
+          bad[k] = (*chunk)(units * k / chunks, units * (k + 1) / chunks);
+        } catch (...) {
+          failed.store(true, std::memory_order_relaxed);
+        }
         if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
           std::lock_guard<std::mutex> lock(mutex);
           all_done.notify_all();
@@ -189,12 +206,20 @@ ffi::Error ForEachPlaneChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes
   job->chunks = chunks;
   job->bad.resize(chunks);
   // A helper that starts after every chunk is claimed touches only the shared job.
-  for (int64_t t = 1; t < std::min(threads, chunks); ++t) pool.Schedule([job] { job->Drain(); });
+  // If scheduling fails (out of memory), the calling thread drains what is left.
+  for (int64_t t = 1; t < std::min(threads, chunks); ++t) {
+    try {
+      pool.Schedule([job] { job->Drain(); });
+    } catch (...) {
+      break;
+    }
+  }
   job->Drain();
   {
     std::unique_lock<std::mutex> lock(job->mutex);
     job->all_done.wait(lock, [&] { return job->done.load(std::memory_order_acquire) == chunks; });
   }
+  if (job->failed.load()) return ffi::Error::Internal("a worker ran out of memory");
   BadIndex first;
   for (const BadIndex& b : job->bad)
     if (b.flat < first.flat) first = b;
