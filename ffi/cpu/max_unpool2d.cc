@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
-#include "cpu/output_pages.h"
-#include "cpu/planes.h"
+#include "cpu/plane_kernel.h"
 
 namespace jax_unpool {
 namespace {
@@ -77,40 +76,16 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                             ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
   return NoThrow(kOp, [&]() -> ffi::Error {
-    const int64_t width = MovableByteWidth(x.element_type());
-    if (width == 0 || out->element_type() != x.element_type()) {
-      return ffi::Error::InvalidArgument(
-          std::string(kOp) + ": unsupported value dtype " + DataTypeName(x.element_type()));
-    }
-    if (!IsIndexType(indices.element_type())) {
-      return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
-    }
-    auto geometry = ReadGeometry(kOp, x.dimensions(), out->dimensions(), channels_last);
+    auto geometry = CheckBuffers(kOp, x, indices, *out, x.dimensions(), out->dimensions(),
+                                 channels_last);
     if (geometry.has_error()) return geometry.error();
-    const PlaneGeometry g = *geometry;
     if (out->element_count() == 0) return ffi::Error::Success();
-
-    AdviseHugePages(out->untyped_data(), out->size_bytes());
-    const int64_t bytes = static_cast<int64_t>(x.size_bytes() + indices.size_bytes() +
-                                               out->size_bytes());
-    return VisitValueWidth(width, [&](auto value_tag) {
-      using V = typename decltype(value_tag)::type;
-      return VisitIndexType(indices.element_type(), [&](auto index_tag) {
-        using I = typename decltype(index_tag)::type;
-        const V* xs = static_cast<const V*>(x.untyped_data());
-        const I* is = static_cast<const I*>(indices.untyped_data());
-        V* os = static_cast<V*>(out->untyped_data());
-        return ForEachPlaneChunk(
-            pool, g.units(), bytes,
-            [=](int64_t u0, int64_t u1) {
-              return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
-                return g.channels_last ? ScatterImageSpan<V, I>(g, xs, is, os, n, c0, c1)
-                                       : ScatterPlanes<V, I>(g, xs, is, os, n, c0, c1);
-              });
-            },
-            [g](const BadIndex& b) { return OutOfRangeError(kOp, g, b); });
-      });
-    });
+    return RunPlaneKernel(kOp, pool, *geometry, x, indices, *out,
+                          [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
+                             int64_t c0, int64_t c1) {
+                            return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
+                                                   : ScatterPlanes(g, xs, is, os, n, c0, c1);
+                          });
   });
 }
 

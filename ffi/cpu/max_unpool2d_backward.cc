@@ -2,8 +2,7 @@
 // grad_output[n, c, indices[n, c, i]]. A gather: every duplicate reads its position.
 #include "cpu/gather_row.h"
 #include "cpu/kernels.h"
-#include "cpu/output_pages.h"
-#include "cpu/planes.h"
+#include "cpu/plane_kernel.h"
 
 namespace jax_unpool {
 namespace {
@@ -61,17 +60,8 @@ ffi::Error MaxUnpool2dBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer grad_out
                                     ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                                     bool channels_last) {
   return NoThrow(kOp, [&]() -> ffi::Error {
-    const int64_t width = MovableByteWidth(grad_output.element_type());
-    if (width == 0 || out->element_type() != grad_output.element_type()) {
-      return ffi::Error::InvalidArgument(
-          std::string(kOp) + ": unsupported value dtype " +
-          DataTypeName(grad_output.element_type()));
-    }
-    if (!IsIndexType(indices.element_type())) {
-      return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
-    }
-    auto geometry =
-        ReadGeometry(kOp, indices.dimensions(), grad_output.dimensions(), channels_last);
+    auto geometry = CheckBuffers(kOp, grad_output, indices, *out, indices.dimensions(),
+                                 grad_output.dimensions(), channels_last);
     if (geometry.has_error()) return geometry.error();
     const PlaneGeometry g = *geometry;
     if (out->element_count() == 0) return ffi::Error::Success();
@@ -83,27 +73,12 @@ ffi::Error MaxUnpool2dBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer grad_out
       });
     }
 
-    AdviseHugePages(out->untyped_data(), out->size_bytes());
-    const int64_t bytes = static_cast<int64_t>(grad_output.size_bytes() + indices.size_bytes() +
-                                               out->size_bytes());
-    return VisitValueWidth(width, [&](auto value_tag) {
-      using V = typename decltype(value_tag)::type;
-      return VisitIndexType(indices.element_type(), [&](auto index_tag) {
-        using I = typename decltype(index_tag)::type;
-        const V* gs = static_cast<const V*>(grad_output.untyped_data());
-        const I* is = static_cast<const I*>(indices.untyped_data());
-        V* os = static_cast<V*>(out->untyped_data());
-        return ForEachPlaneChunk(
-            pool, g.units(), bytes,
-            [=](int64_t u0, int64_t u1) {
-              return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
-                return g.channels_last ? GatherImageSpan<V, I>(g, gs, is, os, n, c0, c1)
-                                       : GatherPlanes<V, I>(g, gs, is, os, n, c0, c1);
-              });
-            },
-            [g](const BadIndex& b) { return OutOfRangeError(kOp, g, b); });
-      });
-    });
+    return RunPlaneKernel(kOp, pool, g, grad_output, indices, *out,
+                          [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n,
+                             int64_t c0, int64_t c1) {
+                            return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
+                                                   : GatherPlanes(g, gs, is, os, n, c0, c1);
+                          });
   });
 }
 

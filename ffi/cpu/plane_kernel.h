@@ -1,0 +1,63 @@
+// The frame both CPU handlers share around their kernel: no exception escapes, the
+// buffers are checked, the geometry is read, and the kernel runs on every (image,
+// channel range) chunk with the value and index types dispatched.
+#pragma once
+
+#include <string>
+
+#include "cpu/output_pages.h"
+#include "cpu/planes.h"
+#include "value_types.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+
+// `values` and `out` share a movable dtype, `indices` are S32/S64; the geometry comes
+// from the input-side (`in`) and output-side (`out_side`) dims.
+inline ffi::ErrorOr<PlaneGeometry> CheckBuffers(const char* op, const ffi::AnyBuffer& values,
+                                                const ffi::AnyBuffer& indices,
+                                                const ffi::AnyBuffer& out,
+                                                ffi::Span<const int64_t> in,
+                                                ffi::Span<const int64_t> out_side,
+                                                bool channels_last) {
+  if (MovableByteWidth(values.element_type()) == 0 ||
+      out.element_type() != values.element_type()) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        std::string(op) + ": unsupported value dtype " + DataTypeName(values.element_type())));
+  }
+  if (!IsIndexType(indices.element_type())) {
+    return ffi::Unexpected(
+        ffi::Error::InvalidArgument(std::string(op) + ": indices must be int32 or int64"));
+  }
+  return ReadGeometry(op, in, out_side, channels_last);
+}
+
+// Runs span(g, values, indices, out, n, c0, c1) -> BadIndex, with typed pointers, over
+// all planes; the first bad index in flat order becomes the call's error.
+template <typename Span>
+ffi::Error RunPlaneKernel(const char* op, ffi::ThreadPool& pool, const PlaneGeometry& g,
+                          const ffi::AnyBuffer& values, const ffi::AnyBuffer& indices,
+                          ffi::AnyBuffer out, Span span) {
+  AdviseHugePages(out.untyped_data(), out.size_bytes());
+  const int64_t bytes =
+      static_cast<int64_t>(values.size_bytes() + indices.size_bytes() + out.size_bytes());
+  return VisitValueWidth(MovableByteWidth(values.element_type()), [&](auto value_tag) {
+    using V = typename decltype(value_tag)::type;
+    return VisitIndexType(indices.element_type(), [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      const V* vs = static_cast<const V*>(values.untyped_data());
+      const I* is = static_cast<const I*>(indices.untyped_data());
+      V* os = static_cast<V*>(out.untyped_data());
+      return ForEachPlaneChunk(
+          pool, g.units(), bytes,
+          [=](int64_t u0, int64_t u1) {
+            return ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
+              return span(g, vs, is, os, n, c0, c1);
+            });
+          },
+          [op, &g](const BadIndex& b) { return OutOfRangeError(op, g, b); });
+    });
+  });
+}
+
+}  // namespace jax_unpool
