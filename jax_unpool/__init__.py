@@ -9,13 +9,14 @@ from jax_unpool.pooling import max_pool2d_with_indices
 __version__ = "0.1.0"
 
 __all__ = [
+    "export_safety_checks",
+    "max_pool2d_with_indices",
     "max_unpool2d",
     "max_unpool2d_backward",
-    "max_pool2d_with_indices",
-    "max_unpool2d_p",
     "max_unpool2d_backward_p",
+    "max_unpool2d_p",
+    "npu",
     "reference",
-    "export_safety_checks",
 ]
 
 

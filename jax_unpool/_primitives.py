@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from functools import partial
 
-import jax
 from jax.interpreters import ad, batching, mlir, xla
 
 from jax_unpool import _args, _ffi, _sharding, reference
 
-__all__ = ["max_unpool2d_p", "max_unpool2d_backward_p"]
+__all__ = ["max_unpool2d_backward_p", "max_unpool2d_p"]
 
 
 def _fold_batch(args, dims):
@@ -85,12 +84,7 @@ def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-def _max_unpool2d_cpu_lowering(ctx, x, indices, *, output_size, channels_last):
-    del output_size  # the handler reads it from the result's shape
-    lowering = jax.ffi.ffi_lowering(
-        _ffi.MAX_UNPOOL2D_TARGET,
-        extra_attributes=_sharding.call_attributes(ctx, channels_last))
-    return lowering(ctx, x, indices, channels_last=bool(channels_last))
+_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET)
 
 
 max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
@@ -149,11 +143,8 @@ def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
     return reference.gather_planes(grad_output, indices, channels_last)
 
 
-def _max_unpool2d_backward_cpu_lowering(ctx, grad_output, indices, *, channels_last):
-    lowering = jax.ffi.ffi_lowering(
-        _ffi.MAX_UNPOOL2D_BACKWARD_TARGET,
-        extra_attributes=_sharding.call_attributes(ctx, channels_last))
-    return lowering(ctx, grad_output, indices, channels_last=bool(channels_last))
+_max_unpool2d_backward_cpu_lowering = _sharding.ffi_call_lowering(
+    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET)
 
 
 max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)

@@ -139,3 +139,14 @@ def call_attributes(ctx, channels_last: bool) -> dict | None:
         attributes["sdy.sharding_rule"] = _sharding_rule(ctx.avals_in, ctx.avals_out,
                                                          num_batch_dims)
     return attributes
+
+
+def ffi_call_lowering(target: str):
+    """A primitive's lowering to the FFI call `target`: `channels_last` is its only
+    attribute (the handlers read output_size from the result's shape), plus the
+    partitioning attributes above."""
+    def lowering(ctx, *operands, channels_last, **_):
+        call = jax.ffi.ffi_lowering(target,
+                                    extra_attributes=call_attributes(ctx, channels_last))
+        return call(ctx, *operands, channels_last=bool(channels_last))
+    return lowering

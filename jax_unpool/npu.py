@@ -102,6 +102,8 @@ def _gather_reference(grad_output, indices, *, channels_last):
 
 _forward_reference = mlir.lower_fun(_scatter_reference, multiple_results=False)
 _backward_reference = mlir.lower_fun(_gather_reference, multiple_results=False)
+_aclnn_forward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_TARGET)
+_aclnn_backward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_BACKWARD_TARGET)
 
 
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
@@ -109,18 +111,13 @@ def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last)
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
     # outputSize is read from the result's shape by the handler: one source of truth.
-    lowering = jax.ffi.ffi_lowering(
-        MAX_UNPOOL2D_TARGET, extra_attributes=_sharding.call_attributes(ctx, channels_last))
-    return lowering(ctx, x, indices, channels_last=bool(channels_last))
+    return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last):
     if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last)
-    lowering = jax.ffi.ffi_lowering(
-        MAX_UNPOOL2D_BACKWARD_TARGET,
-        extra_attributes=_sharding.call_attributes(ctx, channels_last))
-    return lowering(ctx, grad_output, indices, channels_last=bool(channels_last))
+    return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
 
 
 # --------------------------------------------------------------------------------------

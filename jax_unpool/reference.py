@@ -18,8 +18,13 @@ from jax import lax
 from jax_unpool import _args
 from jax_unpool.pooling import max_pool2d_with_indices
 
-__all__ = ["max_unpool2d", "max_unpool2d_backward", "max_pool2d_with_indices",
-           "scatter_planes", "gather_planes"]
+__all__ = [
+    "gather_planes",
+    "max_pool2d_with_indices",
+    "max_unpool2d",
+    "max_unpool2d_backward",
+    "scatter_planes",
+]
 
 
 def _to_planes(a: jax.Array, channels_last: bool) -> jax.Array:

@@ -3,11 +3,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
 from jax.test_util import check_grads
 
 import jax_unpool as ju
-import numpy_oracle as oracle
 
 LAYOUTS = ["NCHW", "NHWC"]
 

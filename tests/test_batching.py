@@ -3,10 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
 
 import jax_unpool as ju
-import numpy_oracle as oracle
 
 HW = (4, 6)
 BASE = (2, 3, 2, 3)  # (N, C, H, W)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import jax_unpool as ju
 import numpy_oracle
 from out_of_range import RUNTIME_ERRORS, expected_message
+
+import jax_unpool as ju
 
 THREADS, REPEATS = 8, 10
 
@@ -132,10 +132,10 @@ def test_threads_sharing_one_executable_get_their_own_answers_and_errors(rng):
         x, idx, hw, out = unique_case(rng, 2, 16, 96, 96, False)  # ~7 MB: thread pool
         if k % 2:
             bad = with_bad_index(rng, idx, -1 - k)
-            jobs.append(Job(lambda x=x, i=bad: forward(x, i, output_size=hw),
+            jobs.append(Job(lambda x=x, i=bad, hw=hw: forward(x, i, output_size=hw),
                             error=expected_message("max_unpool2d", bad, hw, False)))
         else:
-            jobs.append(Job(lambda x=x, i=idx: forward(x, i, output_size=hw), want=out))
+            jobs.append(Job(lambda x=x, i=idx, hw=hw: forward(x, i, output_size=hw), want=out))
     run_together(jobs)
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import numpy_oracle
 import pytest
+from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
-import numpy_oracle
-from out_of_range import RUNTIME_ERRORS, expected_message
 
 N, C, H, W = 2, 16, 64, 64   # 32 planes; ~3 MB moved per call
 RUNS = 20

@@ -1,7 +1,6 @@
 """The emulated CANN runtime checks itself, so the NPU tests stand on a verified emulator."""
 
 import pytest
-
 from fake_cann.check_fake_cann import ALL_CHECKS, FakeCann, build
 
 

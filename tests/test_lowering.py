@@ -3,10 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
 
 import jax_unpool as ju
-import numpy_oracle as oracle
 
 
 def _step(idx, hw, data_format="NCHW"):

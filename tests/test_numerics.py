@@ -4,11 +4,11 @@ PyTorch and the seed document's example, for every dtype of the contract."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
+from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 
 import jax_unpool as ju
-import numpy_oracle as oracle
-from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 
 SHAPES = {3: (3, 4, 5), 4: (2, 3, 4, 5)}  # channels-first; NHWC moves C last
 LAYOUTS = ["NCHW", "NHWC"]
