@@ -16,11 +16,17 @@ import numpy as np
 from jax import lax
 
 from jax_unpool import _args, _views
-from jax_unpool.pooling import max_pool2d_with_indices
+from jax_unpool.pooling import (
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
 
 __all__ = [
     "gather_planes",
+    "max_pool1d_with_indices",
     "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
     "max_unpool1d",
     "max_unpool1d_backward",
     "max_unpool2d",
