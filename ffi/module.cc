@@ -34,6 +34,7 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool2d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnHost);
     return d;
   });
-  m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"));
+  m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),
+        nb::arg("host"));
   m.def("probe_cann", &jax_unpool::cann::ProbeCannOrThrow, nb::arg("library_dir"));
 }

@@ -1,25 +1,32 @@
 """Ascend NPU path: routes the two primitives to CANN's aclnnMaxUnpool2d and
 aclnnMaxUnpool2dBackward through the XLA FFI handlers of ffi/npu/.
 
-    register(platform="ascend", library_dir=None)
+    register(platform="ascend", library_dir=None, *, ffi_platform=None)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
-        the aclnn FFI targets for `platform` and makes both primitives lower to them there.
-        `platform` is the name a JAX PJRT plugin for Ascend registers (none is official;
-        it is a parameter). platform="cpu" is the host-emulation mode, for testing: the
-        handlers run on host memory with no stream, e.g. against the emulated CANN in
-        tests/fake_cann, and both primitives' CPU lowering goes through them,
+        the aclnn FFI targets with the platform's PJRT plugin and makes both primitives
+        lower to them there. `platform` is JAX's name for the plugin's platform (none is
+        official; it is a parameter); it must have devices, and is never a GPU or TPU
+        platform. platform="cpu" is the host-emulation mode, for testing: the handlers run
+        on host memory with no stream against an emulated CANN (tests/fake_cann), named by
+        an explicit library_dir, and both primitives' CPU lowering goes through them,
         process-wide, until unregister_cpu_emulation() (or use `cpu_emulation()`).
     is_available(library_dir=None) -> bool
         Whether CANN can be loaded (or already is); never raises.
     locate(library_dir=None) -> dict
         Where CANN would be (or was) loaded from; raises RuntimeError like register().
 
-CANN search order: library_dir; $ASCEND_TOOLKIT_HOME/lib64; $ASCEND_HOME_PATH/lib64;
-/usr/local/Ascend/ascend-toolkit/latest/lib64; /usr/local/Ascend/cann/lib64; the dynamic
-loader's path. The first directory holding libascendcl.so, libnnopbase.so and libopapi.so
-(or libopapi_nn.so) wins. Loading is once per process: a later register() whose
-library_dir resolves to other files raises; a failed load can be retried.
+CANN search order: a libascendcl.so already loaded in the process (its directory only);
+else library_dir (only it, when given); else $ASCEND_TOOLKIT_HOME/lib64;
+$ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
+/usr/local/Ascend/cann/lib64; the dynamic loader's path. The first directory holding
+libascendcl.so, libnnopbase.so and one aclnn op library (libopapi_nn.so, else libopapi.so,
+else the libaclnn_ops_train.so + libaclnn_ops_infer.so pair) wins. Loading is once per
+process: a later register() whose library_dir resolves to other files raises; a failed
+load can be retried.
 
+In the NPU lowering the indices are clamped into the output plane (CANN does not report an
+out-of-range index synchronously and its kernels would write or read out of bounds) and
+the forward's are converted to int64 (CANN before 8.0.0 took only INT64 there).
 Shapes aclnn refuses -- an empty input, or a forward whose output plane is smaller than
 its input plane (only possible with duplicated indices) -- are lowered to the jnp
 reference, which gives the same result.
@@ -33,7 +40,9 @@ import threading
 from collections.abc import Iterator
 
 import jax
-from jax.extend.core import Primitive
+import numpy as np
+from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
+from jax._src.lib.mlir.dialects import hlo
 from jax.interpreters import mlir
 
 from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, reference
@@ -106,10 +115,29 @@ _aclnn_forward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_TARGET)
 _aclnn_backward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_BACKWARD_TARGET)
 
 
+def _indices_into_plane(ctx, indices, plane: int, dtype):
+    """Indices as `dtype`, clamped into [0, plane): CANN reports an out-of-range index only
+    asynchronously if at all (its ScatterElements/GatherElements would write or read out of
+    bounds), so on the NPU such an index lands on the plane's nearest end instead -- a wrong
+    value for an input that is wrong anyway, never memory corruption. Returns the value and
+    the LoweringRuleContext updated for it."""
+    aval = ctx.avals_in[1]
+    new_aval = aval.update(dtype=np.dtype(dtype))
+    value = indices
+    if aval.dtype != new_aval.dtype:
+        value = hlo.convert(mlir.aval_to_ir_type(ctx.module_context, new_aval), value)
+    value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
+                      mlir.ir_constant(np.array(plane - 1, dtype)))
+    return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
+
+
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
     if not _aclnn_takes_forward(ctx.avals_in[0].shape, output_size, channels_last):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
+    # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
+    # conversion is cheap next to the scatter.
+    indices, ctx = _indices_into_plane(ctx, indices, output_size[0] * output_size[1], np.int64)
     # outputSize is read from the result's shape by the handler: one source of truth.
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
@@ -117,6 +145,9 @@ def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last)
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last):
     if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last)
+    h = _args.spatial_axis(len(ctx.avals_in[0].shape), channels_last)
+    plane = ctx.avals_in[0].shape[h] * ctx.avals_in[0].shape[h + 1]
+    indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype)
     return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
 
 
@@ -124,48 +155,93 @@ def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels
 # Registration
 # --------------------------------------------------------------------------------------
 
-# Only used to ask JAX whether it knows a platform before anything is registered for it.
-_platform_probe_p = Primitive("jax_unpool_npu_platform_probe")
+# JAX platforms that are never an Ascend NPU: their devices would get CANN calls.
+_NOT_ASCEND = frozenset({"gpu", "cuda", "rocm", "oneapi", "tpu"})
 
 
-def _check_platform(platform: str) -> None:
-    try:
-        mlir.register_lowering(_platform_probe_p, lambda ctx, *args: [], platform=platform)
-    except NotImplementedError as err:
+def _require_devices(platform: str) -> None:
+    if platform in _NOT_ASCEND:
         raise RuntimeError(
-            f"jax_unpool.npu.register: JAX knows no platform {platform!r}: no PJRT plugin "
-            f"for it is loaded. Install and import the JAX plugin for your Ascend NPU and "
-            f"pass the platform name it registers (none is official today), or use "
-            f"platform='cpu' for the host-emulation mode. ({err})") from None
+            f"jax_unpool.npu.register: platform {platform!r} is not an Ascend NPU platform: "
+            f"the aclnn kernels cannot run on its devices. Pass the platform name your "
+            f"Ascend PJRT plugin registers, or platform='cpu' for the host-emulation mode.")
+    try:
+        # Also initialises the backends, and with them the plugin's FFI handler.
+        jax.devices(platform)
+    except RuntimeError as err:
+        raise RuntimeError(
+            f"jax_unpool.npu.register: platform {platform!r} has no devices in this process: "
+            f"no PJRT plugin for it is loaded, or it found no device. Install and import the "
+            f"JAX plugin for your Ascend NPU and pass the platform name it registers (none "
+            f"is official today), or use platform='cpu' for the host-emulation mode. "
+            f"({err})") from None
 
 
-def register(platform: str = "ascend",
-             library_dir: str | os.PathLike | None = None) -> dict[str, str]:
+def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
+    """Where a plugin may take FFI targets: JAX's platform name and XLA's (upper case, as
+    "CUDA" is for "cuda"), unless the caller names it."""
+    if ffi_platform is not None:
+        return [ffi_platform]
+    return list(dict.fromkeys([platform, platform.upper()]))
+
+
+def _with_handler(names: list[str]) -> list[str]:
+    """The names under which a plugin has installed its FFI handler. A registration under
+    any other name is only queued by xla_client, and compiling then fails with "no
+    registered implementation for custom call ..."."""
+    handlers = xla_client._custom_callback_handler  # noqa: SLF001 -- no public query
+    return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
+
+
+def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
+             ffi_platform: str | None = None) -> dict[str, str]:
     """Routes max_unpool2d_p and max_unpool2d_backward_p to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
-    MAX_UNPOOL2D_TARGET and MAX_UNPOOL2D_BACKWARD_TARGET for `platform` and the primitives'
-    lowerings for it. Returns where CANN was loaded from.
+    MAX_UNPOOL2D_TARGET and MAX_UNPOOL2D_BACKWARD_TARGET with the platform's plugin and the
+    primitives' lowerings for it. Returns where CANN was loaded from.
 
-    platform="cpu" is the host-emulation mode (testing): the handlers get host memory and
-    no stream, and the CPU lowering of both primitives goes through them for the whole
-    process until unregister_cpu_emulation(). jax's compilation caches are cleared on both
-    transitions so that no program compiled before keeps the other lowering.
+    The targets go to every name among `platform` and `platform.upper()` under which the
+    plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
+    upper-case name), or to `ffi_platform` when given.
 
-    Raises RuntimeError if JAX knows no `platform` (no plugin loaded), or if CANN cannot be
-    loaded (the message lists every path tried and the environment variables consulted).
+    platform="cpu" is the host-emulation mode (testing): `library_dir` must name an
+    emulated CANN; the handlers get host memory and no stream, and the CPU lowering of
+    both primitives goes through them for the whole process until
+    unregister_cpu_emulation(). jax's compilation caches are cleared on both transitions
+    so that no program compiled before keeps the other lowering.
+
+    Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
+    is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
+    any of the names, or if CANN cannot be loaded (the message lists every path tried and
+    the environment variables consulted).
     """
     global _cpu_emulation
+    host = platform == "cpu"
+    if host and library_dir is None:
+        raise ValueError(
+            "jax_unpool.npu.register: platform='cpu' (the host-emulation mode) needs "
+            "library_dir, the directory of an emulated CANN such as tests/fake_cann's "
+            "build; got None. A real CANN found through the environment would be handed "
+            "host memory as device memory.")
     with _lock:
-        _check_platform(platform)
-        where = dict(_jax_unpool.load_cann(_library_dir(library_dir)))
-        host = platform == "cpu"
+        _require_devices(platform)
+        names = _ffi_platforms(platform, ffi_platform)
+        targets = _with_handler(names)
+        if not targets:
+            raise RuntimeError(
+                f"jax_unpool.npu.register: the PJRT plugin of platform {platform!r} has "
+                f"installed no FFI handler under {' or '.join(map(repr, names))}, so the "
+                f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
+                f"name the plugin gives xla_client.register_custom_call_handler>.")
+        where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
                                ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET)):
-                jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=platform)
+                for name in targets:
+                    jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
@@ -194,9 +270,10 @@ def unregister_cpu_emulation() -> None:
 
 
 @contextlib.contextmanager
-def cpu_emulation(library_dir: str | os.PathLike | None = None) -> Iterator[dict[str, str]]:
-    """Host-emulation mode for the duration of a `with` block; on exit the mode is left as
-    it was found (off, unless it was on before). Yields where CANN was loaded from."""
+def cpu_emulation(library_dir: str | os.PathLike) -> Iterator[dict[str, str]]:
+    """Host-emulation mode, against the emulated CANN in `library_dir`, for the duration of
+    a `with` block; on exit the mode is left as it was found (off, unless it was on before).
+    Yields where CANN was loaded from."""
     was_on = _cpu_emulation
     where = register("cpu", library_dir)
     try:

@@ -101,7 +101,7 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
         from jax_unpool import npu
         from jax_unpool.__main__ import main
         main(["info"])
-        npu.register("cpu")  # host emulation: the CPU lowering now calls the aclnn handlers
+        npu.register("cpu", npu.locate()["libascendcl"].rsplit("/", 1)[0])  # host emulation
         main(["info"])
         """)
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,

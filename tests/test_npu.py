@@ -24,6 +24,7 @@ from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, ran
 from fake_cann.check_fake_cann import FakeCann, build
 
 import jax_unpool as ju
+from jax._src.lib import xla_client
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
@@ -32,18 +33,24 @@ FWD_GWS, FWD_RUN = "aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"
 CPU_TARGET = "jax_unpool_max_unpool2d_v1"
 
-# aclDataType values (shared/notes/cann-api.md) and what each op lists (the aclnn docs).
+# aclDataType values (shared/notes/cann-api.md).
 ACL = {"FLOAT": 0, "FLOAT16": 1, "INT8": 2, "INT32": 3, "UINT8": 4, "INT16": 6, "INT64": 9,
-       "DOUBLE": 11, "BOOL": 12}
-_BOTH = {"float32": "FLOAT", "float16": "FLOAT16", "int8": "INT8", "int16": "INT16",
-         "int32": "INT32", "int64": "INT64", "uint8": "UINT8"}
-LISTED = {"forward": {**_BOTH, "float64": "DOUBLE"}, "backward": {**_BOTH, "bool": "BOOL"}}
-SAME_WIDTH_INTEGER = {1: "UINT8", 2: "INT16", 4: "INT32", 8: "INT64"}
+       "DOUBLE": 11}
+# Issue 12 item 9: what each op's AI Core kernel takes, by byte width, for dtypes moved as
+# bits: the forward's ScatterElements has FLOAT16 (not INT16), the backward's GatherElements
+# no BOOL.
+SAME_WIDTH = {"forward": {1: "UINT8", 2: "FLOAT16", 4: "INT32", 8: "INT64"},
+              "backward": {1: "UINT8", 2: "INT16", 4: "INT32", 8: "INT64"}}
+OWN_NAME = {"float32": "FLOAT", "float16": "FLOAT16", "int8": "INT8", "int32": "INT32",
+            "int64": "INT64"}
 
 
 def presented(op: str, dtype: str) -> int:
-    """The aclDataType aclnn must see: the op's own where listed, else the same width."""
-    name = LISTED[op].get(dtype) or SAME_WIDTH_INTEGER[jnp.dtype(dtype).itemsize]
+    """The aclDataType aclnn must see: float64 as DOUBLE in the forward; the dtypes both
+    kernels list as themselves; everything else as the op's type of that width."""
+    if op == "forward" and dtype == "float64":
+        return ACL["DOUBLE"]
+    name = OWN_NAME.get(dtype) or SAME_WIDTH[op][jnp.dtype(dtype).itemsize]
     return ACL[name]
 
 
@@ -126,7 +133,8 @@ def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dt
     assert_bits_equal(out, oracle.unpool(x, idx, HW, layout == "NHWC"))
     assert emulated.call_count(FWD_RUN.encode()) == 1
     assert emulated.last_dtype(FWD_RUN.encode()) == presented("forward", dtype)
-    assert emulated.last_indices_dtype(FWD_RUN.encode()) == ACL[index_dtype.upper()]
+    # int64 always: CANN before 8.0.0 took no INT32 indices in the forward.
+    assert emulated.last_indices_dtype(FWD_RUN.encode()) == ACL["INT64"]
     assert emulated.live_objects() == emulated.live0
 
 
@@ -162,8 +170,7 @@ def test_dtypes_beyond_the_lists_move_as_integers_of_their_width(emulated, rng, 
             out, expected = _backward(shape, g.dtype)(g, idx), oracle.gather(g, idx)
     assert_bits_equal(out, expected)
     run = FWD_RUN if op == "forward" else BWD_RUN
-    width = jnp.dtype(dtype).itemsize
-    assert emulated.last_dtype(run.encode()) == ACL[SAME_WIDTH_INTEGER[width]]
+    assert emulated.last_dtype(run.encode()) == presented(op, dtype)
 
 
 def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
@@ -309,16 +316,51 @@ def test_failed_synchronisation_reaches_python_and_frees_the_workspace(emulated,
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
-def test_out_of_range_index_error_from_the_emulated_op_surfaces(emulated, rng, op):
-    idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1])
-    idx[1, 2, 3, 4] = HW[0] * HW[1]
+def test_failed_launch_synchronises_before_freeing_the_workspace(emulated, rng, op):
     run = FWD_RUN if op == "forward" else BWD_RUN
+    emulated.fail_next(run.encode(), 361001, b"injected: launch failed")
+    with pytest.raises(RUNTIME_ERRORS, match=f"{run} failed with status 361001"):
+        _run_op(op, rng)
+    assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
+                                             b"aclrtFree")] == [1, 1, 1]
+    assert emulated.live_allocations() == 0
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_out_of_range_indices_are_clamped_into_the_plane(emulated, rng, op):
+    # The emulator refuses any index outside [0, 42); the lowering clamps them first, as
+    # real CANN would write/read out of bounds instead of reporting them.
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1])
+    idx[1, 2, 3, 4], idx[0, 0, 0, 0] = HW[0] * HW[1] + 5, -3
+    clamped = np.clip(idx, 0, HW[0] * HW[1] - 1)
+    if op == "forward":
+        out, expected = _forward()(x, idx), oracle.unpool(x, clamped, HW)
+    else:
+        g = random_values(rng, _grad_shape(SHAPES[4], "NCHW"), "float32")
+        out, expected = _backward(SHAPES[4], g.dtype)(g, idx), oracle.gather(g, clamped)
+    np.testing.assert_array_equal(out, expected)
+    assert emulated.call_count((FWD_RUN if op == "forward" else BWD_RUN).encode()) == 1
+
+
+def test_int32_indices_reach_a_cann_that_takes_only_int64(emulated, rng):
+    emulated.set_int64_indices_only(1)  # aclnnMaxUnpool2d before CANN 8.0.0
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1], "int32")
+    np.testing.assert_array_equal(_forward()(x, idx), oracle.unpool(x, idx, HW))
+    assert emulated.last_indices_dtype(FWD_RUN.encode()) == ACL["INT64"]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_missing_acl_context_is_a_failed_precondition(emulated, rng, op):
+    emulated.set_no_context(1)
     with pytest.raises(RUNTIME_ERRORS) as err:
-        _run_op(op, rng, idx)
+        _run_op(op, rng)
     message = str(err.value)
-    assert f"{run} failed with status 361001 ACLNN_ERR_RUNTIME_ERROR" in message
-    assert "index 42 at position (n=1, c=2, i=19) is out of range [0, 42)" in message
-    assert emulated.live_objects() == emulated.live0
+    assert "FAILED_PRECONDITION" in message
+    assert "the calling thread has no ACL context (aclrtGetCurrentContext failed with error " \
+           "107002 ACL_ERROR_RT_CONTEXT_NULL)" in message
+    assert emulated.call_count((FWD_GWS if op == "forward" else BWD_GWS).encode()) == 0
 
 
 # --------------------------------------------------------------------------------------
@@ -365,24 +407,86 @@ def test_is_available_finds_the_emulator(fake_cann_dir):
 
 @pytest.mark.skipif(bool(real_cann), reason="a real CANN is installed where the search ends")
 def test_missing_library_error_lists_every_path_and_variable(tmp_path, monkeypatch):
-    empty, toolkit = tmp_path / "empty", tmp_path / "toolkit"
-    empty.mkdir()
+    toolkit = tmp_path / "toolkit"
     (toolkit / "lib64").mkdir(parents=True)
     (toolkit / "lib64" / "libascendcl.so").write_bytes(b"")  # incomplete install
-    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(toolkit))
     monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
-    assert not npu.is_available(empty)
-    with pytest.raises(RuntimeError) as err:
-        npu.register("cpu", empty)
-    message = str(err.value)
-    lines = [str(empty), f"{toolkit}/lib64", "$ASCEND_HOME_PATH/lib64: not set", *DEFAULT_DIRS,
+    script = """
+        from jax_unpool import npu
+        try:
+            npu.locate()
+        except RuntimeError as err:
+            print(err)
+    """
+    # A fresh process: in this one the emulator is already loaded, and would be reused.
+    message = _fresh_process(script, env={"ASCEND_TOOLKIT_HOME": str(toolkit)})
+    lines = [f"{toolkit}/lib64", "$ASCEND_HOME_PATH/lib64: not set", *DEFAULT_DIRS,
              "the dynamic loader's search path"]
     positions = [message.find(line) for line in lines]
     assert -1 not in positions and positions == sorted(positions), message  # in order
-    assert "no libnnopbase.so, no libopapi.so or libopapi_nn.so" in message
+    assert ("no libnnopbase.so, no libopapi_nn.so, libopapi.so or libaclnn_ops_train.so + "
+            "libaclnn_ops_infer.so") in message
     for variable in ("ASCEND_TOOLKIT_HOME=", "ASCEND_HOME_PATH=<unset>", "LD_LIBRARY_PATH="):
         assert variable in message
+
+
+def test_an_explicit_library_dir_is_the_only_place_looked_at(tmp_path, fake_cann_dir,
+                                                            monkeypatch):
+    # A complete CANN where the environment points must not stand in for a wrong
+    # library_dir (in host emulation it would be handed host memory).
+    (tmp_path / "toolkit").mkdir()
+    (tmp_path / "toolkit" / "lib64").symlink_to(fake_cann_dir)
+    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path / "toolkit"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError) as err:
+        npu.register("cpu", tmp_path / "empty")
+    message = str(err.value)
+    assert f"{tmp_path / 'empty'} (library_dir argument): no libascendcl.so" in message
+    assert "$ASCEND_TOOLKIT_HOME/lib64" not in message and "dynamic loader" not in message
     assert not npu.cpu_emulation_active()
+
+
+def test_host_emulation_needs_an_explicit_library_dir():
+    with pytest.raises(ValueError, match="platform='cpu' .* needs library_dir"):
+        npu.register("cpu")
+    assert not npu.cpu_emulation_active()
+
+
+@pytest.mark.parametrize("platform", ["npu_without_plugin", "ascend"])
+def test_platform_without_devices_is_named(fake_cann_dir, platform):
+    if platform == "ascend" and _platform_known("ascend"):
+        pytest.skip("an ascend plugin is loaded")  # a fact of the machine, not a failure
+    with pytest.raises(RuntimeError, match=f"platform '{platform}' has no devices"):
+        npu.register(platform, fake_cann_dir)
+
+
+@pytest.mark.parametrize("platform", ["cuda", "rocm", "gpu", "tpu"])
+def test_gpu_and_tpu_platforms_are_never_routed_to_cann(fake_cann_dir, platform):
+    with pytest.raises(RuntimeError, match=f"platform '{platform}' is not an Ascend NPU"):
+        npu.register(platform, fake_cann_dir)
+    # Nothing was registered: the primitive still lowers to the CPU kernel.
+    text = _forward(hw=(2, 2)).lower(np.ones((1, 1, 2, 2), np.float32),
+                                     np.zeros((1, 1, 2, 2), np.int32)).as_text()
+    assert npu.MAX_UNPOOL2D_TARGET not in text
+
+
+def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
+    # A plugin following the CUDA plugin installs its handler under XLA's upper-case name.
+    seen = []
+    xla_client.register_custom_call_handler(
+        "NPU_TEST_XLA", lambda name, fn, platform, *args: seen.append((name, platform)))
+    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", None)) == ["NPU_TEST_XLA"]
+    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
+    monkeypatch.setattr(npu, "_require_devices", lambda platform: None)
+    monkeypatch.setattr(npu, "_targets_registered", set())
+    monkeypatch.setattr(npu.mlir, "register_lowering", lambda *args, **kwargs: None)
+    monkeypatch.setattr(npu._jax_unpool, "load_cann", lambda library_dir, host: {})
+    npu.register("npu_test_xla")
+    assert sorted(seen) == [(npu.MAX_UNPOOL2D_BACKWARD_TARGET, "NPU_TEST_XLA"),
+                            (npu.MAX_UNPOOL2D_TARGET, "NPU_TEST_XLA")]
+    with pytest.raises(RuntimeError, match="installed no FFI handler under 'npu_test_none' or "
+                                           "'NPU_TEST_NONE'.*ffi_platform="):
+        npu.register("npu_test_none")
 
 
 def _platform_known(name):
@@ -391,15 +495,6 @@ def _platform_known(name):
     except RuntimeError:
         return False
     return True
-
-
-@pytest.mark.parametrize("platform", [
-    pytest.param("ascend", marks=pytest.mark.skipif(_platform_known("ascend"),
-                                                    reason="an ascend plugin is loaded")),
-    "npu_without_plugin"])
-def test_platform_without_a_plugin_is_named(fake_cann_dir, platform):
-    with pytest.raises(RuntimeError, match=f"no platform '{platform}': no PJRT plugin"):
-        npu.register(platform, fake_cann_dir)
 
 
 @pytest.fixture(scope="module")
@@ -418,13 +513,42 @@ def test_a_second_runtime_in_one_process_is_refused(emulated, opapi_nn_dir, fake
     assert npu.register("cpu", fake_cann_dir)["opapi"] == str(fake_cann_dir / "libopapi.so")
 
 
-def test_both_ops_run_through_libopapi_nn_in_a_fresh_process(opapi_nn_dir):
-    script = textwrap.dedent("""
-        import sys
+def _fresh_process(script, *args, env=None):
+    tests = Path(__file__).resolve().parent
+    package_root = str(Path(ju.__file__).resolve().parent.parent)
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join([package_root, str(tests)])}
+    # cwd: `python -c` puts it first on sys.path; the repo root would shadow the
+    # installed package (with its compiled extension) by the bare sources.
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                          env=env, cwd=tests, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+# Every opapi file name a layout may hold.
+PROVIDER_FILES = ("libopapi.so", "libopapi_nn.so", "libopapi_math.so", "libopapi_cv.so",
+                  "libopapi_transformer.so", "libaclnn_ops_train.so", "libaclnn_ops_infer.so")
+
+
+@pytest.mark.parametrize("layout,opapi_name,loaded", [
+    (None, "libopapi_nn.so", ["libopapi_nn.so"]),
+    # CANN 9.x: the split libraries next to the deprecated libopapi.so: only _nn opens.
+    ("split", None, ["libopapi_nn.so"]),
+    # CANN 8.x --feature install: the train/infer pair is one provider.
+    ("feature", None, ["libaclnn_ops_infer.so", "libaclnn_ops_train.so"]),
+])
+def test_both_ops_run_through_exactly_one_provider_in_a_fresh_process(tmp_path, layout,
+                                                                      opapi_name, loaded):
+    lib_dir = (build(tmp_path, layout=layout) if layout
+               else build(tmp_path, opapi_name=opapi_name))
+    script = """
+        import os, sys
         import jax, numpy as np
         import jax_unpool as ju
         import numpy_oracle as oracle
-        where = ju.npu.register("cpu", sys.argv[1])
+        ju.npu.register("cpu", sys.argv[1])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
         idx = oracle.random_indices(rng, x.shape, 42)
@@ -433,17 +557,29 @@ def test_both_ops_run_through_libopapi_nn_in_a_fresh_process(opapi_nn_dir):
         g = rng.standard_normal((2, 3, 6, 7)).astype(np.float32)
         back = ju.max_unpool2d_backward(g, x, idx, (6, 7))
         np.testing.assert_array_equal(back, oracle.gather(g, idx))
-        print(where["opapi"])
-    """)
-    tests = Path(__file__).resolve().parent
-    package_root = str(Path(ju.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_root, str(tests)])}
-    # cwd: `python -c` puts it first on sys.path; the repo root would shadow the
-    # installed package (with its compiled extension) by the bare sources.
-    proc = subprocess.run([sys.executable, "-c", script, str(opapi_nn_dir)], env=env, cwd=tests,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip() == str(opapi_nn_dir / "libopapi_nn.so")
+        maps = open("/proc/self/maps").read().split()
+        print(" ".join(sorted({os.path.basename(m) for m in maps if m.startswith(sys.argv[1])})))
+    """
+    mapped = _fresh_process(script, lib_dir).split()
+    assert [m for m in mapped if m in PROVIDER_FILES] == loaded
+    assert "libascendcl.so" in mapped and "libnnopbase.so" in mapped
+
+
+def test_an_already_loaded_runtime_is_reused(tmp_path):
+    # A PJRT plugin loaded libascendcl.so from one install; the environment points at
+    # another: the search must take the loaded one, not load a second runtime.
+    loaded = build(tmp_path / "plugin" / "lib64")
+    other = build(tmp_path / "env" / "lib64")
+    script = """
+        import ctypes, sys
+        from jax_unpool import npu
+        ctypes.CDLL(sys.argv[1] + "/libascendcl.so")
+        where = npu.locate()
+        print(where["libascendcl"], where["libnnopbase"])
+    """
+    found = _fresh_process(script, loaded,
+                           env={"ASCEND_TOOLKIT_HOME": str(other.parent)}).split()
+    assert found == [str(loaded / "libascendcl.so"), str(loaded / "libnnopbase.so")]
 
 
 def test_cpu_emulation_context_restores_the_cpu_ffi_lowering(fake, fake_cann_dir, rng):

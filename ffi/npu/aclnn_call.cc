@@ -5,23 +5,23 @@
 namespace jax_unpool::npu {
 
 std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op) {
-  // The dtypes both ops list.
+  const bool forward = op == AclnnOp::kMaxUnpool2d;
+  // DOUBLE: the forward only (newer backward docs drop it); it keeps its name.
+  if (forward && dtype == ffi::DataType::F64) return ACL_DOUBLE;
   switch (dtype) {
     case ffi::DataType::F32: return ACL_FLOAT;
     case ffi::DataType::F16: return ACL_FLOAT16;
     case ffi::DataType::S8: return ACL_INT8;
-    case ffi::DataType::S16: return ACL_INT16;
     case ffi::DataType::S32: return ACL_INT32;
     case ffi::DataType::S64: return ACL_INT64;
-    case ffi::DataType::U8: return ACL_UINT8;
     default: break;
   }
-  // DOUBLE: the forward only (newer backward docs drop it). BOOL: the backward only.
-  if (op == AclnnOp::kMaxUnpool2d && dtype == ffi::DataType::F64) return ACL_DOUBLE;
-  if (op == AclnnOp::kMaxUnpool2dBackward && dtype == ffi::DataType::PRED) return ACL_BOOL;
+  // Both ops only move bits, so any dtype of the same width is exact. The choice keeps
+  // the AI Core kernels: the forward's ScatterElements has FLOAT16 but no INT16 there, the
+  // backward's GatherElements has no BOOL; all other 1-byte dtypes go as UINT8.
   switch (MovableByteWidth(dtype)) {
     case 1: return ACL_UINT8;
-    case 2: return ACL_INT16;
+    case 2: return forward ? ACL_FLOAT16 : ACL_INT16;
     case 4: return ACL_INT32;
     case 8: return ACL_INT64;
     default: return std::nullopt;
@@ -184,7 +184,12 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
     }
   }
   status = run(workspace, workspace_size, owner.release(), launch.stream);
-  if (status != ACLNN_SUCCESS) return StatusError(cann, op, run_name, status);
+  if (status != ACLNN_SUCCESS) {
+    // A failed launch may still have queued kernels that use the workspace; the sync's
+    // own failure adds nothing to the launch's error.
+    if (rt_memory.data() != nullptr) cann.synchronize_stream(launch.stream);
+    return StatusError(cann, op, run_name, status);
+  }
   if (rt_memory.data() != nullptr) {
     // aclrtFree must not pull the workspace from under a running kernel. (A failed sync
     // means a broken stream: the memory is freed all the same rather than leaked.)
@@ -196,12 +201,29 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 }
 
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {
-  if (const CannLibrary* cann = LoadedCann()) return cann;
-  return ffi::Unexpected(ffi::Error(
-      ffi::ErrorCode::kFailedPrecondition,
-      std::string(op) + ": the CANN runtime is not loaded in this process: call "
-                        "jax_unpool.npu.register() before running a program that uses the "
-                        "aclnn targets"));
+  const CannLibrary* cann = LoadedCann();
+  if (cann == nullptr) {
+    return ffi::Unexpected(ffi::Error(
+        ffi::ErrorCode::kFailedPrecondition,
+        std::string(op) + ": the CANN runtime is not loaded in this process: call "
+                          "jax_unpool.npu.register() before running a program that uses the "
+                          "aclnn targets"));
+  }
+  // Without a current context on this thread, CANN would allocate and launch for no
+  // device (or fail with an obscure status deep inside aclnn): say so up front.
+  aclrtContext context = nullptr;
+  const aclError e = cann->get_current_context(&context);
+  if (e != 0 || context == nullptr) {
+    return ffi::Unexpected(ffi::Error(
+        ffi::ErrorCode::kFailedPrecondition,
+        std::string(op) + ": the calling thread has no ACL context (aclrtGetCurrentContext " +
+            (e != 0 ? "failed with error " + std::to_string(e) +
+                          (e == ACL_ERROR_RT_CONTEXT_NULL ? " ACL_ERROR_RT_CONTEXT_NULL" : "")
+                    : std::string("returned none")) +
+            "). The PJRT plugin must set the device's context on the threads that run "
+            "custom calls; CANN said: " + cann->RecentErrorMessage()));
+  }
+  return cann;
 }
 
 }  // namespace jax_unpool::npu

@@ -20,11 +20,11 @@ using namespace jax_unpool::cann;  // NOLINT: the CANN names are the vocabulary 
 
 enum class AclnnOp { kMaxUnpool2d, kMaxUnpool2dBackward };
 
-// The aclDataType under which values of `dtype` are handed to `op`: the matching aclnn
-// dtype where the op lists it, otherwise the integer type of the same byte width (bf16
-// -> INT16, bool -> UINT8 for the forward, f64 -> INT64 for the backward, ...): both ops
-// only move bits, so any dtype of that width is served exactly. nullopt for a dtype that
-// cannot be moved (sub-byte, 16-byte).
+// The aclDataType under which values of `dtype` are handed to `op`. Both ops only move
+// bits, so a dtype is served exactly by any aclDataType of its byte width; the choice
+// favours the AI Core kernels' lists: the forward takes every 2-byte dtype as FLOAT16, bool
+// goes as UINT8 to both ops, f64 as DOUBLE (forward) or INT64 (backward), bf16 as INT16 in
+// the backward. nullopt for a dtype that cannot be moved (sub-byte, 16-byte).
 std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op);
 
 // INT32 or INT64, as given; nullopt for any other dtype.
@@ -90,7 +90,8 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
                        uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
                        AclnnRunFn run);
 
-// The loaded CANN, or the error telling the user to load it.
+// The loaded CANN, or FAILED_PRECONDITION when it is not loaded or the calling thread has
+// no ACL context (aclrtGetCurrentContext).
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op);
 
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.

@@ -88,9 +88,13 @@ using GetRecentErrMsgFn = const char* (*)();
 using SynchronizeStreamFn = aclError (*)(aclrtStream stream);
 using RtMallocFn = aclError (*)(void** dev_ptr, size_t size, int policy);
 using RtFreeFn = aclError (*)(void* dev_ptr);
+using aclrtContext = void*;
+using GetCurrentContextFn = aclError (*)(aclrtContext* context);
+// aclrtGetCurrentContext's error when the calling thread has no context (acl_base.h).
+constexpr aclError ACL_ERROR_RT_CONTEXT_NULL = 107002;
 constexpr int ACL_MEM_MALLOC_HUGE_FIRST = 0;
 
-// libopapi.so / libopapi_nn.so
+// the aclnn op library (libopapi_nn.so, libopapi.so or libaclnn_ops_{train,infer}.so)
 using MaxUnpool2dGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self,
                                                       const aclTensor* indices,
                                                       const aclIntArray* output_size,

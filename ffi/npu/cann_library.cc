@@ -16,8 +16,19 @@ namespace {
 
 constexpr const char* kAscendcl = "libascendcl.so";
 constexpr const char* kNnopbase = "libnnopbase.so";
-// Where the aclnn symbols may live, in lookup order.
-constexpr const char* kOpapiNames[] = {"libcust_opapi.so", "libopapi.so", "libopapi_nn.so"};
+// The aclnn op libraries ("providers"), in the order tried; exactly one is opened. CANN 9.x
+// splits ops by domain (the MaxUnpool2d ops are in libopapi_nn.so) and documents that the
+// deprecated all-in-one libopapi.so must not be used together with the split libraries;
+// CANN 8.x installs made with --feature have the libaclnn_ops_{train,infer}.so pair.
+// Custom op packages (libcust_opapi.so) are not looked for: they live elsewhere
+// (vendors/*/op_api/lib) and would override the official MaxUnpool2d ops.
+const std::vector<std::vector<std::string>> kProviders = {
+    {"libopapi_nn.so"},
+    {"libopapi.so"},
+    {"libaclnn_ops_train.so", "libaclnn_ops_infer.so"},
+};
+constexpr const char* kProvidersText =
+    "libopapi_nn.so, libopapi.so or libaclnn_ops_train.so + libaclnn_ops_infer.so";
 constexpr const char* kEnvVars[] = {"ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"};
 
 bool IsFile(const std::string& path) {
@@ -41,6 +52,24 @@ std::string Join(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) ? buf : path;
+}
+
+// Whether `name` (a bare file name) is already loaded in the process: dlopen with
+// RTLD_NOLOAD matches it against the SONAMEs and names of the loaded objects.
+bool IsLoaded(const std::string& name) {
+  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h != nullptr) dlclose(h);  // balances the reference NOLOAD took
+  return h != nullptr;
+}
+
 std::string DlError() {
   const char* e = dlerror();
   return e ? e : "unknown dlopen error";
@@ -62,35 +91,34 @@ bool Resolve(void* handle, const char* name, Fn* fn) {
   return true;
 }
 
-// Opens the three parts (full paths, or bare names for the loader's search) and resolves
-// every symbol the handlers use. On failure returns nullopt and says why in *why.
-std::optional<CannLibrary> Open(const std::string& ascendcl, const std::string& nnopbase,
-                                const std::vector<std::string>& opapis, std::string* why) {
+// Opens the runtime, libnnopbase and one provider (full paths under `dir`, or bare names
+// for the loader's search when `dir` is empty) and resolves every symbol the handlers use.
+// On failure returns nullopt and says why in *why.
+std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::string>& provider,
+                                std::string* why) {
+  auto path = [&](const std::string& name) { return dir.empty() ? name : dir + "/" + name; };
   // RTLD_LOCAL: CANN's symbols stay out of the global namespace (other copies, e.g.
   // torch_npu's, may be loaded). Dependencies first, so that the opapi library's
-  // DT_NEEDED entries match the already loaded ones.
-  void* acl = dlopen(ascendcl.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // DT_NEEDED entries match the already loaded ones. A file that is already loaded (by
+  // the PJRT plugin, say) is not loaded again: dlopen returns the loaded object.
+  void* acl = dlopen(path(kAscendcl).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (acl == nullptr) {
     *why = DlError();
     return std::nullopt;
   }
-  void* nnop = dlopen(nnopbase.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* nnop = dlopen(path(kNnopbase).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (nnop == nullptr) {
     *why = DlError();
     return std::nullopt;
   }
   std::vector<void*> ops;
-  std::vector<std::string> op_errors;
-  for (const std::string& name : opapis) {
-    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-      ops.push_back(h);
-    } else {
-      op_errors.push_back(DlError());
+  for (const std::string& name : provider) {
+    void* h = dlopen(path(name).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      *why = DlError();
+      return std::nullopt;
     }
-  }
-  if (ops.empty()) {
-    *why = "no aclnn library could be opened: " + Join(op_errors, "; ");
-    return std::nullopt;
+    ops.push_back(h);
   }
 
   CannLibrary lib;
@@ -113,6 +141,7 @@ std::optional<CannLibrary> Open(const std::string& ascendcl, const std::string& 
   need(acl, "aclrtSynchronizeStream", &lib.synchronize_stream);
   need(acl, "aclrtMalloc", &lib.rt_malloc);
   need(acl, "aclrtFree", &lib.rt_free);
+  need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
   need_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
@@ -139,13 +168,96 @@ std::optional<CannLibrary> Open(const std::string& ascendcl, const std::string& 
   return lib;
 }
 
-// Tries the directories of the search order, then the loader's path.
-LoadResult Locate(const std::string& library_dir) {
+// The provider to open from `dir`: one already loaded in the process (when `reuse`),
+// else the first whose files are all in `dir`; nullptr if none is.
+const std::vector<std::string>* ChooseProvider(const std::string& dir, bool reuse) {
+  if (reuse) {
+    for (const auto& provider : kProviders) {
+      bool loaded = true;
+      for (const std::string& name : provider) loaded = loaded && IsLoaded(name);
+      if (loaded) return &provider;
+    }
+  }
+  for (const auto& provider : kProviders) {
+    bool present = true;
+    for (const std::string& name : provider) present = present && IsFile(dir + "/" + name);
+    if (present) return &provider;
+  }
+  return nullptr;
+}
+
+// Opens CANN from `dir`, or says in *why what is missing.
+std::optional<CannLibrary> OpenDir(const std::string& dir, bool reuse, std::string* why) {
+  if (!IsDir(dir)) {
+    *why = "no such directory";
+    return std::nullopt;
+  }
+  std::vector<std::string> absent;
+  for (const char* name : {kAscendcl, kNnopbase}) {
+    if (!IsFile(dir + "/" + name)) absent.push_back(name);
+  }
+  const std::vector<std::string>* provider = ChooseProvider(dir, reuse);
+  if (provider == nullptr) absent.push_back(kProvidersText);
+  if (!absent.empty()) {
+    *why = "no " + Join(absent, ", no ");
+    return std::nullopt;
+  }
+  return Open(dir, *provider, why);
+}
+
+std::string EnvironmentText() {
+  std::vector<std::string> env;
+  for (const char* var : {"ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "LD_LIBRARY_PATH"}) {
+    const std::string value = Env(var);
+    env.push_back(std::string(var) + "=" + (value.empty() ? std::string("<unset>") : value));
+  }
+  return Join(env, ", ");
+}
+
+std::string CannotLoad(const std::vector<std::string>& lines) {
+  return "cannot load the CANN runtime (libascendcl.so, libnnopbase.so, and " +
+         std::string(kProvidersText) + "). Tried, in order:\n  " + Join(lines, "\n  ") +
+         "\nEnvironment variables consulted: " + EnvironmentText() +
+         ".\nInstall the CANN toolkit and source its set_env.sh (it sets "
+         "ASCEND_TOOLKIT_HOME), or pass library_dir=<toolkit>/lib64.";
+}
+
+// The directory of the libascendcl.so already loaded in the process (by a PJRT plugin,
+// say), or "" if none is.
+std::string LoadedRuntimeDir() {
+  void* h = dlopen(kAscendcl, RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return "";
+  void* symbol = dlsym(h, "aclrtMalloc");
+  dlclose(h);
+  return symbol ? DirOf(FileOf(symbol)) : "";
+}
+
+// Finds and opens CANN (see the search order in the header). `reuse`: a runtime already
+// loaded in the process wins over the search, and library_dir must name its directory.
+LoadResult Locate(const std::string& library_dir, bool reuse) {
+  std::string why;
+  if (reuse) {
+    if (const std::string dir = LoadedRuntimeDir(); !dir.empty()) {
+      if (!library_dir.empty() && RealPath(library_dir) != dir) {
+        return {std::nullopt,
+                "libascendcl.so is already loaded in this process from " + dir +
+                    " (by the PJRT plugin?); library_dir='" + library_dir +
+                    "' would load a second CANN runtime, whose calls see no device context. "
+                    "Pass library_dir=None or '" + dir + "'."};
+      }
+      if (auto lib = OpenDir(dir, true, &why)) return {std::move(lib), ""};
+      return {std::nullopt, CannotLoad({dir + " (the libascendcl.so already loaded): " + why})};
+    }
+  }
+  if (!library_dir.empty()) {
+    // An explicit directory is the only place looked at: never a CANN found elsewhere.
+    if (auto lib = OpenDir(library_dir, reuse, &why)) return {std::move(lib), ""};
+    return {std::nullopt, CannotLoad({library_dir + " (library_dir argument): " + why})};
+  }
   struct Candidate {
     std::string dir, origin, unset;  // `unset`: the env var naming it is not set
   };
   std::vector<Candidate> candidates;
-  if (!library_dir.empty()) candidates.push_back({library_dir, "library_dir argument", ""});
   for (const char* var : kEnvVars) {
     const std::string value = Env(var);
     const std::string origin = "$" + std::string(var) + "/lib64";
@@ -160,52 +272,19 @@ LoadResult Locate(const std::string& library_dir) {
       lines.push_back(c.unset + ": not set");
       continue;
     }
-    const std::string where = c.dir + " (" + c.origin + ")";
-    if (!IsDir(c.dir)) {
-      lines.push_back(where + ": no such directory");
-      continue;
-    }
-    std::vector<std::string> absent;
-    for (const char* name : {kAscendcl, kNnopbase}) {
-      if (!IsFile(c.dir + "/" + name)) absent.push_back(name);
-    }
-    std::vector<std::string> opapis;
-    for (const char* name : kOpapiNames) {
-      if (IsFile(c.dir + "/" + name)) opapis.push_back(c.dir + "/" + name);
-    }
-    if (!IsFile(c.dir + "/libopapi.so") && !IsFile(c.dir + "/libopapi_nn.so")) {
-      absent.push_back("libopapi.so or libopapi_nn.so");
-    }
-    if (!absent.empty()) {
-      lines.push_back(where + ": no " + Join(absent, ", no "));
-      continue;
-    }
-    std::string why;
-    if (auto lib = Open(c.dir + "/" + kAscendcl, c.dir + "/" + kNnopbase, opapis, &why)) {
-      return {std::move(lib), ""};
-    }
-    lines.push_back(where + ": " + why);
+    if (auto lib = OpenDir(c.dir, reuse, &why)) return {std::move(lib), ""};
+    lines.push_back(c.dir + " (" + c.origin + "): " + why);
   }
-  std::string why;
-  std::vector<std::string> bare;
-  for (const char* name : kOpapiNames) bare.push_back(name);
-  if (auto lib = Open(kAscendcl, kNnopbase, bare, &why)) return {std::move(lib), ""};
+  std::vector<std::string> tried;
+  for (const auto& provider : kProviders) {
+    if (auto lib = Open("", provider, &why)) return {std::move(lib), ""};
+    tried.push_back(why);
+  }
   const std::string ld_path = Env("LD_LIBRARY_PATH");
   lines.push_back("the dynamic loader's search path (LD_LIBRARY_PATH=" +
                   (ld_path.empty() ? std::string("<unset>") : ld_path) +
-                  ", then ld.so.cache and the system directories): " + why);
-
-  std::vector<std::string> env;
-  for (const char* var : {"ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "LD_LIBRARY_PATH"}) {
-    const std::string value = Env(var);
-    env.push_back(std::string(var) + "=" + (value.empty() ? "<unset>" : value));
-  }
-  return {std::nullopt,
-          "cannot load the CANN runtime (libascendcl.so, libnnopbase.so, and libopapi.so or "
-          "libopapi_nn.so). Tried, in order:\n  " +
-              Join(lines, "\n  ") + "\nEnvironment variables consulted: " + Join(env, ", ") +
-              ".\nInstall the CANN toolkit and source its set_env.sh (it sets "
-              "ASCEND_TOOLKIT_HOME), or pass library_dir=<toolkit>/lib64."};
+                  ", then ld.so.cache and the system directories): " + Join(tried, "; "));
+  return {std::nullopt, CannotLoad(lines)};
 }
 
 std::mutex g_load_mutex;
@@ -231,14 +310,21 @@ LoadResult ProbeCann(const std::string& library_dir) {
   if (library_dir.empty()) {
     if (const CannLibrary* loaded = LoadedCann()) return {*loaded, ""};
   }
-  return Locate(library_dir);
+  // An explicit directory is only reported on, so no conflict with a loaded runtime.
+  return Locate(library_dir, /*reuse=*/library_dir.empty());
 }
 
-LoadResult LoadCann(const std::string& library_dir) {
+LoadResult LoadCann(const std::string& library_dir, bool host) {
+  if (host && library_dir.empty()) {
+    return {std::nullopt,
+            "the host-emulation mode needs an explicit library_dir naming an emulated CANN "
+            "(e.g. tests/fake_cann): a real CANN found through the environment would be "
+            "handed host memory as device memory"};
+  }
   std::lock_guard<std::mutex> lock(g_load_mutex);
   const CannLibrary* loaded = g_loaded.load(std::memory_order_acquire);
   if (loaded != nullptr && library_dir.empty()) return {*loaded, ""};
-  LoadResult found = Locate(library_dir);
+  LoadResult found = Locate(library_dir, /*reuse=*/!host);
   if (!found.library) return found;
   if (loaded != nullptr) {
     if (SameFiles(*loaded, *found.library)) return {*loaded, ""};
@@ -263,8 +349,8 @@ std::map<std::string, std::string> DescribeOrThrow(const LoadResult& result) {
 }
 }  // namespace
 
-std::map<std::string, std::string> LoadCannOrThrow(const std::string& library_dir) {
-  return DescribeOrThrow(LoadCann(library_dir));
+std::map<std::string, std::string> LoadCannOrThrow(const std::string& library_dir, bool host) {
+  return DescribeOrThrow(LoadCann(library_dir, host));
 }
 
 std::map<std::string, std::string> ProbeCannOrThrow(const std::string& library_dir) {

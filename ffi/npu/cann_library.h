@@ -1,17 +1,21 @@
 // Finds and opens the CANN runtime at run time (dlopen/dlsym), so that the package
 // builds and imports on machines without CANN.
 //
-// Search order, first directory holding libascendcl.so, libnnopbase.so and libopapi.so or
-// libopapi_nn.so wins (all three from one directory, never mixed across installs):
-//   1. the library_dir argument (when not empty)
+// Search order:
+//   0. a libascendcl.so already loaded in the process (by the PJRT plugin, say; found with
+//      dlopen(RTLD_NOLOAD)): its directory, and only it. A second runtime loaded from
+//      elsewhere would have no device context. (Not in host-emulation mode.)
+//   1. the library_dir argument, when not empty -- and then nothing else
 //   2. $ASCEND_TOOLKIT_HOME/lib64
 //   3. $ASCEND_HOME_PATH/lib64
 //   4. /usr/local/Ascend/ascend-toolkit/latest/lib64
 //   5. /usr/local/Ascend/cann/lib64
 //   6. the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache, ...), by bare name
-// Each aclnn symbol comes from the first of libcust_opapi.so (custom op packages
-// override, as in op-plugin), libopapi.so, libopapi_nn.so (newer split packages) that
-// exports it.
+// The first directory holding libascendcl.so, libnnopbase.so and an aclnn op library wins
+// (all from one directory, never mixed across installs). Exactly one op library
+// ("provider") is opened: one already loaded in the process, else the first present of
+// libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
+// libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
@@ -43,6 +47,7 @@ struct CannLibrary {
   SynchronizeStreamFn synchronize_stream = nullptr;
   RtMallocFn rt_malloc = nullptr;
   RtFreeFn rt_free = nullptr;
+  GetCurrentContextFn get_current_context = nullptr;
   MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
@@ -59,19 +64,21 @@ struct LoadResult {
 };
 
 // Finds and opens CANN without installing it (see the search order above); when
-// library_dir is empty and CANN is already loaded, returns the loaded one.
+// library_dir is empty and CANN is already loaded, returns the loaded one. An explicit
+// library_dir is looked at alone, whatever runtime is already loaded.
 LoadResult ProbeCann(const std::string& library_dir);
 
 // Finds, opens and installs CANN for the handlers (see the loading policy above).
-// Thread-safe.
-LoadResult LoadCann(const std::string& library_dir);
+// `host`: for the host-emulation mode, which needs an explicit library_dir and never
+// reuses a loaded runtime. Thread-safe.
+LoadResult LoadCann(const std::string& library_dir, bool host);
 
 // The installed runtime, or nullptr before a successful LoadCann().
 const CannLibrary* LoadedCann();
 
 // For the Python module: LoadCann/ProbeCann returning where the parts are (were) loaded
 // from, or throwing std::runtime_error with the message listing every path tried.
-std::map<std::string, std::string> LoadCannOrThrow(const std::string& library_dir);
+std::map<std::string, std::string> LoadCannOrThrow(const std::string& library_dir, bool host);
 std::map<std::string, std::string> ProbeCannOrThrow(const std::string& library_dir);
 
 }  // namespace jax_unpool::cann

@@ -14,3 +14,7 @@ FAKECANN_EXPORT aclError aclrtFree(void *devPtr) { return forward_core().rt_free
 FAKECANN_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
   return forward_core().rt_synchronize_stream(stream);
 }
+
+FAKECANN_EXPORT aclError aclrtGetCurrentContext(void **context) {
+  return forward_core().rt_get_current_context(context);
+}

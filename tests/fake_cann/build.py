@@ -7,7 +7,10 @@
   test controls;
 - ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream;
 - ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the four aclnnMaxUnpool2d*
-  entry points.
+  entry points; or, with ``layout``, the libraries of another CANN packaging (LAYOUTS).
+
+Every library carries its file name as its SONAME, as real CANN's do, so that
+``dlopen(name, RTLD_NOLOAD)`` finds an already loaded copy.
 
 libascendcl.so and the opapi library forward to the libnnopbase.so of their own
 directory, so all three share one state per output directory. A build is skipped when a
@@ -43,6 +46,17 @@ CXXFLAGS = (
 VERSION_SCRIPT = "{ global: acl*; fakecann_*; local: *; };\n"
 STAMP = ".fakecann-build"
 
+# Opapi libraries per CANN packaging: file name -> which aclnn entry points it exports
+# (bit 0: the forward's two, bit 1: the backward's two).
+LAYOUTS = {
+    # CANN 9.x: the ops split by domain, next to the deprecated all-in-one libopapi.so.
+    "split": {"libopapi.so": 3, "libopapi_math.so": 0, "libopapi_nn.so": 3,
+              "libopapi_cv.so": 0, "libopapi_transformer.so": 0},
+    # CANN 8.x installed with --feature: a train/infer pair, no libopapi*.so.
+    "feature": {"libaclnn_ops_infer.so": 1, "libaclnn_ops_train.so": 2},
+}
+OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
+
 
 def _compiler() -> str:
     for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
@@ -55,16 +69,22 @@ def build(
     out_dir: pathlib.Path,
     opapi_name: str = "libopapi.so",
     *,
+    layout: str | None = None,
     extra_flags: Sequence[str] = (),
 ) -> pathlib.Path:
     """Compiles the emulated CANN libraries into ``out_dir`` and returns it.
 
     ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
     "libopapi_nn.so" to test a loader's fallback; only that one is written).
+    ``layout`` ("split" or "feature", see LAYOUTS) writes that packaging's libraries
+    instead.
     ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
     """
     if "/" in opapi_name or not opapi_name.endswith(".so"):
         raise ValueError(f"opapi_name must be a plain .so file name, got {opapi_name!r}")
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {sorted(LAYOUTS)} or None, got {layout!r}")
+    opapis = LAYOUTS[layout] if layout else {opapi_name: 3}
     out_dir = pathlib.Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cxx = _compiler()
@@ -72,14 +92,14 @@ def build(
     digest = hashlib.sha256()
     for name in SOURCES:
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
-    for item in (cxx, opapi_name, *CXXFLAGS, *extra_flags, VERSION_SCRIPT):
+    for item in (cxx, repr(sorted(opapis.items())), *CXXFLAGS, *extra_flags, VERSION_SCRIPT):
         digest.update(item.encode() + b"\0")
     key = digest.hexdigest()
 
     targets = {
         "libnnopbase.so": ["core.cc"],
         "libascendcl.so": ["ascendcl.cc", "-ldl"],
-        opapi_name: ["opapi.cc", "-ldl"],
+        **{name: ["opapi.cc", f"-DFAKECANN_OPS={ops}", "-ldl"] for name, ops in opapis.items()},
     }
     stamp = out_dir / STAMP
     if (
@@ -99,6 +119,7 @@ def build(
                 *CXXFLAGS,
                 *extra_flags,
                 f"-Wl,--version-script={version_script}",
+                f"-Wl,-soname,{lib}",
                 "-Wl,-Bsymbolic",
                 "-o",
                 str(tmp_lib),
@@ -114,7 +135,7 @@ def build(
         # mapping; concurrent builders into one directory end with a complete set.
         for lib in targets:
             os.replace(pathlib.Path(tmp) / lib, out_dir / lib)
-        stale = [p for p in ("libopapi.so", "libopapi_nn.so") if p != opapi_name]
+        stale = [p for p in OPAPI_FILES if p not in opapis]
         for name in stale:
             (out_dir / name).unlink(missing_ok=True)
         (pathlib.Path(tmp) / STAMP).write_text(key)
@@ -124,5 +145,7 @@ def build(
 
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: build.py OUT_DIR [OPAPI_NAME]")
-    print(build(pathlib.Path(sys.argv[1]), *sys.argv[2:]))
+        sys.exit("usage: build.py OUT_DIR [OPAPI_NAME | split | feature]")
+    arg = sys.argv[2] if len(sys.argv) == 3 else "libopapi.so"
+    out = pathlib.Path(sys.argv[1])
+    print(build(out, layout=arg) if arg in LAYOUTS else build(out, arg))

@@ -30,10 +30,11 @@ def _load_build():
     spec = importlib.util.spec_from_file_location("fake_cann_build", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build
+    return module
 
 
-build = _load_build()
+_BUILD = _load_build()
+build, LAYOUTS = _BUILD.build, _BUILD.LAYOUTS
 
 FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
     0,
@@ -109,6 +110,8 @@ class FakeCann:
         self.aclrtMalloc = _sig(a, "aclrtMalloc", c_int32, POINTER(c_void_p), c_size_t, c_int32)
         self.aclrtFree = _sig(a, "aclrtFree", c_int32, c_void_p)
         self.aclrtSynchronizeStream = _sig(a, "aclrtSynchronizeStream", c_int32, c_void_p)
+        self.aclrtGetCurrentContext = _sig(a, "aclrtGetCurrentContext", c_int32,
+                                           POINTER(c_void_p))
         PU, PE = POINTER(c_uint64), POINTER(c_void_p)
         self.fwd_gws = _sig(o, FWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE)
         self.fwd_run = _sig(o, FWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
@@ -134,6 +137,8 @@ class FakeCann:
         self.last_indices_dtype = _sig(n, "fakecann_last_indices_dtype", c_int32, c_char_p)
         self.last_stream = _sig(n, "fakecann_last_stream", c_void_p, c_char_p)
         self.last_error_message = _sig(n, "fakecann_last_error_message", c_char_p)
+        self.set_int64_indices_only = _sig(n, "fakecann_set_int64_indices_only", None, c_int32)
+        self.set_no_context = _sig(n, "fakecann_set_no_context", None, c_int32)
         self._keep = []  # numpy buffers referenced by tensors
 
     # -- object helpers ---------------------------------------------------------------
@@ -895,6 +900,59 @@ def check_opapi_nn_variant(fc):
         assert (d / ".fakecann-build").stat().st_mtime_ns == stamp
 
 
+def check_int64_indices_only(fc):
+    """Legacy mode (CANN before 8.0.0): the forward refuses INT32 indices with 161002 and
+    takes INT64; the backward still takes INT32; fakecann_reset() ends the mode."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    idx = np.array([3, 0, 8, 5]).reshape(1, 1, 2, 2)
+    expected = np.zeros((1, 1, 3, 3), np.float32)
+    expected.ravel()[[3, 0, 8, 5]] = [0, 1, 2, 3]
+    fc.reset()
+    fc.set_int64_indices_only(1)
+    rc, _ = run_fwd(fc, x, idx.astype(np.int32), (3, 3))
+    assert rc == INVALID and "must be INT64 (legacy mode" in fc.last_error_message().decode()
+    rc, out = run_fwd(fc, x, idx.astype(np.int64), (3, 3))
+    assert rc == OK and np.array_equal(out, expected)
+    rc, _ = run_bwd(fc, SEED_GRAD, SEED_SELF, SEED_IDX, (3, 1))
+    assert rc == OK
+    fc.reset()
+    rc, out = run_fwd(fc, x, idx.astype(np.int32), (3, 3))
+    assert rc == OK and np.array_equal(out, expected)
+
+
+def check_current_context(fc):
+    """aclrtGetCurrentContext: a non-null context by default; with fakecann_set_no_context
+    error 107002 (ACL_ERROR_RT_CONTEXT_NULL) and a message; 100000 for a null argument."""
+    fc.reset()
+    ctx = c_void_p()
+    assert fc.aclrtGetCurrentContext(ctypes.byref(ctx)) == 0 and ctx.value
+    fc.set_no_context(1)
+    ctx = c_void_p()
+    assert fc.aclrtGetCurrentContext(ctypes.byref(ctx)) == 107002 and not ctx.value
+    assert b"no ACL context" in fc.aclGetRecentErrMsg()
+    assert fc.aclrtGetCurrentContext(None) == 100000
+    fc.reset()
+    assert fc.aclrtGetCurrentContext(ctypes.byref(ctx)) == 0 and ctx.value
+
+
+def check_layouts(fc):
+    """The split (CANN 9.x) and --feature (8.x) packagings: which library exports which
+    aclnn entry points; every library's SONAME is its file name."""
+    del fc
+    symbols = {1: (FWD_GWS, FWD_RUN), 2: (BWD_GWS, BWD_RUN)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for layout, libs in LAYOUTS.items():
+            d = build(pathlib.Path(tmp) / layout, layout=layout)
+            present = sorted(p.name for p in d.glob("*.so"))
+            assert present == sorted([*libs, "libascendcl.so", "libnnopbase.so"]), present
+            for name, ops in libs.items():
+                lib = ctypes.CDLL(str(d / name))
+                for bit, names in symbols.items():
+                    assert all(hasattr(lib, s) == bool(ops & bit) for s in names), (name, bit)
+                # DT_SONAME: dlopen by bare name with RTLD_NOLOAD finds the loaded copy.
+                assert b"\x00" + name.encode() + b"\x00" in (d / name).read_bytes()
+
+
 ALL_CHECKS = [
     check_seed_example,
     check_forward_values,
@@ -915,6 +973,9 @@ ALL_CHECKS = [
     check_zero_size,
     check_threads,
     check_opapi_nn_variant,
+    check_int64_indices_only,
+    check_current_context,
+    check_layouts,
 ]
 
 

@@ -92,6 +92,8 @@ struct State {
   std::unordered_map<std::string, void *> last_stream;
   uint64_t last_workspace_size = 0;
   std::string last_error;  // process-wide copy of the newest message
+  bool int64_indices_only = false;  // CANN 8.0.RC1-RC3 forward: INT64 indices only
+  bool no_context = false;          // aclrtGetCurrentContext reports none
 };
 
 // Never destroyed: other libraries' static destructors may still call in at exit.
@@ -367,6 +369,11 @@ struct Failure {
 };
 Failure invalid(std::string what) { return {kErrParamInvalid, std::move(what)}; }
 
+bool int64_indices_only() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().int64_indices_only;
+}
+
 struct NamedTensor {
   const char *name;
   const aclTensor *t;
@@ -443,6 +450,9 @@ Failure validate_forward(const aclTensor &self, const aclTensor &indices,
                    " is not supported; supported: " + kForwardDtypes);
   if (indices.dtype != kInt32 && indices.dtype != kInt64)
     return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT32 or INT64");
+  if (indices.dtype != kInt64 && int64_indices_only())
+    return invalid("indices dtype " + dtype_str(indices.dtype) +
+                   " must be INT64 (legacy mode: CANN before 8.0.0)");
   if (out.dtype != self.dtype)
     return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
                    dtype_str(self.dtype));
@@ -760,6 +770,23 @@ aclError rt_free(void *dev_ptr) {
               strf("%p was not allocated by aclrtMalloc or was already freed", dev_ptr));
 }
 
+aclError rt_get_current_context(void **context) {
+  const char *fn = "aclrtGetCurrentContext";
+  int32_t st;
+  if (take_injected(fn, &st)) return st;
+  if (!context) return fail(fn, kAclErrInvalidParam, "context is nullptr");
+  bool none;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    none = state().no_context;
+  }
+  // Real ACL: error 107002 (ACL_ERROR_RT_CONTEXT_NULL) when the thread has no context.
+  if (none) return fail(fn, kAclErrContextNull, "the calling thread has no ACL context");
+  static int the_context;
+  *context = &the_context;
+  return 0;
+}
+
 aclError rt_synchronize_stream(aclrtStream) {
   int32_t st;
   if (take_injected("aclrtSynchronizeStream", &st)) return st;
@@ -796,6 +823,7 @@ const CoreTable kCoreTable = {
     rt_malloc,
     rt_free,
     rt_synchronize_stream,
+    rt_get_current_context,
     fwd_gws,
     fwd_run,
     bwd_gws,
@@ -987,5 +1015,19 @@ FAKECANN_EXPORT void fakecann_reset() {
   s.bad_destroys = 0;
   s.bad_frees = 0;
   s.last_error.clear();
+  s.int64_indices_only = false;
+  s.no_context = false;
   ++g_generation;
+}
+
+// Legacy mode: the forward refuses INT32 indices, as aclnnMaxUnpool2d before CANN 8.0.0.
+FAKECANN_EXPORT void fakecann_set_int64_indices_only(int on) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().int64_indices_only = on != 0;
+}
+
+// Makes aclrtGetCurrentContext report that the calling thread has no context (any thread).
+FAKECANN_EXPORT void fakecann_set_no_context(int on) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().no_context = on != 0;
 }

@@ -49,6 +49,7 @@ constexpr aclnnStatus kErrRuntime = 361001;
 constexpr aclnnStatus kErrInner = 561000;
 constexpr aclError kAclErrInvalidParam = 100000;   // ACL_ERROR_INVALID_PARAM
 constexpr aclError kAclErrMemAllocation = 207001;  // ACL_ERROR_RT_MEMORY_ALLOCATION
+constexpr aclError kAclErrContextNull = 107002;    // ACL_ERROR_RT_CONTEXT_NULL
 
 // Functions of libascendcl.so and libopapi.so, implemented in libnnopbase.so.
 struct CoreTable {
@@ -57,6 +58,7 @@ struct CoreTable {
   aclError (*rt_malloc)(void **dev_ptr, size_t size, int policy);
   aclError (*rt_free)(void *dev_ptr);
   aclError (*rt_synchronize_stream)(aclrtStream stream);
+  aclError (*rt_get_current_context)(void **context);
   aclnnStatus (*max_unpool2d_get_workspace_size)(const aclTensor *self, const aclTensor *indices,
                                                  const aclIntArray *output_size, aclTensor *out,
                                                  uint64_t *workspace_size,
@@ -72,7 +74,7 @@ struct CoreTable {
   aclnnStatus (*max_unpool2d_backward)(void *workspace, uint64_t workspace_size,
                                        aclOpExecutor *executor, aclrtStream stream);
 };
-constexpr uint32_t kCoreAbiVersion = 1;
+constexpr uint32_t kCoreAbiVersion = 2;
 
 }  // namespace fakecann
 

@@ -4,6 +4,14 @@
 
 using fakecann::forward_core;
 
+// build.py compiles this file once per opapi library of a layout; FAKECANN_OPS chooses
+// which entry points the library holds: bit 0 the forward, bit 1 the backward.
+#ifndef FAKECANN_OPS
+#define FAKECANN_OPS 3
+#endif
+
+#if FAKECANN_OPS & 1
+
 FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dGetWorkspaceSize(
     const aclTensor *self, const aclTensor *indices, const aclIntArray *outputSize, aclTensor *out,
     uint64_t *workspaceSize, aclOpExecutor **executor) {
@@ -16,6 +24,9 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2d(void *workspace, uint64_t workspace
   return forward_core().max_unpool2d(workspace, workspaceSize, executor, stream);
 }
 
+#endif
+
+#if FAKECANN_OPS & 2
 FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackwardGetWorkspaceSize(
     const aclTensor *gradOutput, const aclTensor *self, const aclTensor *indices,
     const aclIntArray *outputSize, aclTensor *out, uint64_t *workspaceSize,
@@ -28,3 +39,4 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackward(void *workspace, uint64_t w
                                                      aclOpExecutor *executor, aclrtStream stream) {
   return forward_core().max_unpool2d_backward(workspace, workspaceSize, executor, stream);
 }
+#endif
