@@ -1,18 +1,35 @@
 """jax-unpool: max-unpooling as first-class JAX primitives with native XLA FFI kernels."""
 
 from jax_unpool import npu, reference
-from jax_unpool._api import max_unpool2d, max_unpool2d_backward
+from jax_unpool._api import (
+    max_unpool1d,
+    max_unpool1d_backward,
+    max_unpool2d,
+    max_unpool2d_backward,
+    max_unpool3d,
+    max_unpool3d_backward,
+)
 from jax_unpool._ffi import export_safety_checks
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
-from jax_unpool.pooling import max_pool2d_with_indices
+from jax_unpool.pooling import (
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "export_safety_checks",
+    "max_pool1d_with_indices",
     "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "max_unpool1d",
+    "max_unpool1d_backward",
     "max_unpool2d",
     "max_unpool2d_backward",
+    "max_unpool3d",
+    "max_unpool3d_backward",
     "max_unpool2d_backward_p",
     "max_unpool2d_p",
     "npu",

@@ -15,7 +15,9 @@ import re
 import sys
 from collections.abc import Sequence
 
-OPS = ("max_unpool2d", "max_unpool2d_backward", "max_pool2d_with_indices")
+RANKS = (1, 2, 3)
+OPS = tuple(op.format(k) for k in RANKS for op in
+            ("max_unpool{}d", "max_unpool{}d_backward", "max_pool{}d_with_indices"))
 
 
 def _version(distribution: str) -> str:
@@ -37,13 +39,17 @@ def _implementation(op: str, platform_name: str) -> str:
     import jax_unpool
     from jax_unpool import _ffi
 
-    x = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.float32)
-    idx = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.int32)
-    if op == "max_unpool2d":
-        fn, args = (lambda x, i: jax_unpool.max_unpool2d(x, i, 2)), (x, idx)
+    if "pool" in op and "unpool" not in op:
+        return "jnp (XLA)"
+    k = int(op[len("max_unpool")])
+    x = jax.ShapeDtypeStruct((1, 1, *[2] * k), jnp.float32)
+    idx = jax.ShapeDtypeStruct(x.shape, jnp.int32)
+    if op.endswith("_backward"):
+        size = (4,) * k
+        out = jax.ShapeDtypeStruct((1, 1, *size), jnp.float32)
+        fn, args = (lambda g, i: getattr(jax_unpool, op)(g, x, i, size)), (out, idx)
     else:
-        out = jax.ShapeDtypeStruct((1, 1, 4, 4), jnp.float32)
-        fn, args = (lambda g, i: jax_unpool.max_unpool2d_backward(g, x, i, (4, 4))), (out, idx)
+        fn, args = (lambda x, i: getattr(jax_unpool, op)(x, i, 2)), (x, idx)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform_name,)).as_text()
     targets = re.findall(r"custom_call @(\w+)", text)
     if not targets:
@@ -72,14 +78,15 @@ def info() -> int:
         devices = client.devices()
         kinds = sorted({d.device_kind for d in devices})
         print(f"  {name}: {len(devices)} x {', '.join(kinds)}")
-    print("implementation of each op:")
-    width = max(len(op) for op in OPS) + 2
-    print("  " + "platform".ljust(10) + "".join(op.ljust(width) for op in OPS).rstrip())
-    routed_to_aclnn = False
-    for name in clients:
-        row = [_implementation(op, name) for op in OPS[:2]] + ["jnp (XLA)"]
-        routed_to_aclnn |= "aclnn" in row
-        print("  " + name.ljust(10) + "".join(impl.ljust(width) for impl in row).rstrip())
+    print("implementation of each op on each platform:")
+    names = list(clients)
+    rows = {op: [_implementation(op, name) for name in names] for op in OPS}
+    width = max(len(impl) for row in rows.values() for impl in row) + 2
+    op_width = max(len(op) for op in OPS) + 2
+    print("  " + "op".ljust(op_width) + "".join(n.ljust(width) for n in names).rstrip())
+    for op, row in rows.items():
+        print("  " + op.ljust(op_width) + "".join(impl.ljust(width) for impl in row).rstrip())
+    routed_to_aclnn = any("aclnn" in row for row in rows.values())
     found = npu.is_available()
     print(f"CANN (Ascend NPU toolkit): {'found' if found else 'not found'}"
           + ("; route the ops to aclnn with jax_unpool.npu.register()"

@@ -1,16 +1,25 @@
-"""The public functions: argument handling and validation, then one primitive bind."""
+"""The public functions, one per spatial rank as PyTorch's: each checks its arguments and
+binds one of the two primitives, on a free 2-D view of its spatial dims (``_views``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from jax_unpool import _args
+from jax_unpool import _views
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 
 IntOrPair = int | tuple[int, int]
+IntOrTuple = int | tuple[int, ...]
+
+
+def _scatter(x, indices, size, last):
+    return max_unpool2d_p.bind(x, indices, output_size=size, channels_last=last)
+
+
+def _gather(grad_output, indices, last):
+    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last)
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
@@ -42,12 +51,36 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       index, its position ``(n, c, i)`` and the valid range; the jnp reference used on
       other platforms drops such an element instead.
     """
-    fn = "max_unpool2d"
-    x, indices = jnp.asarray(x), jnp.asarray(indices)
-    _args.check_unpool_operands(fn, x, indices)
-    last = _args.channels_last(fn, data_format, x.ndim)
-    hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
-    return max_unpool2d_p.bind(x, indices, output_size=hw, channels_last=last)
+    return _views.unpool(_scatter, "max_unpool2d", 2, x, indices, kernel_size, stride, padding, output_size,
+                  data_format)
+
+
+def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
+                 stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+                 output_size: Any = None, *, data_format: str = "NCW") -> jax.Array:
+    """:func:`max_unpool2d` for 1-D signals, as ``torch.nn.functional.max_unpool1d``.
+
+    ``x`` and ``indices`` are ``(N, C, W)`` or ``(C, W)`` (``(N, W, C)`` / ``(W, C)`` with
+    ``data_format="NWC"``/``"WC"``); indices are positions ``w`` in ``[0, W_out)``;
+    ``W_out = (W - 1) * stride - 2 * padding + kernel_size`` without ``output_size``.
+    Everything else (dtypes, duplicates, errors, autodiff, vmap) is as in 2-D.
+    """
+    return _views.unpool(_scatter, "max_unpool1d", 1, x, indices, kernel_size, stride, padding, output_size,
+                  data_format)
+
+
+def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
+                 stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+                 output_size: Any = None, *, data_format: str = "NCDHW") -> jax.Array:
+    """:func:`max_unpool2d` for volumes, as ``torch.nn.functional.max_unpool3d``.
+
+    ``x`` and ``indices`` are ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` /
+    ``(D, H, W, C)`` with ``data_format="NDHWC"``/``"DHWC"``); indices are flat positions
+    ``d * H_out * W_out + h * W_out + w`` inside an output volume. Everything else is as
+    in 2-D.
+    """
+    return _views.unpool(_scatter, "max_unpool3d", 3, x, indices, kernel_size, stride, padding, output_size,
+                  data_format)
 
 
 def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
@@ -71,7 +104,19 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
     Raises:
       As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
     """
-    fn = "max_unpool2d_backward"
-    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
-    last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
-    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last)
+    return _views.unpool_backward(_gather, "max_unpool2d_backward", 2, grad_output, x, indices, output_size,
+                           data_format)
+
+
+def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCW") -> jax.Array:
+    """The gradient of :func:`max_unpool1d` w.r.t. ``x`` (a gather, as in 2-D)."""
+    return _views.unpool_backward(_gather, "max_unpool1d_backward", 1, grad_output, x, indices, output_size,
+                           data_format)
+
+
+def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCDHW") -> jax.Array:
+    """The gradient of :func:`max_unpool3d` w.r.t. ``x``: CANN's aclnnMaxUnpool3dBackward."""
+    return _views.unpool_backward(_gather, "max_unpool3d_backward", 3, grad_output, x, indices, output_size,
+                           data_format)

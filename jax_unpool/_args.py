@@ -6,37 +6,49 @@ was expected and what was received.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-LAYOUTS = {"NCHW": False, "CHW": False, "NHWC": True, "HWC": True}
+SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # spatial dims per rank, as PyTorch names them
+_PLURAL = {1: "a 1-tuple", 2: "a pair", 3: "a triple"}
 _PACKED_DTYPES = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
 INT32_MAX = np.iinfo(np.int32).max
 
 
-def channels_last(fn: str, data_format: str, ndim: int) -> bool:
-    """True for NHWC/HWC, False for NCHW/CHW; CHW and HWC name rank-3 data only."""
-    if data_format not in LAYOUTS:
+def layouts(k: int = 2) -> dict[str, bool]:
+    """The data formats of spatial rank k and whether each is channels-last:
+    NCHW/CHW/NHWC/HWC for k=2 (NCW/.../WC for 1, NCDHW/.../DHWC for 3)."""
+    s = SPATIAL[k]
+    return {f"NC{s}": False, f"C{s}": False, f"N{s}C": True, f"{s}C": True}
+
+
+def channels_last(fn: str, data_format: str, ndim: int, k: int = 2) -> bool:
+    """True for NHWC/HWC, False for NCHW/CHW (per rank k); the unbatched formats (CHW,
+    HWC) name rank-(k+1) data only."""
+    formats = layouts(k)
+    if not isinstance(data_format, str) or data_format not in formats:
         raise ValueError(
-            f"{fn}: data_format must be one of {sorted(LAYOUTS)}, got {data_format!r}")
-    if len(data_format) == 3 and ndim != 3:
+            f"{fn}: data_format must be one of {sorted(formats)}, got {data_format!r}")
+    if len(data_format) == k + 1 and ndim != k + 1:
         raise ValueError(
-            f"{fn}: data_format {data_format!r} describes rank-3 input, got rank {ndim}")
-    return LAYOUTS[data_format]
+            f"{fn}: data_format {data_format!r} describes rank-{k + 1} input, got rank {ndim}")
+    return formats[data_format]
 
 
-def spatial_axis(ndim: int, channels_last: bool) -> int:
-    """Position of H in a rank-3/4 shape (W follows it)."""
-    return ndim - 3 if channels_last else ndim - 2
+def spatial_axis(ndim: int, channels_last: bool, k: int = 2) -> int:
+    """Position of the first of the k spatial dims (the others follow it)."""
+    return ndim - k - 1 if channels_last else ndim - k
 
 
-def check_rank(fn: str, name: str, shape: Sequence[int]) -> None:
-    if len(shape) not in (3, 4):
+def check_rank(fn: str, name: str, shape: Sequence[int], k: int = 2) -> None:
+    s = ", ".join(SPATIAL[k])
+    if len(shape) not in (k + 1, k + 2):
         raise ValueError(
-            f"{fn}: {name} must have rank 3 (C, H, W) or 4 (N, C, H, W), "
+            f"{fn}: {name} must have rank {k + 1} (C, {s}) or {k + 2} (N, C, {s}), "
             f"got rank {len(shape)} with shape {tuple(shape)}")
 
 
@@ -54,52 +66,57 @@ def check_index_dtype(fn: str, name: str, dtype: Any) -> None:
 
 def check_plane_fits_indices(fn: str, index_dtype: Any, output_hw: Sequence[int]) -> None:
     """int32 indices cannot address an output plane of more than 2**31 - 1 positions."""
-    plane = int(output_hw[0]) * int(output_hw[1])
+    plane = math.prod(int(v) for v in output_hw)
     if np.dtype(index_dtype) == np.int32 and plane > INT32_MAX:
         raise ValueError(
-            f"{fn}: an output plane of {output_hw[0]}x{output_hw[1]} = {plane} positions "
+            f"{fn}: an output plane of {'x'.join(map(str, output_hw))} = {plane} positions "
             f"cannot be addressed by int32 indices (at most {INT32_MAX}); use int64 indices "
             "(jax.config.update('jax_enable_x64', True))")
 
 
-def positive_pair(fn: str, name: str, value: Any, *, allow_zero: bool = False) -> tuple[int, int]:
-    """An int or a pair of ints, each > 0 (>= 0 with allow_zero)."""
-    pair = (value, value) if isinstance(value, (int, np.integer)) else value
+def positive_sizes(fn: str, name: str, value: Any, k: int = 2, *,
+                   allow_zero: bool = False) -> tuple[int, ...]:
+    """An int or k ints (a pair for k=2), each > 0 (>= 0 with allow_zero)."""
+    sizes = (value,) * k if isinstance(value, (int, np.integer)) else value
     try:
-        pair = tuple(pair)
+        sizes = tuple(sizes)
     except TypeError:
-        pair = None
-    if (pair is None or len(pair) != 2
+        sizes = None
+    if (sizes is None or len(sizes) != k
             or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                       for v in pair)):
-        raise TypeError(f"{fn}: {name} must be an int or a pair of ints, got {value!r}")
+                       for v in sizes)):
+        raise TypeError(f"{fn}: {name} must be an int or {_PLURAL[k]} of ints, got {value!r}")
     lo = 0 if allow_zero else 1
-    if any(int(v) < lo for v in pair):
+    if any(int(v) < lo for v in sizes):
         bound = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
-    return int(pair[0]), int(pair[1])
+    return tuple(int(v) for v in sizes)
 
 
-def output_hw(fn: str, output_size: Any, ndim: int, channels_last: bool) -> tuple[int, int]:
-    """(H_out, W_out) from `output_size`: a pair, or a full shape in the data's layout."""
+def output_spatial(fn: str, output_size: Any, ndim: int, channels_last: bool,
+                   k: int = 2) -> tuple[int, ...]:
+    """The k output sizes ((H_out, W_out) for k=2) from `output_size`: k ints, or a full
+    shape in the data's layout."""
     try:
         size = tuple(output_size)
     except TypeError:
         raise TypeError(
             f"{fn}: output_size must be a sequence of ints, got {output_size!r}") from None
-    if len(size) == ndim or (len(size) == 4 and not channels_last):
-        h = spatial_axis(len(size), channels_last)
-        size = size[h:h + 2]
-    elif len(size) != 2:
+    if len(size) == ndim or (len(size) == k + 2 and not channels_last):
+        h = spatial_axis(len(size), channels_last, k)
+        size = size[h:h + k]
+    elif len(size) != k:
+        names = ", ".join(f"{d}_out" for d in SPATIAL[k])
         raise ValueError(
-            f"{fn}: output_size must have 2 entries (H_out, W_out) or {ndim} (a full shape), "
+            f"{fn}: output_size must have {k} entries ({names}) or {ndim} (a full shape), "
             f"got {len(size)}: {output_size!r}")
-    return positive_pair(fn, "output_size", size)
+    return positive_sizes(fn, "output_size", size, k)
 
 
-def unpool_output_hw(fn: str, shape: Sequence[int], channels_last: bool, kernel_size: Any,
-                     stride: Any, padding: Any, output_size: Any) -> tuple[int, int]:
-    """torch.nn.functional.max_unpool2d's output size rule, with its range check."""
+def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kernel_size: Any,
+                       stride: Any, padding: Any, output_size: Any,
+                       k: int = 2) -> tuple[int, ...]:
+    """torch.nn.functional.max_unpool{k}d's output size rule, with its range check."""
     if kernel_size is None:
         if output_size is None:
             raise ValueError(f"{fn}: one of kernel_size or output_size is required, got neither")
@@ -107,21 +124,21 @@ def unpool_output_hw(fn: str, shape: Sequence[int], channels_last: bool, kernel_
             raise ValueError(
                 f"{fn}: stride and padding need kernel_size, got kernel_size=None with "
                 f"stride={stride!r}, padding={padding!r}")
-        return output_hw(fn, output_size, len(shape), channels_last)
-    kernel = positive_pair(fn, "kernel_size", kernel_size)
-    strides = kernel if stride is None else positive_pair(fn, "stride", stride)
-    pads = positive_pair(fn, "padding", padding, allow_zero=True)
-    h = spatial_axis(len(shape), channels_last)
-    default = tuple((shape[h + d] - 1) * strides[d] - 2 * pads[d] + kernel[d] for d in range(2))
+        return output_spatial(fn, output_size, len(shape), channels_last, k)
+    kernel = positive_sizes(fn, "kernel_size", kernel_size, k)
+    strides = kernel if stride is None else positive_sizes(fn, "stride", stride, k)
+    pads = positive_sizes(fn, "padding", padding, k, allow_zero=True)
+    h = spatial_axis(len(shape), channels_last, k)
+    default = tuple((shape[h + d] - 1) * strides[d] - 2 * pads[d] + kernel[d] for d in range(k))
     if output_size is None:
         if min(default) <= 0:
             raise ValueError(
                 f"{fn}: kernel_size={kernel_size}, stride={stride}, padding={padding} give a "
                 f"non-positive output size {default} for input spatial size "
-                f"{tuple(shape[h:h + 2])}")
+                f"{tuple(shape[h:h + k])}")
         return default
-    size = output_hw(fn, output_size, len(shape), channels_last)
-    for d in range(2):
+    size = output_spatial(fn, output_size, len(shape), channels_last, k)
+    for d in range(k):
         lo, hi = default[d] - strides[d], default[d] + strides[d]
         if not lo < size[d] < hi:
             raise ValueError(
@@ -131,9 +148,10 @@ def unpool_output_hw(fn: str, shape: Sequence[int], channels_last: bool, kernel_
     return size
 
 
-def check_unpool_operands(fn: str, x: Any, indices: Any) -> None:
-    """x and indices of the forward: same rank-3/4 shape, movable values, integer indices."""
-    check_rank(fn, "x", x.shape)
+def check_unpool_operands(fn: str, x: Any, indices: Any, k: int = 2) -> None:
+    """x and indices of the forward: same rank-(k+1)/(k+2) shape, movable values, integer
+    indices."""
+    check_rank(fn, "x", x.shape, k)
     check_movable_dtype(fn, "x", x.dtype)
     check_index_dtype(fn, "indices", indices.dtype)
     if tuple(indices.shape) != tuple(x.shape):
@@ -142,14 +160,15 @@ def check_unpool_operands(fn: str, x: Any, indices: Any) -> None:
             f"{tuple(indices.shape)}")
 
 
-def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last: bool) -> None:
-    """grad_output (N, C, H_out, W_out) and indices (N, C, H, W) of the backward."""
-    check_rank(fn, "grad_output", grad_output.shape)
+def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last: bool,
+                          k: int = 2) -> None:
+    """grad_output (N, C, H_out, W_out) and indices (N, C, H, W) of the backward (k=2)."""
+    check_rank(fn, "grad_output", grad_output.shape, k)
     check_movable_dtype(fn, "grad_output", grad_output.dtype)
     check_index_dtype(fn, "indices", indices.dtype)
     g, i = tuple(grad_output.shape), tuple(indices.shape)
-    h = spatial_axis(len(g), channels_last)
-    keep = [d for d in range(len(g)) if d not in (h, h + 1)]
+    h = spatial_axis(len(g), channels_last, k)
+    keep = [d for d in range(len(g)) if not h <= d < h + k]
     if len(i) != len(g) or [g[d] for d in keep] != [i[d] for d in keep]:
         raise ValueError(
             f"{fn}: grad_output {g} and indices {i} must have the same rank and the same "
@@ -157,24 +176,24 @@ def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last
 
 
 def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
-                             output_size: Any, data_format: str) -> bool:
-    """All checks of max_unpool2d_backward's arguments; returns channels_last."""
-    check_rank(fn, "x", x.shape)
-    last = channels_last(fn, data_format, len(x.shape))
+                             output_size: Any, data_format: str, k: int = 2) -> bool:
+    """All checks of max_unpool{k}d_backward's arguments; returns channels_last."""
+    check_rank(fn, "x", x.shape, k)
+    last = channels_last(fn, data_format, len(x.shape), k)
     if tuple(indices.shape) != tuple(x.shape):
         raise ValueError(
             f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
             f"{tuple(indices.shape)}")
-    check_gather_operands(fn, grad_output, indices, last)
+    check_gather_operands(fn, grad_output, indices, last, k)
     # x may be a numpy array or a ShapeDtypeStruct: compare the dtype JAX would give it.
     x_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
     if np.dtype(grad_output.dtype) != x_dtype:
         raise TypeError(
             f"{fn}: grad_output must have the dtype of x, {x_dtype.name}, got "
             f"{np.dtype(grad_output.dtype).name}")
-    hw = output_hw(fn, output_size, len(x.shape), last)
-    h = spatial_axis(len(grad_output.shape), last)
-    grad_hw = tuple(grad_output.shape[h:h + 2])
+    hw = output_spatial(fn, output_size, len(x.shape), last, k)
+    h = spatial_axis(len(grad_output.shape), last, k)
+    grad_hw = tuple(grad_output.shape[h:h + k])
     if hw != grad_hw:
         raise ValueError(
             f"{fn}: output_size {hw} must match grad_output's spatial dims {grad_hw}")

@@ -49,7 +49,7 @@ max_unpool2d_p.def_impl(partial(xla.apply_primitive, max_unpool2d_p))
 def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
     fn = "max_unpool2d"
     _args.check_unpool_operands(fn, x, indices)
-    _args.positive_pair(fn, "output_size", output_size)
+    _args.positive_sizes(fn, "output_size", output_size)
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
     h = _args.spatial_axis(x.ndim, channels_last)
     shape = (*x.shape[:h], *output_size, *x.shape[h + 2:])

@@ -18,15 +18,51 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 import jax
 import numpy as np
 
-from jax_unpool._api import max_unpool2d
-from jax_unpool.pooling import max_pool2d_with_indices
+from jax_unpool import _api, pooling
 
-__all__ = ["MaxPool2d", "MaxUnpool2d"]
+__all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
-IntOrPair = int | tuple[int, int]
+IntOrPair = int | tuple[int, ...]
 
 
-class MaxPool2d(nnx.Module):
+class _MaxPool(nnx.Module):
+    """The pooling layer of every rank: `k` and `_pool` come from the subclass."""
+
+    k: int  # spatial rank
+
+    def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+                 padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
+                 data_format: str | None = None):
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+        self.ceil_mode = ceil_mode
+        self.data_format = data_format or _channels_last_format(self.k)
+
+    def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
+        return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, data_format=_unbatched(self.data_format, x, self.k))
+
+
+class _MaxUnpool(nnx.Module):
+    """The unpooling layer of every rank: `k` and `_unpool` come from the subclass."""
+
+    k: int
+
+    def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+                 padding: IntOrPair = 0, data_format: str | None = None):
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.data_format = data_format or _channels_last_format(self.k)
+
+    def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
+        return self._unpool(y, indices, self.kernel_size, self.stride, self.padding, output_size,
+                            data_format=_unbatched(self.data_format, y, self.k))
+
+
+class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
     ``pool(x)`` returns ``(values, indices)``: see :func:`jax_unpool.max_pool2d_with_indices`
@@ -36,23 +72,11 @@ class MaxPool2d(nnx.Module):
     The layer has no parameters.
     """
 
-    def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
-                 padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
-                 data_format: str = "NHWC"):
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.dilation = dilation
-        self.ceil_mode = ceil_mode
-        self.data_format = data_format
-
-    def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
-        return max_pool2d_with_indices(x, self.kernel_size, self.stride, self.padding,
-                                       self.dilation, self.ceil_mode,
-                                       data_format=_unbatched(self.data_format, x))
+    k = 2
+    _pool = staticmethod(pooling.max_pool2d_with_indices)
 
 
-class MaxUnpool2d(nnx.Module):
+class MaxUnpool2d(_MaxUnpool):
     """Max-unpooling, as ``torch.nn.MaxUnpool2d``: the partial inverse of :class:`MaxPool2d`.
 
     ``unpool(y, indices, output_size=None)`` scatters ``y`` into zeros at ``indices``: see
@@ -62,20 +86,50 @@ class MaxUnpool2d(nnx.Module):
     ``y`` is ``(N, H, W, C)`` or ``(H, W, C)`` by default. The layer has no parameters.
     """
 
-    def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
-                 padding: IntOrPair = 0, data_format: str = "NHWC"):
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.data_format = data_format
-
-    def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
-        return max_unpool2d(y, indices, self.kernel_size, self.stride, self.padding,
-                            output_size, data_format=_unbatched(self.data_format, y))
+    k = 2
+    _unpool = staticmethod(_api.max_unpool2d)
 
 
-def _unbatched(data_format: str, x: Any) -> str:
+class MaxPool1d(_MaxPool):
+    """:class:`MaxPool2d` for signals, as ``torch.nn.MaxPool1d(..., return_indices=True)``:
+    ``x`` is ``(N, W, C)`` or ``(W, C)`` by default (``data_format="NCW"``/``"CW"`` for
+    channels-first); see :func:`jax_unpool.max_pool1d_with_indices`."""
+
+    k = 1
+    _pool = staticmethod(pooling.max_pool1d_with_indices)
+
+
+class MaxUnpool1d(_MaxUnpool):
+    """:class:`MaxUnpool2d` for signals, as ``torch.nn.MaxUnpool1d``: ``y`` is ``(N, W, C)`` or
+    ``(W, C)`` by default; see :func:`jax_unpool.max_unpool1d`."""
+
+    k = 1
+    _unpool = staticmethod(_api.max_unpool1d)
+
+
+class MaxPool3d(_MaxPool):
+    """:class:`MaxPool2d` for volumes, as ``torch.nn.MaxPool3d(..., return_indices=True)``:
+    ``x`` is ``(N, D, H, W, C)`` or ``(D, H, W, C)`` by default (``data_format="NCDHW"``/
+    ``"CDHW"`` for channels-first); see :func:`jax_unpool.max_pool3d_with_indices`."""
+
+    k = 3
+    _pool = staticmethod(pooling.max_pool3d_with_indices)
+
+
+class MaxUnpool3d(_MaxUnpool):
+    """:class:`MaxUnpool2d` for volumes, as ``torch.nn.MaxUnpool3d``: ``y`` is
+    ``(N, D, H, W, C)`` or ``(D, H, W, C)`` by default; see :func:`jax_unpool.max_unpool3d`."""
+
+    k = 3
+    _unpool = staticmethod(_api.max_unpool3d)
+
+
+def _channels_last_format(k: int) -> str:
+    return {1: "NWC", 2: "NHWC", 3: "NDHWC"}[k]
+
+
+def _unbatched(data_format: str, x: Any, k: int) -> str:
     """A layer built for batches also takes one example: NHWC -> HWC, NCHW -> CHW."""
-    if data_format in ("NHWC", "NCHW") and np.ndim(x) == 3:
+    if len(data_format) == k + 2 and np.ndim(x) == k + 1:
         return data_format[1:]
     return data_format

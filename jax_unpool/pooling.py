@@ -1,4 +1,4 @@
-"""``max_pool2d_with_indices``: PyTorch's max pooling with argmax indices, in XLA ops.
+"""``max_pool{1,2,3}d_with_indices``: PyTorch's max pooling with argmax indices, in XLA ops.
 
 This module imports only jax and numpy so that it works on its own (it is the
 producer of the indices that ``max_unpool2d`` consumes, and the oracle tests
@@ -7,6 +7,7 @@ use it without the compiled extension).
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple, Union
@@ -16,27 +17,38 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["max_pool2d_with_indices"]
-
-_FN = "max_pool2d_with_indices"
+__all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
 
 IntOrPair = Union[int, Sequence[int]]
 
-_CHANNELS_FIRST = ("NCHW", "CHW")
-_CHANNELS_LAST = ("NHWC", "HWC")
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # the spatial dims of each rank, as PyTorch names them
+
+
+def _formats(k: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(channels-first, channels-last) data formats of spatial rank k, e.g. NCHW/CHW, NHWC/HWC."""
+    s = _SPATIAL[k]
+    return (f"NC{s}", f"C{s}"), (f"N{s}C", f"{s}C")
 
 
 class _Geometry(NamedTuple):
-    """Static (hashable) pooling configuration, one entry per spatial axis (H, W)."""
+    """Static (hashable) pooling configuration, one entry per spatial axis ((D,) H, W)."""
 
-    in_size: tuple[int, int]
-    out_size: tuple[int, int]
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
+    in_size: tuple[int, ...]
+    out_size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
     channels_last: bool
     index_dtype: np.dtype
+
+    @property
+    def k(self) -> int:
+        return len(self.in_size)
+
+    def flat_strides(self) -> tuple[int, ...]:
+        """Flat index = sum of coordinate * stride: (H*W, W, 1) for a (D, H, W) volume."""
+        return tuple(int(np.prod(self.in_size[a + 1:])) for a in range(self.k))
 
 
 # --------------------------------------------------------------------------- #
@@ -49,16 +61,14 @@ def _is_int(v: object) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _pair(value: object, name: str) -> tuple[int, int]:
-    """Ints or pairs (length-1 sequences too, as PyTorch) -> (h, w)."""
+def _sizes(fn: str, value: object, name: str, k: int) -> tuple[int, ...]:
+    """An int or k ints (length-1 sequences too, as PyTorch) -> one per spatial axis."""
     if _is_int(value):
-        return (int(value), int(value))
-    if isinstance(value, (tuple, list)) and len(value) in (1, 2) and all(map(_is_int, value)):
-        vals = tuple(int(v) for v in value)
-        return (vals[0], vals[-1])
-    raise TypeError(
-        f"{_FN}: {name} must be an int or a pair of ints (h, w), got {value!r}"
-    )
+        return (int(value),) * k
+    if isinstance(value, (tuple, list)) and len(value) in (1, k) and all(map(_is_int, value)):
+        return tuple(int(v) for v in value) * (k // len(value))
+    what = {1: "a 1-tuple (w,)", 2: "a pair of ints (h, w)", 3: "a triple of ints (d, h, w)"}[k]
+    raise TypeError(f"{fn}: {name} must be an int or {what}, got {value!r}")
 
 
 def _output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -71,31 +81,33 @@ def _output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> 
     return out
 
 
-def _index_dtype(index_dtype: object) -> np.dtype:
+def _index_dtype(fn: str, index_dtype: object) -> np.dtype:
     try:
         dt = np.dtype(index_dtype)
     except TypeError:
         raise TypeError(
-            f"{_FN}: index_dtype must be int32 or int64, got {index_dtype!r}"
+            f"{fn}: index_dtype must be int32 or int64, got {index_dtype!r}"
         ) from None
     if dt not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise TypeError(f"{_FN}: index_dtype must be int32 or int64, got {dt.name}")
+        raise TypeError(f"{fn}: index_dtype must be int32 or int64, got {dt.name}")
     canonical = np.dtype(jax.dtypes.canonicalize_dtype(dt))
     if canonical != dt:
         # Same behaviour (and wording) as jnp functions asked for a 64-bit dtype
         # with x64 disabled: warn, then use the 32-bit one.
         warnings.warn(
-            f"Explicitly requested dtype {dt.name} requested in {_FN} is not "
+            f"Explicitly requested dtype {dt.name} requested in {fn} is not "
             f"available, and will be truncated to dtype {canonical.name}. To enable "
             "more dtypes, set the jax_enable_x64 configuration option or the "
             "JAX_ENABLE_X64 shell environment variable. See "
             "https://github.com/jax-ml/jax#current-gotchas for more.",
-            stacklevel=4,  # point at the caller of max_pool2d_with_indices
+            stacklevel=5,  # point at the caller of max_pool{k}d_with_indices
         )
     return canonical
 
 
 def _geometry(
+    fn: str,
+    k: int,
     shape: tuple[int, ...],
     kernel_size: IntOrPair,
     stride: IntOrPair | None,
@@ -106,70 +118,77 @@ def _geometry(
     index_dtype: object,
 ) -> _Geometry:
     """Validate everything at trace time (PyTorch's checks, as Python errors)."""
-    if not isinstance(data_format, str) or data_format not in _CHANNELS_FIRST + _CHANNELS_LAST:
+    first, last = _formats(k)
+    if not isinstance(data_format, str) or data_format not in first + last:
         raise ValueError(
-            f"{_FN}: data_format must be one of 'NCHW', 'CHW', 'NHWC', 'HWC', "
+            f"{fn}: data_format must be one of {', '.join(map(repr, first + last))}, "
             f"got {data_format!r}"
         )
-    channels_last = data_format in _CHANNELS_LAST
-    if len(shape) not in (3, 4):
-        layout = "(C, H, W) or (N, C, H, W)" if not channels_last else "(H, W, C) or (N, H, W, C)"
+    channels_last = data_format in last
+    names = _SPATIAL[k]
+    if len(shape) not in (k + 1, k + 2):
+        dims = ", ".join(names)
+        layout = (f"({dims}, C) or (N, {dims}, C)" if channels_last
+                  else f"(C, {dims}) or (N, C, {dims})")
         raise ValueError(
-            f"{_FN}: x must be 3-D or 4-D {layout}, got a {len(shape)}-D array of shape {shape}"
+            f"{fn}: x must be {k + 1}-D or {k + 2}-D {layout}, got a {len(shape)}-D array "
+            f"of shape {shape}"
         )
-    in_size = (shape[-3], shape[-2]) if channels_last else (shape[-2], shape[-1])
+    in_size = tuple(shape[-k - 1:-1]) if channels_last else tuple(shape[-k:])
 
-    kernel = _pair(kernel_size, "kernel_size")
-    stride_ = kernel if stride is None else _pair(stride, "stride")
-    pad = _pair(padding, "padding")
-    dil = _pair(dilation, "dilation")
+    kernel = _sizes(fn, kernel_size, "kernel_size", k)
+    stride_ = kernel if stride is None else _sizes(fn, stride, "stride", k)
+    pad = _sizes(fn, padding, "padding", k)
+    dil = _sizes(fn, dilation, "dilation", k)
     if min(kernel) <= 0:
-        raise ValueError(f"{_FN}: kernel_size must be positive, got {kernel}")
+        raise ValueError(f"{fn}: kernel_size must be positive, got {kernel}")
     if min(stride_) <= 0:
-        raise ValueError(f"{_FN}: stride must be positive, got {stride_}")
+        raise ValueError(f"{fn}: stride must be positive, got {stride_}")
     if min(dil) <= 0:
-        raise ValueError(f"{_FN}: dilation must be positive, got {dil}")
+        raise ValueError(f"{fn}: dilation must be positive, got {dil}")
     if min(pad) < 0:
-        raise ValueError(f"{_FN}: padding must be non-negative, got {pad}")
+        raise ValueError(f"{fn}: padding must be non-negative, got {pad}")
     # PyTorch's rule compares with the kernel size itself, not the dilated one.
-    if pad[0] > kernel[0] // 2 or pad[1] > kernel[1] // 2:
+    if any(p > kk // 2 for p, kk in zip(pad, kernel)):
         raise ValueError(
-            f"{_FN}: padding must be at most half of kernel_size "
+            f"{fn}: padding must be at most half of kernel_size "
             f"(padding <= kernel_size // 2), got padding={pad} and kernel_size={kernel}"
         )
     if min(in_size) <= 0:
         raise ValueError(
-            f"{_FN}: x must have non-empty spatial dimensions (H, W), got (H, W)={in_size} "
-            f"for shape {shape} and data_format={data_format!r}"
+            f"{fn}: x must have non-empty spatial dimensions ({', '.join(names)}), got "
+            f"({', '.join(names)})={in_size} for shape {shape} and "
+            f"data_format={data_format!r}"
         )
     out_size = tuple(
         _output_size(in_size[a], kernel[a], stride_[a], pad[a], dil[a], bool(ceil_mode))
-        for a in range(2)
+        for a in range(k)
     )
     if min(out_size) <= 0:
+        out_names = ", ".join(f"{n}_out" for n in names)
         raise ValueError(
-            f"{_FN}: output size must be positive, got (H_out, W_out)={out_size} for "
-            f"input (H, W)={in_size}, kernel_size={kernel}, stride={stride_}, "
+            f"{fn}: output size must be positive, got ({out_names})={out_size} for "
+            f"input ({', '.join(names)})={in_size}, kernel_size={kernel}, stride={stride_}, "
             f"padding={pad}, dilation={dil}, ceil_mode={bool(ceil_mode)}: the input is "
             "too small"
         )
     g = _Geometry(
         in_size=in_size,
-        out_size=out_size,  # type: ignore[arg-type]
+        out_size=out_size,
         kernel=kernel,
         stride=stride_,
         padding=pad,
         dilation=dil,
         channels_last=channels_last,
-        index_dtype=_index_dtype(index_dtype),
+        index_dtype=_index_dtype(fn, index_dtype),
     )
     # Flat indices silently wrap around in a too-narrow integer type.
-    largest = int(_positions(g, 0).max()) * in_size[1] + int(_positions(g, 1).max())
+    largest = sum(int(_positions(g, a).max()) * st for a, st in enumerate(g.flat_strides()))
     if largest > np.iinfo(g.index_dtype).max:
         raise ValueError(
-            f"{_FN}: index_dtype {g.index_dtype.name} cannot hold the flat indices of an "
-            f"(H, W)={in_size} plane (up to {largest}); use index_dtype=int64 with "
-            "jax_enable_x64"
+            f"{fn}: index_dtype {g.index_dtype.name} cannot hold the flat indices of a "
+            f"({', '.join(names)})={in_size} {'plane' if k < 3 else 'volume'} (up to "
+            f"{largest}); use index_dtype=int64 with jax_enable_x64"
         )
     return g
 
@@ -200,19 +219,31 @@ def _first_in_bounds(g: _Geometry, axis: int) -> np.ndarray:
     return start + steps * d
 
 
-def _spatial_axes(g: _Geometry) -> tuple[int, int]:
-    # Operands are always 4-D here (a 3-D x gets a unit batch axis).
-    return (1, 2) if g.channels_last else (2, 3)
+def _spatial_axes(g: _Geometry) -> tuple[int, ...]:
+    # Operands are always batched here (an unbatched x gets a unit batch axis).
+    return tuple(range(1, g.k + 1)) if g.channels_last else tuple(range(2, g.k + 2))
 
 
 def _plane(a: np.ndarray, g: _Geometry) -> np.ndarray:
-    """(Ho, Wo) array -> broadcastable against the 4-D output in either layout."""
-    return a[:, :, None] if g.channels_last else a
+    """An array of the output's spatial shape -> broadcastable against the batched output
+    in either layout."""
+    return a[..., None] if g.channels_last else a
+
+
+def _flat_index(g: _Geometry, coords: Sequence[np.ndarray]) -> np.ndarray:
+    """Flat input positions of per-axis coordinates (each of shape (out_size[a],)),
+    broadcast over the output's spatial shape."""
+    total = np.zeros(g.out_size, np.int64)
+    for a, (c, st) in enumerate(zip(coords, g.flat_strides())):
+        shape = [1] * g.k
+        shape[a] = -1
+        total = total + c.reshape(shape) * st
+    return total
 
 
 def _padded(x: jax.Array, g: _Geometry, fill: jax.Array) -> jax.Array:
     """Pad left by `padding` and pad/trim right so that every tap slice fits exactly."""
-    config = [(0, 0, 0)] * 4
+    config = [(0, 0, 0)] * x.ndim
     for a, ax in enumerate(_spatial_axes(g)):
         span = (g.out_size[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dilation[a] + 1
         hi = span - g.padding[a] - g.in_size[a]  # negative = trim rows no window reaches
@@ -220,10 +251,11 @@ def _padded(x: jax.Array, g: _Geometry, fill: jax.Array) -> jax.Array:
     return lax.pad(x, fill, config)
 
 
-def _tap(xp: jax.Array, g: _Geometry, i: int, j: int) -> jax.Array:
-    """Element (i, j) of every window, as one strided slice: shape of the output."""
-    start, limit, strides = [0] * 4, list(xp.shape), [1] * 4
-    for a, ax, t in zip(range(2), _spatial_axes(g), (i, j)):
+def _tap(xp: jax.Array, g: _Geometry, taps: tuple[int, ...]) -> jax.Array:
+    """Element `taps` (one kernel offset per axis) of every window, as one strided slice:
+    shape of the output."""
+    start, limit, strides = [0] * xp.ndim, list(xp.shape), [1] * xp.ndim
+    for a, ax, t in zip(range(g.k), _spatial_axes(g), taps):
         start[ax] = t * g.dilation[a]
         limit[ax] = start[ax] + (g.out_size[a] - 1) * g.stride[a] + 1
         strides[ax] = g.stride[a]
@@ -245,38 +277,37 @@ def _lowest(dtype: np.dtype) -> np.ndarray:
 
 
 def _pool_impl(x: jax.Array, g: _Geometry) -> tuple[jax.Array, jax.Array]:
-    rows, cols = _positions(g, 0), _positions(g, 1)
-    width = g.in_size[1]
+    positions = [_positions(g, a) for a in range(g.k)]
     xp = _padded(x, g, jnp.asarray(_lowest(x.dtype)))
     # Like PyTorch's loop: start from (lowest value, first in-bounds position) and
-    # let only a strictly greater element or a NaN replace it. Tap (0, 0) is that
+    # let only a strictly greater element or a NaN replace it. Tap (0, ..., 0) is that
     # start: it is the first in-bounds element or padding (= lowest, loses every
     # later comparison, so the index stays the first in-bounds one). Padding is
     # never selected, even against an all -inf / all dtype-min input.
-    first = _first_in_bounds(g, 0)[:, None] * width + _first_in_bounds(g, 1)[None, :]
-    best = _tap(xp, g, 0, 0)
+    first = _flat_index(g, [_first_in_bounds(g, a) for a in range(g.k)])
+    zero = (0,) * g.k
+    best = _tap(xp, g, zero)
     idx = jnp.broadcast_to(jnp.asarray(_plane(first, g), g.index_dtype), best.shape)
     is_float = jnp.issubdtype(x.dtype, jnp.inexact)
-    # A Python loop over the kh*kw kernel taps (not over positions): each step is
-    # dense elementwise work that XLA fuses into one loop.
-    for i in range(g.kernel[0]):
-        for j in range(g.kernel[1]):
-            if i == 0 and j == 0:
-                continue
-            v = _tap(xp, g, i, j)
-            # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN
-            # replaces an earlier one, so the LAST NaN in scan order wins.
-            take = v > best
-            if is_float:
-                take = take | jnp.isnan(v)
-            tap_idx = rows[:, i][:, None] * width + cols[:, j][None, :]
-            best = jnp.where(take, v, best)
-            idx = jnp.where(take, jnp.asarray(_plane(tap_idx, g), g.index_dtype), idx)
+    # A Python loop over the kernel taps, in PyTorch's scan order (row-major), not over
+    # positions: each step is dense elementwise work that XLA fuses into one loop.
+    for taps in itertools.product(*(range(kk) for kk in g.kernel)):
+        if taps == zero:
+            continue
+        v = _tap(xp, g, taps)
+        # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN
+        # replaces an earlier one, so the LAST NaN in scan order wins.
+        take = v > best
+        if is_float:
+            take = take | jnp.isnan(v)
+        tap_idx = _flat_index(g, [positions[a][:, t] for a, t in enumerate(taps)])
+        best = jnp.where(take, v, best)
+        idx = jnp.where(take, jnp.asarray(_plane(tap_idx, g), g.index_dtype), idx)
     return best, idx
 
 
 def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
-    """t at the argmax positions: a gather on the flattened (H*W) plane.
+    """t at the argmax positions: a gather on the flattened (D*H*W, H*W or W) plane.
 
     Linear in t; XLA's gather transposes into a scatter-add, so reverse mode adds
     each output cotangent into its argmax position (right for overlapping
@@ -285,8 +316,8 @@ def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
     the whole forward pass per input element.
     """
     n = t.shape[0]
-    plane = g.in_size[0] * g.in_size[1]
-    out_plane = g.out_size[0] * g.out_size[1]  # explicit: -1 fails for N=0 or C=0
+    plane = int(np.prod(g.in_size))
+    out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
     # Indices of all-padding ceil_mode windows (see _first_in_bounds) behave as
     # in PyTorch's backward: past the plane they read 0 and their cotangent is
     # dropped; past a row's end they land on the next row's element.
@@ -386,13 +417,64 @@ def max_pool2d_with_indices(
       TypeError: kernel_size/stride/padding/dilation not ints or pairs of ints;
         ``index_dtype`` not int32/int64; complex ``x``.
     """
+    return _max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)
+
+
+def max_pool1d_with_indices(
+    x: jax.typing.ArrayLike,
+    kernel_size: IntOrPair,
+    stride: IntOrPair | None = None,
+    padding: IntOrPair = 0,
+    dilation: IntOrPair = 1,
+    ceil_mode: bool = False,
+    *,
+    data_format: str = "NCW",
+    index_dtype: jax.typing.DTypeLike = jnp.int32,
+) -> tuple[jax.Array, jax.Array]:
+    """1-D max pooling with argmax indices, as ``torch.nn.functional.max_pool1d(...,
+    return_indices=True)``.
+
+    ``x`` is ``(N, C, W)`` or ``(C, W)`` (``(N, W, C)`` / ``(W, C)`` with
+    ``data_format="NWC"``/``"WC"``); indices are positions ``w``. Everything else -- output
+    size, ``ceil_mode``, ``dilation``, padding never selected, ties, NaN, dtypes,
+    differentiation, errors -- is as in :func:`max_pool2d_with_indices`.
+    """
+    return _max_pool("max_pool1d_with_indices", 1, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)
+
+
+def max_pool3d_with_indices(
+    x: jax.typing.ArrayLike,
+    kernel_size: IntOrPair,
+    stride: IntOrPair | None = None,
+    padding: IntOrPair = 0,
+    dilation: IntOrPair = 1,
+    ceil_mode: bool = False,
+    *,
+    data_format: str = "NCDHW",
+    index_dtype: jax.typing.DTypeLike = jnp.int32,
+) -> tuple[jax.Array, jax.Array]:
+    """3-D max pooling with argmax indices, as ``torch.nn.functional.max_pool3d(...,
+    return_indices=True)``.
+
+    ``x`` is ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` / ``(D, H, W, C)``
+    with ``data_format="NDHWC"``/``"DHWC"``); indices are flat positions
+    ``d * H * W + h * W + w`` inside each input volume; windows are scanned in (d, h, w)
+    order. Everything else is as in :func:`max_pool2d_with_indices`.
+    """
+    return _max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)
+
+
+def _max_pool(fn, k, x, kernel_size, stride, padding, dilation, ceil_mode, data_format,
+              index_dtype):
     x = jnp.asarray(x)
-    g = _geometry(
-        x.shape, kernel_size, stride, padding, dilation, ceil_mode, data_format, index_dtype
-    )
+    g = _geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
+                  data_format, index_dtype)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
-        raise TypeError(f"{_FN}: x must have a real dtype (max needs an order), got {x.dtype}")
-    unbatched = x.ndim == 3
+        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {x.dtype}")
+    unbatched = x.ndim == k + 1
     if unbatched:
         x = x[None]
     if x.dtype == jnp.bool_:

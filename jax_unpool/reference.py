@@ -15,14 +15,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args
-from jax_unpool.pooling import max_pool2d_with_indices
+from jax_unpool import _args, _views
+from jax_unpool.pooling import (
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
 
 __all__ = [
     "gather_planes",
+    "max_pool1d_with_indices",
     "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "max_unpool1d",
+    "max_unpool1d_backward",
     "max_unpool2d",
     "max_unpool2d_backward",
+    "max_unpool3d",
+    "max_unpool3d_backward",
     "scatter_planes",
 ]
 
@@ -140,23 +150,32 @@ def _gather_planes_jvp(channels_last, primals, tangents):
     return out, _tangent(tangents[0], out, lambda t: _gather(t, indices, channels_last, False))
 
 
-def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
-                 padding: Any = 0, output_size: Any = None, *,
-                 data_format: str = "NCHW") -> jax.Array:
-    """Reference of :func:`jax_unpool.max_unpool2d` (same arguments and semantics)."""
-    fn = "max_unpool2d"
-    x, indices = jnp.asarray(x), jnp.asarray(indices)
-    _args.check_unpool_operands(fn, x, indices)
-    last = _args.channels_last(fn, data_format, x.ndim)
-    hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
-    _args.check_plane_fits_indices(fn, indices.dtype, hw)
-    return scatter_planes(x, indices, hw, last)
+def _unpool(fn, k):
+    def unpool(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
+               padding: Any = 0, output_size: Any = None, *,
+               data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
+        return _views.unpool(scatter_planes, fn, k, x, indices, kernel_size, stride, padding,
+                             output_size, data_format)
+    unpool.__name__ = unpool.__qualname__ = fn
+    unpool.__doc__ = f"Reference of :func:`jax_unpool.{fn}` (same arguments and semantics)."
+    return unpool
 
 
-def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
-                          data_format: str = "NCHW") -> jax.Array:
-    """Reference of :func:`jax_unpool.max_unpool2d_backward` (same arguments and semantics)."""
-    fn = "max_unpool2d_backward"
-    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
-    last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
-    return gather_planes(grad_output, indices, last)
+def _unpool_backward(fn, k):
+    def unpool_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                        data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
+        return _views.unpool_backward(gather_planes, fn, k, grad_output, x, indices,
+                                      output_size, data_format)
+    unpool_backward.__name__ = unpool_backward.__qualname__ = fn
+    unpool_backward.__doc__ = (f"Reference of :func:`jax_unpool.{fn}` "
+                               "(same arguments and semantics).")
+    return unpool_backward
+
+
+_DEFAULT_FORMAT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+max_unpool1d = _unpool("max_unpool1d", 1)
+max_unpool2d = _unpool("max_unpool2d", 2)
+max_unpool3d = _unpool("max_unpool3d", 3)
+max_unpool1d_backward = _unpool_backward("max_unpool1d_backward", 1)
+max_unpool2d_backward = _unpool_backward("max_unpool2d_backward", 2)
+max_unpool3d_backward = _unpool_backward("max_unpool3d_backward", 3)

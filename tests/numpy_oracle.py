@@ -71,3 +71,47 @@ def random_indices(rng: np.random.Generator, shape: tuple[int, ...], plane: int,
                    dtype=np.int32) -> np.ndarray:
     """Indices drawn with replacement from [0, plane): duplicates are likely."""
     return rng.integers(0, plane, size=shape).astype(dtype)
+
+
+def _spatial_first(a: np.ndarray, k: int, channels_last: bool) -> np.ndarray:
+    """Any rank-(k+1)/(k+2) array -> (N, C, *spatial), channels first."""
+    a = a if a.ndim == k + 2 else a[None]
+    return np.moveaxis(a, -1, 1) if channels_last else a
+
+
+def _spatial_back(a: np.ndarray, ndim: int, k: int, channels_last: bool) -> np.ndarray:
+    a = np.moveaxis(a, 1, -1) if channels_last else a
+    return a if ndim == k + 2 else a[0]
+
+
+def unpool_nd(x: np.ndarray, indices: np.ndarray, output_size: tuple[int, ...],
+              channels_last: bool = False) -> np.ndarray:
+    """`unpool` for any spatial rank k = len(output_size): flat positions inside an output
+    volume (d * H * W + h * W + w), the last writer in flat input order wins."""
+    k = len(output_size)
+    xs = _spatial_first(np.asarray(x), k, channels_last)
+    js = _spatial_first(np.asarray(indices), k, channels_last)
+    n, c = xs.shape[:2]
+    xs, js = xs.reshape(n, c, -1), js.reshape(n, c, -1)
+    out = np.zeros((n, c, int(np.prod(output_size))), xs.dtype)
+    for a in range(n):
+        for b in range(c):
+            for i in range(xs.shape[2]):
+                out[a, b, js[a, b, i]] = xs[a, b, i]
+    return _spatial_back(out.reshape(n, c, *output_size), np.ndim(x), k, channels_last)
+
+
+def gather_nd(grad_output: np.ndarray, indices: np.ndarray, k: int,
+              channels_last: bool = False) -> np.ndarray:
+    """`gather` for any spatial rank k."""
+    gs = _spatial_first(np.asarray(grad_output), k, channels_last)
+    js = _spatial_first(np.asarray(indices), k, channels_last)
+    n, c = js.shape[:2]
+    spatial = js.shape[2:]
+    gs, js = gs.reshape(n, c, -1), js.reshape(n, c, -1)
+    out = np.zeros(js.shape, gs.dtype)
+    for a in range(n):
+        for b in range(c):
+            for i in range(js.shape[2]):
+                out[a, b, i] = gs[a, b, js[a, b, i]]
+    return _spatial_back(out.reshape(n, c, *spatial), np.ndim(indices), k, channels_last)

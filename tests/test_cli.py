@@ -44,10 +44,14 @@ def test_info(tmp_path):
     out = result.stdout
     assert f"jax_unpool {jax_unpool.__version__}" in out
     assert f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}" in out
-    # The CPU row: both unpool ops lower to our FFI kernels, the pooling to XLA ops.
-    cpu_row = re.search(r"^  cpu +(.*)$", out, re.MULTILINE)
-    assert cpu_row, out
-    assert re.fullmatch(r"XLA FFI \(C\+\+\) +XLA FFI \(C\+\+\) +jnp \(XLA\)", cpu_row.group(1))
+    # One row per op of every rank, a column per platform: on CPU the unpool ops lower to
+    # our FFI kernels, the poolings to XLA ops.
+    assert re.search(r"^  op +cpu$", out, re.MULTILINE), out
+    for k in (1, 2, 3):
+        for op, impl in ((f"max_unpool{k}d", r"XLA FFI \(C\+\+\)"),
+                         (f"max_unpool{k}d_backward", r"XLA FFI \(C\+\+\)"),
+                         (f"max_pool{k}d_with_indices", r"jnp \(XLA\)")):
+            assert re.search(rf"^  {op} +{impl}$", out, re.MULTILINE), (op, out)
     assert re.search(r"^  cpu: \d+ x cpu$", out, re.MULTILINE)
     from jax_unpool import npu
 
@@ -106,7 +110,7 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
     assert result.returncode == 0, result.stderr
     before, after = result.stdout.split("CANN (Ascend NPU toolkit): found; route the ops to "
                                         "aclnn with jax_unpool.npu.register()\n")
-    assert re.search(r"^  cpu +XLA FFI \(C\+\+\) +XLA FFI \(C\+\+\) +jnp \(XLA\)$", before,
-                     re.MULTILINE), before
-    assert re.search(r"^  cpu +aclnn +aclnn +jnp \(XLA\)$", after, re.MULTILINE), after
+    for op in ("max_unpool1d", "max_unpool2d_backward", "max_unpool3d"):
+        assert re.search(rf"^  {op} +XLA FFI \(C\+\+\)$", before, re.MULTILINE), before
+        assert re.search(rf"^  {op} +aclnn$", after, re.MULTILINE), after
     assert after.rstrip().endswith("CANN (Ascend NPU toolkit): found")

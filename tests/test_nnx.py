@@ -163,3 +163,28 @@ def test_missing_flax_names_the_extra(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
         "jax_unpool.nnx needs Flax, an optional extra: pip install 'jax-unpool[flax]'")
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_1d_and_3d_layers_are_channels_last_and_round_trip(rng, k):
+    from jax_unpool.nnx import MaxPool1d, MaxPool3d, MaxUnpool1d, MaxUnpool3d
+
+    pool, unpool = (MaxPool1d, MaxUnpool1d) if k == 1 else (MaxPool3d, MaxUnpool3d)
+    fn_pool = ju.max_pool1d_with_indices if k == 1 else ju.max_pool3d_with_indices
+    fn_unpool = ju.max_unpool1d if k == 1 else ju.max_unpool3d
+    spatial = (12,) if k == 1 else (4, 6, 4)
+    x = jnp.asarray(rng.standard_normal((2, *spatial, 3)), jnp.float32)  # channels last
+    values, indices = pool(2)(x)
+    # The oracle: the channels-first functions on the moved data, moved back.
+    first = lambda a: jnp.moveaxis(a, -1, 1)
+    last = lambda a: jnp.moveaxis(a, 1, -1)
+    want_values, want_indices = fn_pool(first(x), 2)
+    np.testing.assert_array_equal(values, last(want_values))
+    np.testing.assert_array_equal(indices, last(want_indices))
+    out = unpool(2)(values, indices)
+    np.testing.assert_array_equal(out, last(fn_unpool(want_values, want_indices, 2)))
+    # one example (no N) works too, and the gradient flows through nnx.grad
+    one, one_idx = pool(2)(x[0])
+    np.testing.assert_array_equal(one, values[0])
+    grad = nnx.grad(lambda v: (unpool(2)(v, indices) ** 2).sum())(values)
+    np.testing.assert_array_equal(grad, 2 * values)

@@ -182,6 +182,34 @@ def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
     assert "stablehlo.transpose" not in text
 
 
+@pytest.mark.parametrize("fmt", ["NCW", "NWC", "CW", "NCDHW", "NDHWC", "CDHW"])
+def test_1d_and_3d_run_the_2d_aclnn_ops_on_a_view(emulated, rng, fmt):
+    # Issue 13: 1-D and 3-D unpooling (and its gradient) go through aclnnMaxUnpool2d(Backward)
+    # on the (N, C, 1, W) / (N, C, D*H, W) view of their spatial dims, bit-exactly.
+    k = 1 if "D" not in fmt else 3
+    dims = {"N": 2, "C": 3, "D": 2, "H": 3, "W": 4}
+    out_dims = {"D": 3, "H": 4, "W": 5} if k == 3 else {"W": 9}
+    shape = tuple(dims[d] for d in fmt)
+    size = tuple(out_dims[d] for d in "DHW"[3 - k:])
+    last = fmt.endswith("C")
+    unpool, unpool_bwd = ((ju.max_unpool1d, ju.max_unpool1d_backward) if k == 1 else
+                          (ju.max_unpool3d, ju.max_unpool3d_backward))
+    x = random_values(rng, shape, "float32")
+    idx = oracle.random_indices(rng, shape, int(np.prod(size)))
+    w = random_values(rng, tuple({**dims, **out_dims}[d] for d in fmt), "float32")
+
+    def f(x):
+        return jnp.sum(unpool(x, idx, output_size=size, data_format=fmt) * w)
+
+    out = jax.jit(lambda x: unpool(x, idx, output_size=size, data_format=fmt))(x)
+    assert_bits_equal(out, oracle.unpool_nd(x, idx, size, last))
+    np.testing.assert_array_equal(jax.jit(jax.grad(f))(x), oracle.gather_nd(w, idx, k, last))
+    back = jax.jit(lambda g: unpool_bwd(g, x, idx, size, data_format=fmt))(w)
+    np.testing.assert_array_equal(back, oracle.gather_nd(w, idx, k, last))
+    assert emulated.call_count(FWD_RUN.encode()) == 1
+    assert emulated.call_count(BWD_RUN.encode()) == 2
+
+
 # --------------------------------------------------------------------------------------
 # Autodiff and batching through aclnn
 # --------------------------------------------------------------------------------------

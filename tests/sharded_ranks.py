@@ -1,0 +1,54 @@
+"""1-D and 3-D unpooling on 4 simulated CPU devices, split along N and C: saves, per
+case, the compiled HLO of a forward + gradient step and its results, for test_ranks.py.
+
+    python tests/sharded_ranks.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+import jax_unpool as ju  # noqa: E402
+
+# name -> (data_format, pooled shape, output size, partition spec)
+CASES = {
+    "NCW-N": ("NCW", (4, 4, 5), (10,), ("a",)),
+    "NCW-NC": ("NCW", (4, 4, 5), (10,), ("a", "b")),
+    "NWC-N": ("NWC", (4, 5, 4), (10,), ("a",)),
+    "NCDHW-N": ("NCDHW", (4, 4, 2, 3, 2), (4, 6, 4), ("a",)),
+    "NCDHW-NC": ("NCDHW", (4, 4, 2, 3, 2), (4, 6, 4), ("a", "b")),
+    "NDHWC-N": ("NDHWC", (4, 2, 3, 2, 4), (4, 6, 4), ("a",)),
+}
+
+
+def main(out: Path) -> None:
+    mesh = jax.make_mesh((2, 2), ("a", "b"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    rng = np.random.default_rng(0)
+    for name, (fmt, shape, size, spec) in CASES.items():
+        unpool = ju.max_unpool1d if len(size) == 1 else ju.max_unpool3d
+        x = rng.integers(-50, 50, size=shape).astype(np.float32)
+        idx = rng.integers(0, int(np.prod(size)), size=shape).astype(np.int32)
+        sharding = NamedSharding(mesh, PartitionSpec(*spec))
+
+        def step(x, i, fmt=fmt, size=size, unpool=unpool):
+            y, vjp = jax.vjp(lambda x: unpool(x, i, output_size=size, data_format=fmt), x)
+            return y, vjp(y * 2)[0]
+
+        xs, js = jax.device_put(x, sharding), jax.device_put(idx, sharding)
+        compiled = jax.jit(step).lower(xs, js).compile()
+        y, g = compiled(xs, js)
+        (out / f"{name}.hlo.txt").write_text(compiled.as_text())
+        np.savez(out / f"{name}.npz", x=x, indices=idx, y=np.asarray(y), g=np.asarray(g),
+                 same_sharding=y.sharding.spec[:len(spec)] == tuple(spec))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
