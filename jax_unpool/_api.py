@@ -43,7 +43,7 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       other platforms drops such an element instead.
     """
     fn = "max_unpool2d"
-    x, indices = jnp.asarray(x), jnp.asarray(indices)
+    x, indices = jnp.asarray(x), _args.as_indices(fn, indices)
     _args.check_unpool_operands(fn, x, indices)
     last = _args.channels_last(fn, data_format, x.ndim)
     hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
@@ -72,6 +72,6 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
       As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
     """
     fn = "max_unpool2d_backward"
-    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
+    grad_output, indices = jnp.asarray(grad_output), _args.as_indices(fn, indices)
     last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
     return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last)

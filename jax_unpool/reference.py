@@ -7,6 +7,7 @@ index is dropped by the forward and reads 0 in the backward.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -100,10 +101,32 @@ def _gather(grad_output, indices, channels_last, exact_bits):
 
 def _tangent(tangent, out, move):
     # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
-    # scatter, linear and transposable. Integer primals have float0 tangents.
+    # scatter, linear. Integer primals have float0 tangents.
     if tangent.dtype == jax.dtypes.float0:
         return np.zeros(out.shape, jax.dtypes.float0)
     return move(tangent)
+
+
+def _paired(tangent, out_shape, move, transpose):
+    """move(tangent), a linear map that reverse mode transposes to `transpose`.
+
+    With duplicated indices the primitives' transposes (scatter <-> gather, as PyTorch and
+    CANN) are not the mechanical transposes of "largest position wins" and its gather;
+    custom_linear_solve is JAX's public way to give a linear map a chosen transpose. It
+    needs a square map, so the map runs on the input and the output laid end to end.
+    """
+    n, in_shape = tangent.size, tangent.shape
+
+    def solve(_, v):  # (t, 0) -> (0, move(t))
+        return jnp.concatenate([jnp.zeros(n, v.dtype), move(v[:n].reshape(in_shape)).ravel()])
+
+    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
+        back = transpose(v[n:].reshape(out_shape)).ravel()
+        return jnp.concatenate([back, jnp.zeros(v.size - n, v.dtype)])
+
+    padded = jnp.concatenate([tangent.ravel(), jnp.zeros(math.prod(out_shape), tangent.dtype)])
+    out = lax.custom_linear_solve(lambda v: v, padded, solve, transpose_solve)
+    return out[n:].reshape(out_shape)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -122,8 +145,9 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
 def _scatter_planes_jvp(output_hw, channels_last, primals, tangents):
     x, indices = primals
     out = scatter_planes(x, indices, output_hw, channels_last)
-    return out, _tangent(tangents[0], out, lambda t: _scatter(t, indices, output_hw,
-                                                              channels_last, False))
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _scatter(t, indices, output_hw, channels_last, False),
+        lambda ct: _gather(ct, indices, channels_last, False)))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -137,7 +161,11 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array,
 def _gather_planes_jvp(channels_last, primals, tangents):
     grad_output, indices = primals
     out = gather_planes(grad_output, indices, channels_last)
-    return out, _tangent(tangents[0], out, lambda t: _gather(t, indices, channels_last, False))
+    h = _args.spatial_axis(grad_output.ndim, channels_last)
+    output_hw = tuple(grad_output.shape[h:h + 2])
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _gather(t, indices, channels_last, False),
+        lambda ct: _scatter(ct, indices, output_hw, channels_last, False)))
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
@@ -145,11 +173,12 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = No
                  data_format: str = "NCHW") -> jax.Array:
     """Reference of :func:`jax_unpool.max_unpool2d` (same arguments and semantics)."""
     fn = "max_unpool2d"
-    x, indices = jnp.asarray(x), jnp.asarray(indices)
+    x, indices = jnp.asarray(x), _args.as_indices(fn, indices)
     _args.check_unpool_operands(fn, x, indices)
     last = _args.channels_last(fn, data_format, x.ndim)
     hw = _args.unpool_output_hw(fn, x.shape, last, kernel_size, stride, padding, output_size)
     _args.check_plane_fits_indices(fn, indices.dtype, hw)
+    _args.unpool_result_shape(fn, x.shape, hw, last)
     return scatter_planes(x, indices, hw, last)
 
 
@@ -157,6 +186,6 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
                           data_format: str = "NCHW") -> jax.Array:
     """Reference of :func:`jax_unpool.max_unpool2d_backward` (same arguments and semantics)."""
     fn = "max_unpool2d_backward"
-    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
+    grad_output, indices = jnp.asarray(grad_output), _args.as_indices(fn, indices)
     last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size, data_format)
     return gather_planes(grad_output, indices, last)
