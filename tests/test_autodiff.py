@@ -123,20 +123,21 @@ DUP_X = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
 DUP_IDX = np.array([[[[0, 0], [0, 1]]]], np.int32)
 
 
-def test_reference_first_derivatives_with_duplicates_equal_pytorch():
-    # PyTorch: reverse mode gathers (every duplicate reads its output's gradient); forward
-    # mode is max_unpool2d of the tangent (the last duplicate wins).
-    unpool = lambda x: torch.ops.aten.max_unpool2d(x, torch.from_numpy(DUP_IDX).long(), [1, 2])
+def test_reference_first_derivatives_with_duplicates_follow_pytorch():
+    # Reverse mode is PyTorch's gather (every duplicate reads its output's gradient);
+    # forward mode unpools the tangent, the largest position winning as in the values
+    # (PyTorch's own forward mode is max_unpool2d of the tangent, whose winner among
+    # duplicates PyTorch leaves unspecified, so the numpy oracle stands in for it).
+    idx_torch = torch.from_numpy(DUP_IDX).long()
     t, ct = np.array([[[[1.0, 10.0], [100.0, 1000.0]]]]), np.array([[[[5.0, 7.0]]]])
     x_torch = torch.from_numpy(DUP_X).requires_grad_()
-    unpool(x_torch).backward(torch.from_numpy(ct))
-    _, jvp_torch = torch.func.jvp(unpool, (torch.from_numpy(DUP_X),), (torch.from_numpy(t),))
+    torch.ops.aten.max_unpool2d(x_torch, idx_torch, [1, 2]).backward(torch.from_numpy(ct))
     with jax.enable_x64(True):
         f = lambda x: ju.reference.max_unpool2d(x, DUP_IDX, output_size=(1, 2))
         vjp = jax.vjp(f, DUP_X)[1](ct)[0]
         jvp = jax.jvp(f, (DUP_X,), (t,))[1]
     np.testing.assert_array_equal(vjp, x_torch.grad.numpy())  # [5, 5, 5, 7]
-    np.testing.assert_array_equal(jvp, jvp_torch.numpy())     # [100, 1000]
+    np.testing.assert_array_equal(jvp, oracle.unpool(t, DUP_IDX, (1, 2)))  # [100, 1000]
 
 
 def test_reference_backward_first_derivatives_with_duplicates():
