@@ -51,8 +51,8 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       index, its position ``(n, c, i)`` and the valid range; the jnp reference used on
       other platforms drops such an element instead.
     """
-    return _views.unpool(_scatter, "max_unpool2d", 2, x, indices, kernel_size, stride, padding, output_size,
-                  data_format)
+    return _views.unpool(_scatter, "max_unpool2d", 2, x, indices, kernel_size, stride,
+                         padding, output_size, data_format)
 
 
 def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
@@ -65,8 +65,8 @@ def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
     ``W_out = (W - 1) * stride - 2 * padding + kernel_size`` without ``output_size``.
     Everything else (dtypes, duplicates, errors, autodiff, vmap) is as in 2-D.
     """
-    return _views.unpool(_scatter, "max_unpool1d", 1, x, indices, kernel_size, stride, padding, output_size,
-                  data_format)
+    return _views.unpool(_scatter, "max_unpool1d", 1, x, indices, kernel_size, stride,
+                         padding, output_size, data_format)
 
 
 def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
@@ -79,8 +79,8 @@ def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
     ``d * H_out * W_out + h * W_out + w`` inside an output volume. Everything else is as
     in 2-D.
     """
-    return _views.unpool(_scatter, "max_unpool3d", 3, x, indices, kernel_size, stride, padding, output_size,
-                  data_format)
+    return _views.unpool(_scatter, "max_unpool3d", 3, x, indices, kernel_size, stride,
+                         padding, output_size, data_format)
 
 
 def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
@@ -104,19 +104,19 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
     Raises:
       As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
     """
-    return _views.unpool_backward(_gather, "max_unpool2d_backward", 2, grad_output, x, indices, output_size,
-                           data_format)
+    return _views.unpool_backward(_gather, "max_unpool2d_backward", 2, grad_output, x,
+                                  indices, output_size, data_format)
 
 
 def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
                           data_format: str = "NCW") -> jax.Array:
     """The gradient of :func:`max_unpool1d` w.r.t. ``x`` (a gather, as in 2-D)."""
-    return _views.unpool_backward(_gather, "max_unpool1d_backward", 1, grad_output, x, indices, output_size,
-                           data_format)
+    return _views.unpool_backward(_gather, "max_unpool1d_backward", 1, grad_output, x,
+                                  indices, output_size, data_format)
 
 
 def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
                           data_format: str = "NCDHW") -> jax.Array:
     """The gradient of :func:`max_unpool3d` w.r.t. ``x``: CANN's aclnnMaxUnpool3dBackward."""
-    return _views.unpool_backward(_gather, "max_unpool3d_backward", 3, grad_output, x, indices, output_size,
-                           data_format)
+    return _views.unpool_backward(_gather, "max_unpool3d_backward", 3, grad_output, x,
+                                  indices, output_size, data_format)

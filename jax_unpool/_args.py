@@ -11,12 +11,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # spatial dims per rank, as PyTorch names them
 _PLURAL = {1: "a 1-tuple", 2: "a pair", 3: "a triple"}
 _PACKED_DTYPES = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
 INT32_MAX = np.iinfo(np.int32).max
+# XLA aborts the process on an array whose byte size overflows int64 ("overflow in static
+# extent product"); elements (and the jnp reference's scatter positions) take up to 8 bytes.
+MAX_ELEMENTS = np.iinfo(np.int64).max // 8
 
 
 def layouts(k: int = 2) -> dict[str, bool]:
@@ -59,6 +63,23 @@ def check_movable_dtype(fn: str, name: str, dtype: Any) -> None:
             f"{fn}: {name} must have a 1-, 2-, 4- or 8-byte dtype, got {dtype.name}")
 
 
+def as_indices(fn: str, indices: Any) -> jax.Array:
+    """`indices` as a jax array. With x64 off, jnp.asarray wraps host int64 values into
+    int32 (2**32 + 3 becomes 3), so values outside int32 are refused before that."""
+    if not isinstance(indices, jax.Array) and jax.dtypes.canonicalize_dtype(np.int64) != np.int64:
+        host = np.asarray(indices)
+        if host.dtype == np.int64:
+            info = np.iinfo(np.int32)
+            outside = np.argwhere((host < info.min) | (host > info.max))
+            if outside.size:
+                pos = tuple(int(p) for p in outside[0])
+                raise ValueError(
+                    f"{fn}: indices must lie in int32's range with jax_enable_x64 off, got "
+                    f"{host[pos]} at position {pos}; enable x64 for int64 indices "
+                    "(jax.config.update('jax_enable_x64', True))")
+    return jnp.asarray(indices)
+
+
 def check_index_dtype(fn: str, name: str, dtype: Any) -> None:
     if np.dtype(dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise TypeError(f"{fn}: {name} must be int32 or int64, got {np.dtype(dtype).name}")
@@ -72,6 +93,21 @@ def check_plane_fits_indices(fn: str, index_dtype: Any, output_hw: Sequence[int]
             f"{fn}: an output plane of {'x'.join(map(str, output_hw))} = {plane} positions "
             f"cannot be addressed by int32 indices (at most {INT32_MAX}); use int64 indices "
             "(jax.config.update('jax_enable_x64', True))")
+
+
+def unpool_result_shape(fn: str, shape: Sequence[int], output_size: Sequence[int],
+                        channels_last: bool, k: int = 2) -> tuple[int, ...]:
+    """The forward's result shape: `shape` with its k spatial dims replaced by
+    `output_size`."""
+    h = spatial_axis(len(shape), channels_last, k)
+    result = (*shape[:h], *output_size, *shape[h + k:])
+    count = math.prod(result)
+    if count > MAX_ELEMENTS:
+        raise ValueError(
+            f"{fn}: output_size {tuple(output_size)} gives a result of shape {result} = "
+            f"{count} elements, more than the {MAX_ELEMENTS} (2**60 - 1) XLA can hold (an "
+            "array's byte size must fit in int64 and elements take up to 8 bytes)")
+    return result
 
 
 def positive_sizes(fn: str, name: str, value: Any, k: int = 2, *,
@@ -178,6 +214,10 @@ def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last
 def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
                              output_size: Any, data_format: str, k: int = 2) -> bool:
     """All checks of max_unpool{k}d_backward's arguments; returns channels_last."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(
+            f"{fn}: x must be an array or have .shape and .dtype (a jax.ShapeDtypeStruct; "
+            f"only its shape and dtype are used), got {type(x).__name__}")
     check_rank(fn, "x", x.shape, k)
     last = channels_last(fn, data_format, len(x.shape), k)
     if tuple(indices.shape) != tuple(x.shape):

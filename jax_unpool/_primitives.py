@@ -51,8 +51,7 @@ def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
     _args.check_unpool_operands(fn, x, indices)
     _args.positive_sizes(fn, "output_size", output_size)
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
-    h = _args.spatial_axis(x.ndim, channels_last)
-    shape = (*x.shape[:h], *output_size, *x.shape[h + 2:])
+    shape = _args.unpool_result_shape(fn, x.shape, output_size, channels_last)
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last)
 
 

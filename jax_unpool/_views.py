@@ -44,12 +44,13 @@ def unpool(scatter, fn: str, k: int, x, indices, kernel_size, stride, padding, o
            data_format: str) -> jax.Array:
     """max_unpool{k}d: the checks, then `scatter(x, indices, plane_size, channels_last)`
     (the primitive, or the reference's) on the 2-D view."""
-    x, indices = jnp.asarray(x), jnp.asarray(indices)
+    x, indices = jnp.asarray(x), _args.as_indices(fn, indices)
     _args.check_unpool_operands(fn, x, indices, k)
     last = _args.channels_last(fn, data_format, x.ndim, k)
     size = _args.unpool_output_size(fn, x.shape, last, kernel_size, stride, padding,
                                     output_size, k)
     _args.check_plane_fits_indices(fn, indices.dtype, size)
+    _args.unpool_result_shape(fn, x.shape, size, last, k)
     out = scatter(to_plane(x, last, k), to_plane(indices, last, k), plane(size), last)
     return from_plane(out, size, last, k)
 
@@ -58,7 +59,7 @@ def unpool_backward(gather, fn: str, k: int, grad_output, x, indices, output_siz
                     data_format: str) -> jax.Array:
     """max_unpool{k}d_backward: the checks, then `gather(grad_output, indices,
     channels_last)` on the 2-D view."""
-    grad_output, indices = jnp.asarray(grad_output), jnp.asarray(indices)
+    grad_output, indices = jnp.asarray(grad_output), _args.as_indices(fn, indices)
     last = _args.check_backward_arguments(fn, grad_output, x, indices, output_size,
                                           data_format, k)
     out = gather(to_plane(grad_output, last, k), to_plane(indices, last, k), last)

@@ -7,6 +7,7 @@ index is dropped by the forward and reads 0 in the backward.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -110,10 +111,32 @@ def _gather(grad_output, indices, channels_last, exact_bits):
 
 def _tangent(tangent, out, move):
     # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
-    # scatter, linear and transposable. Integer primals have float0 tangents.
+    # scatter, linear. Integer primals have float0 tangents.
     if tangent.dtype == jax.dtypes.float0:
         return np.zeros(out.shape, jax.dtypes.float0)
     return move(tangent)
+
+
+def _paired(tangent, out_shape, move, transpose):
+    """move(tangent), a linear map that reverse mode transposes to `transpose`.
+
+    With duplicated indices the primitives' transposes (scatter <-> gather, as PyTorch and
+    CANN) are not the mechanical transposes of "largest position wins" and its gather;
+    custom_linear_solve is JAX's public way to give a linear map a chosen transpose. It
+    needs a square map, so the map runs on the input and the output laid end to end.
+    """
+    n, in_shape = tangent.size, tangent.shape
+
+    def solve(_, v):  # (t, 0) -> (0, move(t))
+        return jnp.concatenate([jnp.zeros(n, v.dtype), move(v[:n].reshape(in_shape)).ravel()])
+
+    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
+        back = transpose(v[n:].reshape(out_shape)).ravel()
+        return jnp.concatenate([back, jnp.zeros(v.size - n, v.dtype)])
+
+    padded = jnp.concatenate([tangent.ravel(), jnp.zeros(math.prod(out_shape), tangent.dtype)])
+    out = lax.custom_linear_solve(lambda v: v, padded, solve, transpose_solve)
+    return out[n:].reshape(out_shape)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -132,8 +155,9 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
 def _scatter_planes_jvp(output_hw, channels_last, primals, tangents):
     x, indices = primals
     out = scatter_planes(x, indices, output_hw, channels_last)
-    return out, _tangent(tangents[0], out, lambda t: _scatter(t, indices, output_hw,
-                                                              channels_last, False))
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _scatter(t, indices, output_hw, channels_last, False),
+        lambda ct: _gather(ct, indices, channels_last, False)))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2,))
@@ -147,7 +171,11 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array,
 def _gather_planes_jvp(channels_last, primals, tangents):
     grad_output, indices = primals
     out = gather_planes(grad_output, indices, channels_last)
-    return out, _tangent(tangents[0], out, lambda t: _gather(t, indices, channels_last, False))
+    h = _args.spatial_axis(grad_output.ndim, channels_last)
+    output_hw = tuple(grad_output.shape[h:h + 2])
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _gather(t, indices, channels_last, False),
+        lambda ct: _scatter(ct, indices, output_hw, channels_last, False)))
 
 
 def _unpool(fn, k):

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_oracle as oracle
 import pytest
+import torch
 from jax.test_util import check_grads
 
 import jax_unpool as ju
@@ -115,3 +116,57 @@ def test_the_reference_is_differentiable(rng, op):
         else:
             f, arg = (lambda g: ju.reference.max_unpool2d_backward(g, x, idx, hw)), g
         check_grads(f, (jnp.asarray(arg),), order=2, modes=("fwd", "rev"))
+
+
+# Duplicated indices: positions 0, 1 and 2 of the plane all name output 0.
+DUP_X = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
+DUP_IDX = np.array([[[[0, 0], [0, 1]]]], np.int32)
+
+
+def test_reference_first_derivatives_with_duplicates_follow_pytorch():
+    # Reverse mode is PyTorch's gather (every duplicate reads its output's gradient);
+    # forward mode unpools the tangent, the largest position winning as in the values
+    # (PyTorch's own forward mode is max_unpool2d of the tangent, whose winner among
+    # duplicates PyTorch leaves unspecified, so the numpy oracle stands in for it).
+    idx_torch = torch.from_numpy(DUP_IDX).long()
+    t, ct = np.array([[[[1.0, 10.0], [100.0, 1000.0]]]]), np.array([[[[5.0, 7.0]]]])
+    x_torch = torch.from_numpy(DUP_X).requires_grad_()
+    torch.ops.aten.max_unpool2d(x_torch, idx_torch, [1, 2]).backward(torch.from_numpy(ct))
+    with jax.enable_x64(True):
+        f = lambda x: ju.reference.max_unpool2d(x, DUP_IDX, output_size=(1, 2))
+        vjp = jax.vjp(f, DUP_X)[1](ct)[0]
+        jvp = jax.jvp(f, (DUP_X,), (t,))[1]
+    np.testing.assert_array_equal(vjp, x_torch.grad.numpy())  # [5, 5, 5, 7]
+    np.testing.assert_array_equal(jvp, oracle.unpool(t, DUP_IDX, (1, 2)))  # [100, 1000]
+
+
+def test_reference_backward_first_derivatives_with_duplicates():
+    # Reverse mode scatters with the largest position winning (the primitive's transpose is
+    # max_unpool2d); forward mode is the gather of the tangent.
+    g, ct = np.array([[[[5.0, 7.0]]]]), np.arange(1.0, 5.0).reshape(DUP_X.shape)
+    with jax.enable_x64(True):
+        f = lambda g: ju.reference.max_unpool2d_backward(g, DUP_X, DUP_IDX, (1, 2))
+        vjp = jax.vjp(f, g)[1](ct)[0]
+        jvp = jax.jvp(f, (g,), (g,))[1]
+    np.testing.assert_array_equal(vjp.ravel(), [3.0, 4.0])
+    np.testing.assert_array_equal(jvp.ravel(), [5.0, 5.0, 5.0, 7.0])
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_reference_second_derivatives_with_duplicates_equal_the_primitives(op):
+    # Forward and reverse mode differ with duplicates, so every nesting is compared.
+    g = np.array([[[[5.0, 7.0]]]])
+    if op == "forward":
+        f = lambda m, x: m.max_unpool2d(x, DUP_IDX, output_size=(1, 2))
+        arg = DUP_X
+    else:
+        f = lambda m, g: m.max_unpool2d_backward(g, DUP_X, DUP_IDX, (1, 2))
+        arg = g
+    nestings = [(jax.jacfwd, jax.jacfwd), (jax.jacfwd, jax.jacrev),
+                (jax.jacrev, jax.jacfwd), (jax.jacrev, jax.jacrev)]
+    with jax.enable_x64(True):
+        for outer, inner in nestings:
+            want = outer(inner(lambda a: jnp.sum(f(ju, a) ** 3)))(arg)
+            got = outer(inner(lambda a: jnp.sum(f(ju.reference, a) ** 3)))(arg)
+            np.testing.assert_array_equal(got, want, err_msg=f"{outer.__name__} of "
+                                                              f"{inner.__name__}")

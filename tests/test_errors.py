@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import fresh_process
 import numpy as np
 import pytest
 
@@ -90,6 +91,31 @@ TRACE_TIME_CASES = {
                                     r"max_unpool2d_backward: output_size must have 2 entries"),
     "backward float indices": (backward(indices=jnp.zeros((1, 2, 2, 2))), TypeError,
                                r"max_unpool2d_backward: indices must be int32 or int64"),
+    "backward x None": (backward(x=None), TypeError,
+                        r"max_unpool2d_backward: x must be an array or have \.shape and "
+                        r"\.dtype \(a jax\.ShapeDtypeStruct; .*\), got NoneType"),
+    "backward x int": (backward(x=3), TypeError,
+                       r"max_unpool2d_backward: x must be an array .*got int"),
+    "backward x list": (backward(x=np.ones((1, 2, 2, 2)).tolist()), TypeError,
+                        r"max_unpool2d_backward: x must be an array .*got list"),
+    "backward x shape tuple": (backward(x=(1, 2, 2, 2)), TypeError,
+                               r"max_unpool2d_backward: x must be an array .*got tuple"),
+    "reference backward x tuple": (
+        lambda: ju.reference.max_unpool2d_backward(jnp.ones((1, 2, 3, 3)), (1, 2, 2, 2), IDX,
+                                                   (3, 3)),
+        TypeError, r"max_unpool2d_backward: x must be an array .*got tuple"),
+    "data_format list": (unpool(data_format=["NCHW"]), ValueError,
+                         r"max_unpool2d: data_format must be one of .*got \['NCHW'\]"),
+    "backward data_format list": (backward(data_format=["NCHW"]), ValueError,
+                                  r"max_unpool2d_backward: data_format must be one of .*got "
+                                  r"\['NCHW'\]"),
+    "reference data_format list": (
+        lambda: ju.reference.max_unpool2d(X, IDX, output_size=(3, 3), data_format=["NCHW"]),
+        ValueError, r"max_unpool2d: data_format must be one of .*got \['NCHW'\]"),
+    "reference backward data_format list": (
+        lambda: ju.reference.max_unpool2d_backward(jnp.ones((1, 2, 3, 3)), X, IDX, (3, 3),
+                                                   data_format=["NCHW"]),
+        ValueError, r"max_unpool2d_backward: data_format must be one of .*got \['NCHW'\]"),
 }
 
 
@@ -119,6 +145,43 @@ def test_int32_indices_cannot_address_a_plane_past_int32():
     with pytest.raises(ValueError, match=r"max_unpool2d: an output plane of 50000x50000 = "
                                          r"2500000000 positions cannot be addressed by int32"):
         jax.eval_shape(lambda x, i: ju.max_unpool2d(x, i, output_size=(50000, 50000)), x, i)
+
+
+HOST_INDEX_ENTRIES = {
+    "max_unpool2d": lambda i: ju.max_unpool2d(X, i, output_size=(3, 3)),
+    "max_unpool2d_backward": lambda i: ju.max_unpool2d_backward(jnp.ones((1, 2, 3, 3)), X, i,
+                                                                (3, 3)),
+    "reference.max_unpool2d": lambda i: ju.reference.max_unpool2d(X, i, output_size=(3, 3)),
+    "reference.max_unpool2d_backward": lambda i: ju.reference.max_unpool2d_backward(
+        jnp.ones((1, 2, 3, 3)), X, i, (3, 3)),
+}
+
+
+@pytest.mark.parametrize("entry", list(HOST_INDEX_ENTRIES))
+@pytest.mark.parametrize("host", [np.asarray, np.ndarray.tolist], ids=["numpy", "list"])
+@pytest.mark.parametrize("bad", [2**32 + 3, -(2**31) - 1])
+def test_host_int64_indices_outside_int32_are_refused_with_x64_off(entry, host, bad):
+    # jnp.asarray would wrap 2**32 + 3 to 3 (numpy) or raise a bare OverflowError (list).
+    idx = np.zeros((1, 2, 2, 2), np.int64)
+    idx[0, 1, 0, 1] = bad
+    fn = entry.split(".")[-1]
+    with pytest.raises(ValueError, match=rf"^{fn}: indices must lie in int32's range with "
+                                         rf"jax_enable_x64 off, got {bad} at position "
+                                         r"\(0, 1, 0, 1\)"):
+        HOST_INDEX_ENTRIES[entry](host(idx))
+
+
+@pytest.mark.parametrize("entry", ["api", "reference", "primitive", "vmap"])
+def test_a_result_past_xla_array_size_is_refused_at_trace_time(entry):
+    # jaxlib aborts the whole process on such a result, so the call runs in a child.
+    proc = fresh_process.run("oversized_result.py", entry)
+    assert proc.returncode == 0, f"the child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    # 2**62 elements (2**31 * 2**31, or 8 * 2**30 * 2**29): 2**64 bytes of float32.
+    size, shape = ((1073741824, 536870912), (8, 1, 1073741824, 536870912)) \
+        if entry == "vmap" else ((2147483648, 2147483648), (1, 1, 2147483648, 2147483648))
+    expected = (f"max_unpool2d: output_size {size} gives a result of shape {shape} = "
+                f"{2**62} elements, more than the 1152921504606846975 (2**60 - 1)")
+    assert expected in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("name,bind", [

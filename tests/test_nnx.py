@@ -88,13 +88,26 @@ def test_a_bad_argument_reaches_the_function_error(x):
         MaxUnpool2d(2, data_format="NCWH")(x, x.astype(jnp.int32))
 
 
+def test_a_data_format_list_reaches_the_function_error(x):
+    with pytest.raises(ValueError, match=r"max_unpool2d: data_format must be one of .*got "
+                                         r"\['NHWC'\]"):
+        MaxUnpool2d(2, data_format=["NHWC"])(x, x.astype(jnp.int32))
+
+
+def test_host_int64_indices_outside_int32_reach_the_function_error(x):
+    idx = np.zeros(x.shape, np.int64)
+    idx[0, 0, 0, 0] = 2**32 + 3
+    with pytest.raises(ValueError, match=r"max_unpool2d: indices must lie in int32's range .*"
+                                         r"got 4294967299 at position \(0, 0, 0, 0\)"):
+        MaxUnpool2d(2)(x, idx)
+
+
 class PoolUnpool(nnx.Module):
     """conv -> pool -> unpool -> weighted sum: a loss whose gradient crosses both layers."""
 
     def __init__(self, rngs):
         self.conv = nnx.Conv(3, 4, (3, 3), padding="SAME", rngs=rngs)
-        # Non-overlapping windows: no duplicated index, where the gradient convention
-        # (every duplicate gets its position's gradient) differs from the reference's.
+        # Non-overlapping windows: no duplicated index, as reference_loss assumes.
         self.pool = MaxPool2d(2)
         self.unpool = MaxUnpool2d(2)
 

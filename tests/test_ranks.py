@@ -215,7 +215,8 @@ def test_backward_errors_name_the_function():
 def test_run_time_error_for_an_out_of_range_index():
     idx = np.zeros((1, 1, 2, 2, 2), np.int32)
     idx[0, 0, 1, 1, 0] = 64  # the output volume has 4 * 4 * 4 = 64 positions
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"index 64 .* valid indices are \[0, 64\)"):
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=r"index 64 .* valid indices are \[0, 64\)"):
         jax.block_until_ready(ju.max_unpool3d(jnp.ones(idx.shape), idx, 2))
 
 
