@@ -14,6 +14,7 @@ import re
 import subprocess
 
 import fresh_process
+import numpy as np
 import pytest
 from fake_cann import build
 
@@ -208,3 +209,60 @@ def test_an_out_of_range_message_from_a_direct_call_names_the_kernel_positions(t
     assert outcome["error"] in RUNTIME_ERRORS
     assert re.match(r"OUT_OF_RANGE: max_unpool2d_backward: index 0 at \(n=0, c=0, i=0\) of "
                     r"indices is out of range: valid indices are \[0, 0\)", outcome["message"])
+
+
+def test_random_direct_calls_give_the_oracle_or_an_error_never_a_crash():
+    proc = fresh_process.run("boundary_property.py", "60")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert "property held" in proc.stdout
+
+
+def _tampered_backward_artifact(path):
+    """An export of a backward step whose custom call's result type was edited to
+    (1, 1, 1, 1), smaller than its (1, 1, 300, 300) indices, then re-serialized."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    from jax._src.export import _export
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    import jax_unpool as ju
+
+    x = jax.ShapeDtypeStruct((1, 1, 300, 300), jnp.float32)
+
+    def step(g, idx):
+        return ju.max_unpool2d_backward(g, x, idx, (600, 600)).sum()
+
+    exported = jax.export.export(jax.jit(step), platforms=("cpu",),
+                                 disabled_checks=ju.export_safety_checks())(
+        jax.ShapeDtypeStruct((1, 1, 600, 600), jnp.float32),
+        jax.ShapeDtypeStruct((1, 1, 300, 300), jnp.int32))
+    text = exported.mlir_module()
+    call = re.search(r"stablehlo\.custom_call @jax_unpool_max_unpool2d_backward_v1\(.*",
+                     text).group(0)
+    assert "-> tensor<1x1x300x300xf32>" in call, call
+    # The result type, and the type of the reduction that reads it, edited.
+    edited = text.replace("tensor<1x1x300x300xf32>", "tensor<1x1x1x1xf32>")
+    assert edited.count("tensor<1x1x1x1xf32>") >= 2
+    with mlir.make_ir_context():
+        module = ir.Module.parse(edited)
+        tampered = dataclasses.replace(exported,
+                                       mlir_module_serialized=_export._module_to_bytecode(module))
+    (path / "tampered.bin").write_bytes(tampered.serialize())
+    assert "tensor<1x1x1x1xf32>" in jax.export.deserialize(
+        bytearray((path / "tampered.bin").read_bytes())).mlir_module()
+    rng = np.random.default_rng(0)
+    np.savez(path / "operands.npz", arg0=rng.standard_normal((1, 1, 600, 600), np.float32),
+             arg1=rng.integers(0, 360000, (1, 1, 300, 300)).astype(np.int32))
+
+
+def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
+    _tampered_backward_artifact(tmp_path)
+    proc = fresh_process.run("exported_run.py", str(tmp_path / "tampered.bin"),
+                             str(tmp_path / "operands.npz"), str(tmp_path / "results.npz"))
+    assert proc.returncode == 1, f"exit status {proc.returncode}:\n{proc.stderr[-4000:]}"
+    assert ("JaxRuntimeError: INVALID_ARGUMENT: max_unpool2d_backward: result has shape "
+            "(1, 1, 1, 1) but indices has shape (1, 1, 300, 300); they must be equal"
+            in proc.stderr), proc.stderr[-4000:]
