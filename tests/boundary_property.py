@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/
-from boundary_calls import TARGETS, bits, spatial_hw
 import numpy_oracle
+from boundary_calls import TARGETS, bits, spatial_hw
 
 import jax_unpool  # noqa: F401 -- registers the targets
 
