@@ -17,6 +17,7 @@ import fresh_process
 import numpy as np
 import pytest
 from fake_cann import build
+from out_of_range import POSITIONS_NOTE
 
 F, B = "forward", "backward"
 F32, F64, I32, I64 = "float32", "float64", "int32", "int64"
@@ -209,6 +210,7 @@ def test_an_out_of_range_message_from_a_direct_call_names_the_kernel_positions(t
     assert outcome["error"] in RUNTIME_ERRORS
     assert re.match(r"OUT_OF_RANGE: max_unpool2d_backward: index 0 at \(n=0, c=0, i=0\) of "
                     r"indices is out of range: valid indices are \[0, 0\)", outcome["message"])
+    assert outcome["message"].endswith(f"({POSITIONS_NOTE})")
 
 
 def test_random_direct_calls_give_the_oracle_or_an_error_never_a_crash():
