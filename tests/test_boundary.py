@@ -179,10 +179,14 @@ def cpu_outcomes(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def aclnn_outcomes(tmp_path_factory):
-    fake_dir = build(tmp_path_factory.mktemp("fake_cann_boundary"))
+def fake_cann_dir(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("fake_cann_boundary"))
+
+
+@pytest.fixture(scope="module")
+def aclnn_outcomes(tmp_path_factory, fake_cann_dir):
     return run_cases("aclnn", [_as_json(c) for c in CASES], tmp_path_factory.mktemp("aclnn"),
-                     str(fake_dir))
+                     str(fake_cann_dir))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -268,3 +272,15 @@ def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
     assert ("JaxRuntimeError: INVALID_ARGUMENT: max_unpool2d_backward: result has shape "
             "(1, 1, 1, 1) but indices has shape (1, 1, 300, 300); they must be equal"
             in proc.stderr), proc.stderr[-4000:]
+
+
+def test_aclnn_out_of_range_message_says_what_its_positions_are(tmp_path, fake_cann_dir):
+    # A direct call skips the NPU lowering (which clamps indices): the emulated op names
+    # the bad index's position, and the handler says what that position is relative to.
+    case = _as_json(("out of range", F, X, IDX, OUT, False, ""))
+    case["plane"] = 10**6  # indices drawn far past the 6x7 plane
+    outcome = run_cases("aclnn", [case], tmp_path, str(fake_cann_dir))["out of range"]
+    assert outcome["error"] in RUNTIME_ERRORS, outcome
+    assert re.search(r"index \d+ at position \(n=0, c=0, i=0\) is out of range \[0, 42\)",
+                     outcome["message"]), outcome
+    assert outcome["message"].endswith(f"({POSITIONS_NOTE})"), outcome
