@@ -64,8 +64,26 @@ decltype(auto) VisitIndexType(ffi::DataType dtype, F&& f) {
   return f(TypeTag<int64_t>{});
 }
 
+// numpy's name for the common dtypes, XLA's number for the others.
 inline std::string DataTypeName(ffi::DataType dtype) {
-  return "dtype #" + std::to_string(static_cast<int>(dtype));
+  switch (dtype) {
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::S8: return "int8";
+    case ffi::DataType::S16: return "int16";
+    case ffi::DataType::S32: return "int32";
+    case ffi::DataType::S64: return "int64";
+    case ffi::DataType::U8: return "uint8";
+    case ffi::DataType::U16: return "uint16";
+    case ffi::DataType::U32: return "uint32";
+    case ffi::DataType::U64: return "uint64";
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F64: return "float64";
+    case ffi::DataType::C64: return "complex64";
+    case ffi::DataType::C128: return "complex128";
+    default: return "dtype #" + std::to_string(static_cast<int>(dtype));
+  }
 }
 
 }  // namespace jax_unpool

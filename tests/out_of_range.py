@@ -13,6 +13,11 @@ import numpy as np
 # the executable already ran successfully (jaxlib 0.10.2's C++ fast path, jax-ml/jax#34083).
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
 
+# What every out-of-range message (CPU and aclnn) says its (n, c, i) are relative to.
+POSITIONS_NOTE = ("any position named here is in the indices buffer of this kernel call: "
+                  "n counts the images with the batch axes of jax.vmap folded in, "
+                  "i = h * W + w, and under sharding positions are within the shard")
+
 
 def expected_message(op: str, indices, output_hw: tuple[int, int],
                      channels_last: bool) -> str | None:
@@ -35,4 +40,4 @@ def expected_message(op: str, indices, output_hw: tuple[int, int],
     i = h * width + w
     return (f"OUT_OF_RANGE: {op}: index {int(flat[k])} at (n={n}, c={c}, i={i}) of indices "
             f"is out of range: valid indices are [0, {plane}) for an output plane of "
-            f"{ho}x{wo}")
+            f"{ho}x{wo} ({POSITIONS_NOTE})")

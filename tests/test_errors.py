@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import fresh_process
 import numpy as np
 import pytest
+from out_of_range import POSITIONS_NOTE
 
 import jax_unpool as ju
 
@@ -222,6 +223,18 @@ def test_backward_out_of_range_index_fails_the_call():
     with jax.enable_x64(True), pytest.raises(jax.errors.JaxRuntimeError, match=message):
         g(jnp.ones((2, 3, 3, 3), jnp.float32),
           jnp.asarray(idx)).block_until_ready()
+
+
+def test_out_of_range_positions_are_those_of_the_kernel_call_under_vmap():
+    # A bad index at vmapped (b=3, n=1) of a (5, 2, ...) batch: the kernel sees the batch
+    # folded into n = 3 * 2 + 1 = 7, and the message says its positions are the kernel's.
+    idx = np.zeros((5, 2, 3, 2, 2), np.int32)
+    idx[3, 1, 2, 1, 0] = 9
+    f = jax.jit(jax.vmap(lambda x, i: ju.max_unpool2d(x, i, output_size=(3, 3))))
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        f(jnp.ones(idx.shape), idx).block_until_ready()
+    assert "index 9 at (n=7, c=2, i=2) of indices is out of range" in str(err.value)
+    assert str(err.value).endswith(f"({POSITIONS_NOTE})")
 
 
 def test_repeated_failing_call_keeps_the_message():

@@ -76,10 +76,8 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                             ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
   return NoThrow(kOp, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(kOp, x, indices, *out, x.dimensions(), out->dimensions(),
-                                 channels_last);
+    auto geometry = CheckBuffers(kOp, Op::kForward, x, indices, *out, channels_last);
     if (geometry.has_error()) return geometry.error();
-    if (out->element_count() == 0) return ffi::Error::Success();
     return RunPlaneKernel(kOp, pool, *geometry, x, indices, *out,
                           [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
                              int64_t c0, int64_t c1) {

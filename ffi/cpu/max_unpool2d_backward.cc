@@ -60,20 +60,10 @@ ffi::Error MaxUnpool2dBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer grad_out
                                     ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                                     bool channels_last) {
   return NoThrow(kOp, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(kOp, grad_output, indices, *out, indices.dimensions(),
-                                 grad_output.dimensions(), channels_last);
+    auto geometry = CheckBuffers(kOp, Op::kBackward, grad_output, indices, *out,
+                                 channels_last);
     if (geometry.has_error()) return geometry.error();
-    const PlaneGeometry g = *geometry;
-    if (out->element_count() == 0) return ffi::Error::Success();
-    if (g.Lo == 0) {  // no position to gather from: the first index is already out of range
-      return VisitIndexType(indices.element_type(), [&](auto index_tag) {
-        using I = typename decltype(index_tag)::type;
-        const I first = *static_cast<const I*>(indices.untyped_data());
-        return OutOfRangeError(kOp, g, BadIndex{0, static_cast<int64_t>(first), 0, 0, 0});
-      });
-    }
-
-    return RunPlaneKernel(kOp, pool, g, grad_output, indices, *out,
+    return RunPlaneKernel(kOp, pool, *geometry, grad_output, indices, *out,
                           [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n,
                              int64_t c0, int64_t c1) {
                             return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)

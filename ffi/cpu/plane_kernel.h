@@ -4,7 +4,9 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
+#include "buffer_checks.h"
 #include "cpu/output_pages.h"
 #include "cpu/planes.h"
 #include "value_types.h"
@@ -12,24 +14,25 @@
 
 namespace jax_unpool {
 
-// `values` and `out` share a movable dtype, `indices` are S32/S64; the geometry comes
-// from the input-side (`in`) and output-side (`out_side`) dims.
-inline ffi::ErrorOr<PlaneGeometry> CheckBuffers(const char* op, const ffi::AnyBuffer& values,
+enum class Op { kForward, kBackward };
+
+// The buffers checked against each other (buffer_checks.h), `values` of a dtype the
+// kernels can move, and the geometry: the forward's x and the backward's indices are the
+// input side, the forward's result and the backward's grad_output the output side.
+inline ffi::ErrorOr<PlaneGeometry> CheckBuffers(const char* op, Op kind,
+                                                const ffi::AnyBuffer& values,
                                                 const ffi::AnyBuffer& indices,
-                                                const ffi::AnyBuffer& out,
-                                                ffi::Span<const int64_t> in,
-                                                ffi::Span<const int64_t> out_side,
-                                                bool channels_last) {
-  if (MovableByteWidth(values.element_type()) == 0 ||
-      out.element_type() != values.element_type()) {
+                                                const ffi::AnyBuffer& out, bool channels_last) {
+  const bool forward = kind == Op::kForward;
+  ffi::Error checked = forward ? CheckForwardBuffers(op, values, indices, out, channels_last)
+                               : CheckBackwardBuffers(op, values, indices, out, channels_last);
+  if (!checked.success()) return ffi::Unexpected(std::move(checked));
+  if (MovableByteWidth(values.element_type()) == 0) {
     return ffi::Unexpected(ffi::Error::InvalidArgument(
         std::string(op) + ": unsupported value dtype " + DataTypeName(values.element_type())));
   }
-  if (!IsIndexType(indices.element_type())) {
-    return ffi::Unexpected(
-        ffi::Error::InvalidArgument(std::string(op) + ": indices must be int32 or int64"));
-  }
-  return ReadGeometry(op, in, out_side, channels_last);
+  return ReadGeometry(forward ? values.dimensions() : indices.dimensions(),
+                      forward ? out.dimensions() : values.dimensions(), channels_last);
 }
 
 // Runs span(g, values, indices, out, n, c0, c1) -> BadIndex, with typed pointers, over
@@ -38,6 +41,14 @@ template <typename Span>
 ffi::Error RunPlaneKernel(const char* op, ffi::ThreadPool& pool, const PlaneGeometry& g,
                           const ffi::AnyBuffer& values, const ffi::AnyBuffer& indices,
                           ffi::AnyBuffer out, Span span) {
+  if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
+  if (g.Lo == 0) {  // an empty output plane: the first index is already out of range
+    return VisitIndexType(indices.element_type(), [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      const I first = *static_cast<const I*>(indices.untyped_data());
+      return OutOfRangeError(op, g, BadIndex{0, static_cast<int64_t>(first), 0, 0, 0});
+    });
+  }
   AdviseHugePages(out.untyped_data(), out.size_bytes());
   const int64_t bytes =
       static_cast<int64_t>(values.size_bytes() + indices.size_bytes() + out.size_bytes());

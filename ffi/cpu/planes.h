@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "buffer_checks.h"
 #include "cpu/simd.h"
 #include "value_types.h"
 #include "xla/ffi/api/ffi.h"
@@ -38,25 +39,15 @@ struct PlaneGeometry {
 };
 
 // Reads the geometry from the dims of an input-side buffer and an output-side buffer,
-// checking what abstract evaluation already promised (a defence for hand-built calls).
-inline ffi::ErrorOr<PlaneGeometry> ReadGeometry(const char* op, ffi::Span<const int64_t> in,
-                                                ffi::Span<const int64_t> out,
-                                                bool channels_last) {
+// which buffer_checks.h found to be of rank 3 or 4, of equal rank, N and C.
+inline PlaneGeometry ReadGeometry(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
+                                  bool channels_last) {
   const size_t rank = in.size();
-  if ((rank != 3 && rank != 4) || out.size() != rank) {
-    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(op) +
-                                       ": expected rank-3 or rank-4 buffers of equal rank"));
-  }
+  const size_t h = rank - (channels_last ? 3 : 2);  // position of H
   PlaneGeometry g;
   g.channels_last = channels_last;
   g.N = rank == 4 ? in[0] : 1;
-  const size_t h = rank - (channels_last ? 3 : 2);  // position of H
-  const size_t c = channels_last ? rank - 1 : rank - 3;
-  if ((rank == 4 && out[0] != in[0]) || out[c] != in[c]) {
-    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(op) +
-                                       ": batch and channel dims of the operands differ"));
-  }
-  g.C = in[c];
+  g.C = in[channels_last ? rank - 1 : rank - 3];
   g.L = in[h] * in[h + 1];
   g.Ho = out[h];
   g.Wo = out[h + 1];
@@ -79,7 +70,8 @@ inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const 
       std::string(op) + ": index " + std::to_string(b.value) + " at (n=" +
       std::to_string(b.n) + ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
       ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
-      ") for an output plane of " + std::to_string(g.Ho) + "x" + std::to_string(g.Wo));
+      ") for an output plane of " + std::to_string(g.Ho) + "x" + std::to_string(g.Wo) +
+      " (" + kPositionsNote + ")");
 }
 
 // Largest valid index, as the unsigned type of I. For int32 indices a plane of more than

@@ -1,7 +1,6 @@
 // aclnn forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i], by
 // aclnnMaxUnpool2d(self=x, indices, outputSize=out's (H, W), out).
-#include <algorithm>
-
+#include "buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
 #include "value_types.h"
@@ -17,21 +16,14 @@ ffi::Error MaxUnpool2dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
 
+  if (ffi::Error e = CheckForwardBuffers(kOp, x, indices, *out, channels_last); !e.success()) {
+    return e;
+  }
   const auto value_type = PresentedValueType(x.element_type(), AclnnOp::kMaxUnpool2d);
-  const auto index_type = PresentedIndexType(indices.element_type());
-  if (!value_type || out->element_type() != x.element_type()) {
+  const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
+  if (!value_type) {
     return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
                                        DataTypeName(x.element_type()));
-  }
-  if (!index_type) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
-  }
-  const auto xd = x.dimensions(), od = out->dimensions();
-  if ((xd.size() != 3 && xd.size() != 4) || od.size() != xd.size() ||
-      indices.dimensions().size() != xd.size() ||
-      !std::equal(xd.begin(), xd.end(), indices.dimensions().begin())) {
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": expected rank-3 or rank-4 x, indices of x's shape, out of x's rank");
   }
   if (out->element_count() == 0) return ffi::Error::Success();
   if (x.element_count() == 0) {
@@ -54,8 +46,9 @@ ffi::Error MaxUnpool2dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   aclOpExecutor* executor = nullptr;
   const aclnnStatus status = lib.max_unpool2d_get_workspace_size(
       self, idx, output_size, result, &workspace_size, &executor);
-  return RunExecutor(lib, launch, kOp, "aclnnMaxUnpool2dGetWorkspaceSize", status,
-                     workspace_size, executor, "aclnnMaxUnpool2d", lib.max_unpool2d);
+  return WithPositionsNote(RunExecutor(lib, launch, kOp, "aclnnMaxUnpool2dGetWorkspaceSize",
+                                       status, workspace_size, executor, "aclnnMaxUnpool2d",
+                                       lib.max_unpool2d));
 }
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,

@@ -1,7 +1,6 @@
 // aclnn backward: out[n, c, i] = grad_output[n, c, indices[n, c, i]], by
 // aclnnMaxUnpool2dBackward(gradOutput, self, indices, outputSize=grad's (H, W), out).
-#include <algorithm>
-
+#include "buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
 #include "value_types.h"
@@ -18,23 +17,16 @@ ffi::Error MaxUnpool2dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
 
+  if (ffi::Error e = CheckBackwardBuffers(kOp, grad_output, indices, *out, channels_last);
+      !e.success()) {
+    return e;
+  }
   const auto value_type =
       PresentedValueType(grad_output.element_type(), AclnnOp::kMaxUnpool2dBackward);
-  const auto index_type = PresentedIndexType(indices.element_type());
-  if (!value_type || out->element_type() != grad_output.element_type()) {
+  const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
+  if (!value_type) {
     return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
                                        DataTypeName(grad_output.element_type()));
-  }
-  if (!index_type) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": indices must be int32 or int64");
-  }
-  const auto gd = grad_output.dimensions(), od = out->dimensions(), id = indices.dimensions();
-  if ((gd.size() != 3 && gd.size() != 4) || od.size() != gd.size() || id.size() != gd.size() ||
-      !std::equal(od.begin(), od.end(), id.begin())) {
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) +
-        ": expected rank-3 or rank-4 grad_output, indices and out of one rank, out of "
-        "indices' shape");
   }
   if (out->element_count() == 0) return ffi::Error::Success();
   if (grad_output.element_count() == 0) {
@@ -66,9 +58,10 @@ ffi::Error MaxUnpool2dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
   aclOpExecutor* executor = nullptr;
   const aclnnStatus status = lib.max_unpool2d_backward_get_workspace_size(
       grad, self, idx, output_size, result, &workspace_size, &executor);
-  return RunExecutor(lib, launch, kOp, "aclnnMaxUnpool2dBackwardGetWorkspaceSize", status,
-                     workspace_size, executor, "aclnnMaxUnpool2dBackward",
-                     lib.max_unpool2d_backward);
+  return WithPositionsNote(RunExecutor(lib, launch, kOp,
+                                       "aclnnMaxUnpool2dBackwardGetWorkspaceSize", status,
+                                       workspace_size, executor, "aclnnMaxUnpool2dBackward",
+                                       lib.max_unpool2d_backward));
 }
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer grad_output,

@@ -1,0 +1,93 @@
+"""Direct `jax.ffi.ffi_call`s to the registered targets, in a child process of
+tests/test_boundary.py, so that a crash fails the case it happened in, not the suite.
+
+    python tests/boundary_calls.py CASES.json cpu
+    python tests/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
+
+CASES.json is a list of {"name", "op" ("forward"/"backward"), "values": [shape, dtype],
+"indices": [shape, dtype], "result": [shape, dtype], "channels_last", "plane"} (indices
+are drawn from [0, plane)). For each case the child prints `START name`, then
+`DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
+it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
+mode against the emulated CANN in FAKE_CANN_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the oracle
+import numpy_oracle
+
+import jax_unpool as ju
+
+jax.config.update("jax_enable_x64", True)  # int64 indices and float64 values as given
+
+TARGETS = {
+    "cpu": {"forward": "jax_unpool_max_unpool2d_v1",
+            "backward": "jax_unpool_max_unpool2d_backward_v1"},
+    "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
+              "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET},
+}
+
+
+def spatial_hw(shape, channels_last: bool) -> tuple[int, int]:
+    h = len(shape) - (3 if channels_last else 2)
+    return shape[h], shape[h + 1]
+
+
+def operands(case: dict, rng: np.random.Generator):
+    (vshape, vdtype), (ishape, idtype) = case["values"], case["indices"]
+    values = rng.standard_normal(vshape).astype(vdtype)
+    indices = rng.integers(0, max(case["plane"], 1), ishape).astype(idtype)
+    return values, indices
+
+
+def oracle(case: dict, values, indices):
+    """The answer a valid call must give, from numpy loops."""
+    rshape = tuple(case["result"][0])
+    if case["op"] == "forward":
+        return numpy_oracle.unpool(values, indices, spatial_hw(rshape, case["channels_last"]),
+                                   case["channels_last"])
+    return numpy_oracle.gather(values, indices, case["channels_last"])
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def run_case(family: str, case: dict) -> dict:
+    rng = np.random.default_rng(0)
+    values, indices = operands(case, rng)
+    shape, dtype = case["result"]
+    call = jax.ffi.ffi_call(TARGETS[family][case["op"]],
+                            jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)))
+    try:
+        got = np.asarray(call(values, indices, channels_last=case["channels_last"]))
+    except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
+        return {"error": type(e).__name__, "message": str(e)}
+    try:
+        want = None if got.size == 0 else oracle(case, values, indices)
+    except IndexError as e:  # an invalid call answered: no oracle for it
+        return {"result": list(got.shape), "equal": False, "oracle": str(e)}
+    equal = got.shape == tuple(shape) and got.dtype == np.dtype(dtype) and (
+        want is None or np.array_equal(bits(got), bits(want)))
+    return {"result": list(got.shape), "equal": bool(equal)}
+
+
+def main(cases_path: str, family: str, fake_cann_dir: str | None = None) -> None:
+    cases = json.loads(Path(cases_path).read_text())
+    if family == "aclnn":
+        ju.npu.register("cpu", fake_cann_dir)
+    for case in cases:
+        print("START", case["name"], flush=True)
+        print("DONE", json.dumps({"name": case["name"], **run_case(family, case)}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

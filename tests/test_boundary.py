@@ -1,0 +1,286 @@
+"""The FFI boundary itself: hand-written `jax.ffi.ffi_call`s to every registered target
+(the CPU ones, and the aclnn ones in host-emulation mode against the emulated CANN) with
+every kind of buffer mismatch, random buffer shapes (hypothesis), and an exported
+artifact whose custom call was edited. The public API never builds such calls; the
+handlers must still answer each with an error (or, for a valid call, the numpy
+oracle's answer), never a crash. Every call runs in a child process, so that a crash
+fails the case it happened in and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import fresh_process
+import numpy as np
+import pytest
+from fake_cann import build
+from out_of_range import POSITIONS_NOTE
+
+F, B = "forward", "backward"
+F32, F64, I32, I64 = "float32", "float64", "int32", "int64"
+RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
+OP = {F: "max_unpool2d", B: "max_unpool2d_backward"}
+
+# A valid forward: x and indices (2, 3, 4, 5) NCHW, result plane 6x7; the backward's
+# grad_output is that result and its result has indices' shape. Each case replaces
+# some buffers: (name, op, values, indices, result, channels_last, expected), where
+# expected is "oracle" (the numpy oracle's answer) or the INVALID_ARGUMENT message
+# after "<op>: ".
+X, IDX, OUT = [[2, 3, 4, 5], F32], [[2, 3, 4, 5], I32], [[2, 3, 6, 7], F32]
+X_L, IDX_L, OUT_L = [[2, 4, 5, 3], F32], [[2, 4, 5, 3], I32], [[2, 6, 7, 3], F32]
+
+
+def _s(shape):
+    return "(" + ", ".join(map(str, shape)) + ")"
+
+
+def _mismatch(a, ashape, b, bshape, rule="they must be equal"):
+    return f"{a} has shape {_s(ashape)} but {b} has shape {_s(bshape)}; {rule}"
+
+
+NC = "their N and C dims (NCHW) must be equal"
+CASES = [
+    # valid calls
+    ("forward valid", F, X, IDX, OUT, False, "oracle"),
+    ("forward valid int64 float64", F, [X[0], F64], [IDX[0], I64], [OUT[0], F64], False,
+     "oracle"),
+    ("forward valid NHWC", F, X_L, IDX_L, OUT_L, True, "oracle"),
+    ("forward valid rank 3", F, [[3, 4, 5], F32], [[3, 4, 5], I32], [[3, 6, 7], F32], False,
+     "oracle"),
+    ("backward valid", B, OUT, IDX, X, False, "oracle"),
+    ("backward valid NHWC", B, OUT_L, IDX_L, X_L, True, "oracle"),
+    ("backward valid rank 3", B, [[3, 6, 7], F32], [[3, 4, 5], I64], [[3, 4, 5], F32], False,
+     "oracle"),
+    # forward: indices against x
+    ("forward indices smaller", F, X, [[2, 3, 2, 5], I32], OUT, False,
+     _mismatch("indices", [2, 3, 2, 5], "x", [2, 3, 4, 5])),
+    ("forward indices larger", F, X, [[2, 3, 40, 50], I32], OUT, False,
+     _mismatch("indices", [2, 3, 40, 50], "x", [2, 3, 4, 5])),
+    ("forward indices same count other shape", F, X, [[2, 3, 5, 4], I32], OUT, False,
+     _mismatch("indices", [2, 3, 5, 4], "x", [2, 3, 4, 5])),
+    ("forward indices other rank", F, X, [[6, 4, 5], I32], OUT, False,
+     _mismatch("indices", [6, 4, 5], "x", [2, 3, 4, 5])),
+    ("forward indices zero-size", F, X, [[2, 3, 0, 5], I32], OUT, False,
+     _mismatch("indices", [2, 3, 0, 5], "x", [2, 3, 4, 5])),
+    ("forward x zero-size", F, [[2, 3, 0, 5], F32], IDX, OUT, False,
+     _mismatch("indices", [2, 3, 4, 5], "x", [2, 3, 0, 5])),
+    # forward: result against x
+    ("forward result other N", F, X, IDX, [[3, 3, 6, 7], F32], False,
+     _mismatch("result", [3, 3, 6, 7], "x", [2, 3, 4, 5], NC)),
+    ("forward result other C", F, X, IDX, [[2, 1, 6, 7], F32], False,
+     _mismatch("result", [2, 1, 6, 7], "x", [2, 3, 4, 5], NC)),
+    ("forward result other C NHWC", F, X_L, IDX_L, [[2, 6, 7, 4], F32], True,
+     _mismatch("result", [2, 6, 7, 4], "x", [2, 4, 5, 3],
+               "their N and C dims (NHWC) must be equal")),
+    ("forward result other rank", F, X, IDX, [[3, 6, 7], F32], False,
+     _mismatch("result", [3, 6, 7], "x", [2, 3, 4, 5], "their ranks must be equal")),
+    ("forward x rank 5", F, [[1, 2, 3, 4, 5], F32], [[1, 2, 3, 4, 5], I32],
+     [[1, 2, 3, 6, 7], F32], False, "x must have rank 3 or 4, got shape (1, 2, 3, 4, 5)"),
+    ("forward x rank 2", F, [[4, 5], F32], [[4, 5], I32], [[6, 7], F32], False,
+     "x must have rank 3 or 4, got shape (4, 5)"),
+    # forward: dtypes
+    ("forward index dtype float32", F, X, [IDX[0], F32], OUT, False,
+     "indices must be int32 or int64, got float32"),
+    ("forward index dtype int16", F, X, [IDX[0], "int16"], OUT, False,
+     "indices must be int32 or int64, got int16"),
+    ("forward index dtype uint32", F, X, [IDX[0], "uint32"], OUT, False,
+     "indices must be int32 or int64, got uint32"),
+    ("forward result dtype", F, X, IDX, [OUT[0], F64], False,
+     "result has dtype float64 but x has dtype float32; they must be equal"),
+    ("forward value dtype complex128", F, [X[0], "complex128"], IDX, [OUT[0], "complex128"],
+     False, "unsupported value dtype complex128"),
+    # backward: result against indices (the issue's segfault is the first one)
+    ("backward result smaller", B, [[1, 1, 400, 400], F32], [[1, 1, 400, 400], I32],
+     [[1, 1, 1, 1], F32], False,
+     _mismatch("result", [1, 1, 1, 1], "indices", [1, 1, 400, 400])),
+    ("backward result larger", B, OUT, IDX, [[2, 3, 40, 50], F32], False,
+     _mismatch("result", [2, 3, 40, 50], "indices", [2, 3, 4, 5])),
+    ("backward result same count other shape", B, OUT, IDX, [[2, 3, 5, 4], F32], False,
+     _mismatch("result", [2, 3, 5, 4], "indices", [2, 3, 4, 5])),
+    ("backward result other rank", B, OUT, IDX, [[6, 4, 5], F32], False,
+     _mismatch("result", [6, 4, 5], "indices", [2, 3, 4, 5])),
+    ("backward indices zero-size", B, OUT, [[2, 3, 0, 5], I32], X, False,
+     _mismatch("result", [2, 3, 4, 5], "indices", [2, 3, 0, 5])),
+    # backward: indices against grad_output
+    ("backward indices other N", B, OUT, [[1, 3, 4, 5], I32], [[1, 3, 4, 5], F32], False,
+     _mismatch("indices", [1, 3, 4, 5], "grad_output", [2, 3, 6, 7], NC)),
+    ("backward indices other C", B, OUT, [[2, 5, 4, 5], I32], [[2, 5, 4, 5], F32], False,
+     _mismatch("indices", [2, 5, 4, 5], "grad_output", [2, 3, 6, 7], NC)),
+    ("backward indices other rank", B, OUT, [[3, 4, 5], I32], [[3, 4, 5], F32], False,
+     _mismatch("indices", [3, 4, 5], "grad_output", [2, 3, 6, 7],
+               "their ranks must be equal")),
+    ("backward grad_output rank 5", B, [[1, 2, 3, 6, 7], F32], [[1, 2, 3, 4, 5], I32],
+     [[1, 2, 3, 4, 5], F32], False,
+     "grad_output must have rank 3 or 4, got shape (1, 2, 3, 6, 7)"),
+    # backward: dtypes
+    ("backward index dtype float32", B, OUT, [IDX[0], F32], X, False,
+     "indices must be int32 or int64, got float32"),
+    ("backward result dtype", B, OUT, IDX, [X[0], F64], False,
+     "result has dtype float64 but grad_output has dtype float32; they must be equal"),
+    ("backward value dtype complex128", B, [OUT[0], "complex128"], IDX, [X[0], "complex128"],
+     False, "unsupported value dtype complex128"),
+]
+
+
+def _as_json(case) -> dict:
+    name, op, values, indices, result, channels_last, _ = case
+    grid = result if op == F else values  # the output plane the indices address
+    h = len(grid[0]) - (3 if channels_last else 2)
+    plane = grid[0][h] * grid[0][h + 1] if len(grid[0]) >= 2 else 1
+    return {"name": name, "op": op, "values": values, "indices": indices, "result": result,
+            "channels_last": channels_last, "plane": plane}
+
+
+def run_cases(family: str, cases: list[dict], tmp_path, *extra: str) -> dict[str, dict]:
+    """Runs every case in child processes; a child that dies is restarted after the
+    case it died in, which is reported as {"crash": ...}."""
+    outcomes: dict[str, dict] = {}
+    todo = list(cases)
+    while todo:
+        path = tmp_path / f"cases-{family}-{len(outcomes)}.json"
+        path.write_text(json.dumps(todo))
+        try:
+            proc = fresh_process.run("boundary_calls.py", str(path), family, *extra)
+            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stdout, stderr, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), None
+        started = None
+        for line in stdout.splitlines():
+            if line.startswith("START "):
+                started = line[len("START "):]
+            elif line.startswith("DONE "):
+                done = json.loads(line[len("DONE "):])
+                outcomes[done.pop("name")] = done
+                started = None
+        if rc == 0 and started is None:
+            break
+        victim = started or todo[0]["name"]  # died in a case, or before the first one
+        outcomes[victim] = {"crash": f"exit status {rc}", "stderr": stderr[-3000:]}
+        todo = [c for c in todo if c["name"] not in outcomes]
+    return outcomes
+
+
+def check(outcome: dict, case) -> None:
+    name, op, *_, expected = case
+    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
+    if expected == "oracle":
+        assert outcome.get("equal") is True, f"{name}: {outcome}"
+    else:
+        assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
+        assert outcome["message"] == f"INVALID_ARGUMENT: {OP[op]}: {expected}", outcome
+
+
+@pytest.fixture(scope="module")
+def cpu_outcomes(tmp_path_factory):
+    return run_cases("cpu", [_as_json(c) for c in CASES], tmp_path_factory.mktemp("cpu"))
+
+
+@pytest.fixture(scope="module")
+def fake_cann_dir(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("fake_cann_boundary"))
+
+
+@pytest.fixture(scope="module")
+def aclnn_outcomes(tmp_path_factory, fake_cann_dir):
+    return run_cases("aclnn", [_as_json(c) for c in CASES], tmp_path_factory.mktemp("aclnn"),
+                     str(fake_cann_dir))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_cpu_target_direct_call(cpu_outcomes, case):
+    check(cpu_outcomes[case[0]], case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_aclnn_target_direct_call(aclnn_outcomes, case):
+    check(aclnn_outcomes[case[0]], case)
+
+
+def test_a_zero_size_result_never_reaches_the_handler(tmp_path):
+    # XLA replaces a custom call with a zero-size result by a constant: whatever the
+    # operands, the call returns the empty array and no handler touches memory.
+    case = ("zero-size result", B, OUT, [[9, 9, 9, 9], I32], [[2, 3, 0, 5], F32], False, "")
+    outcome = run_cases("cpu", [_as_json(case)], tmp_path)[case[0]]
+    assert outcome == {"result": [2, 3, 0, 5], "equal": True}
+
+
+def test_an_out_of_range_message_from_a_direct_call_names_the_kernel_positions(tmp_path):
+    # grad_output with an empty plane: no index can be in range.
+    case = ("empty plane", B, [[2, 3, 0, 7], F32], IDX, X, False, "")
+    outcome = run_cases("cpu", [_as_json(case)], tmp_path)[case[0]]
+    assert outcome["error"] in RUNTIME_ERRORS
+    assert re.match(r"OUT_OF_RANGE: max_unpool2d_backward: index 0 at \(n=0, c=0, i=0\) of "
+                    r"indices is out of range: valid indices are \[0, 0\)", outcome["message"])
+    assert outcome["message"].endswith(f"({POSITIONS_NOTE})")
+
+
+def test_random_direct_calls_give_the_oracle_or_an_error_never_a_crash():
+    proc = fresh_process.run("boundary_property.py", "60")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert "property held" in proc.stdout
+
+
+def _tampered_backward_artifact(path):
+    """An export of a backward step whose custom call's result type was edited to
+    (1, 1, 1, 1), smaller than its (1, 1, 300, 300) indices, then re-serialized."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    from jax._src.export import _export
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    import jax_unpool as ju
+
+    x = jax.ShapeDtypeStruct((1, 1, 300, 300), jnp.float32)
+
+    def step(g, idx):
+        return ju.max_unpool2d_backward(g, x, idx, (600, 600)).sum()
+
+    exported = jax.export.export(jax.jit(step), platforms=("cpu",),
+                                 disabled_checks=ju.export_safety_checks())(
+        jax.ShapeDtypeStruct((1, 1, 600, 600), jnp.float32),
+        jax.ShapeDtypeStruct((1, 1, 300, 300), jnp.int32))
+    text = exported.mlir_module()
+    call = re.search(r"stablehlo\.custom_call @jax_unpool_max_unpool2d_backward_v1\(.*",
+                     text).group(0)
+    assert "-> tensor<1x1x300x300xf32>" in call, call
+    # The result type, and the type of the reduction that reads it, edited.
+    edited = text.replace("tensor<1x1x300x300xf32>", "tensor<1x1x1x1xf32>")
+    assert edited.count("tensor<1x1x1x1xf32>") >= 2
+    with mlir.make_ir_context():
+        module = ir.Module.parse(edited)
+        tampered = dataclasses.replace(exported,
+                                       mlir_module_serialized=_export._module_to_bytecode(module))
+    (path / "tampered.bin").write_bytes(tampered.serialize())
+    assert "tensor<1x1x1x1xf32>" in jax.export.deserialize(
+        bytearray((path / "tampered.bin").read_bytes())).mlir_module()
+    rng = np.random.default_rng(0)
+    np.savez(path / "operands.npz", arg0=rng.standard_normal((1, 1, 600, 600), np.float32),
+             arg1=rng.integers(0, 360000, (1, 1, 300, 300)).astype(np.int32))
+
+
+def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
+    _tampered_backward_artifact(tmp_path)
+    proc = fresh_process.run("exported_run.py", str(tmp_path / "tampered.bin"),
+                             str(tmp_path / "operands.npz"), str(tmp_path / "results.npz"))
+    assert proc.returncode == 1, f"exit status {proc.returncode}:\n{proc.stderr[-4000:]}"
+    assert ("JaxRuntimeError: INVALID_ARGUMENT: max_unpool2d_backward: result has shape "
+            "(1, 1, 1, 1) but indices has shape (1, 1, 300, 300); they must be equal"
+            in proc.stderr), proc.stderr[-4000:]
+
+
+def test_aclnn_out_of_range_message_says_what_its_positions_are(tmp_path, fake_cann_dir):
+    # A direct call skips the NPU lowering (which clamps indices): the emulated op names
+    # the bad index's position, and the handler says what that position is relative to.
+    case = _as_json(("out of range", F, X, IDX, OUT, False, ""))
+    case["plane"] = 10**6  # indices drawn far past the 6x7 plane
+    outcome = run_cases("aclnn", [case], tmp_path, str(fake_cann_dir))["out of range"]
+    assert outcome["error"] in RUNTIME_ERRORS, outcome
+    assert re.search(r"index \d+ at position \(n=0, c=0, i=0\) is out of range \[0, 42\)",
+                     outcome["message"]), outcome
+    assert outcome["message"].endswith(f"({POSITIONS_NOTE})"), outcome
