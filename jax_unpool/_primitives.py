@@ -84,7 +84,8 @@ def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET)
+_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET,
+                                                           split_channels_last=True)
 
 
 max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
@@ -144,7 +145,7 @@ def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
 
 
 _max_unpool2d_backward_cpu_lowering = _sharding.ffi_call_lowering(
-    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET)
+    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET, split_channels_last=True)
 
 
 max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)

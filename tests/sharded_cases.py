@@ -40,14 +40,18 @@ CASES = {
     "NHWC-C": ("NHWC", (None, None, None, ("a", "b")), "explicit"),
     "NHWC-NC": ("NHWC", ("a", None, None, "b"), "explicit"),
     "HWC-C": ("HWC", (None, None, ("a", "b")), "explicit"),
+    "NHWC-C-auto": ("NHWC", (None, None, None, ("a", "b")), "auto"),
+    "NHWC-NC-auto": ("NHWC", ("a", None, None, "b"), "auto"),
+    "HWC-C-auto": ("HWC", (None, None, ("a", "b")), "auto"),
     "NCHW-H": ("NCHW", (None, None, "a"), "explicit"),
     "NCHW-H-auto": ("NCHW", (None, None, "a"), "auto"),
     "NHWC-H": ("NHWC", (None, "a"), "explicit"),
+    "NHWC-CH": ("NHWC", (None, "a", None, "b"), "explicit"),
 }
-# Cases split along plane dims that are leading in memory: the partitioned calls need
-# no communication at all.
+# Cases split along plane dims only: the partitioned calls need no communication at all.
 COLLECTIVE_FREE = ["NCHW-N", "NCHW-C", "NCHW-NC", "NCHW-N-auto", "NCHW-C-auto",
-                   "NCHW-NC-auto", "NHWC-N", "CHW-C"]
+                   "NCHW-NC-auto", "NHWC-N", "CHW-C", "NHWC-C", "NHWC-NC", "HWC-C",
+                   "NHWC-C-auto", "NHWC-NC-auto", "HWC-C-auto"]
 OPS = ["max_unpool2d", "max_unpool2d_backward"]
 
 # name -> (op, which operand is replicated while the other varies over the devices)
