@@ -84,6 +84,23 @@ def test_results_keep_the_operands_sharding(results, case, op):
     assert r["grad_spec"] == r["in_spec"]
 
 
+@pytest.mark.parametrize("op", cases.OPS)
+@pytest.mark.parametrize("case", list(cases.VMAP_CASES))
+def test_vmap_over_split_inner_dims_runs_per_shard(run, results, case, op):
+    # The vmapped axis is folded into N so that N's split stays a split of whole blocks.
+    key = f"vmap.{case}.{op}"
+    assert collective_counts((run / f"{key}.hlo.txt").read_text()) == \
+        dict.fromkeys(COLLECTIVES, 0)
+    data = np.load(run / f"{key}.npz")
+    for b in range(cases.VMAP_BATCH):
+        out, grad = expected_step(op, data["values"][b], data["indices"][b], data["ct"][b],
+                                  cases.VMAP_CASES[case][0])
+        np.testing.assert_array_equal(data["out"][b], out)
+        np.testing.assert_array_equal(data["grad"][b], grad)
+    r = results["vmap"][key]
+    assert r["out_spec"] == r["in_spec"] and r["grad_spec"] == r["in_spec"]
+
+
 @pytest.mark.parametrize("case", list(cases.SHARD_MAP_CASES))
 def test_shard_map_vjp_with_a_replicated_operand(run, results, case):
     op, replicated = cases.SHARD_MAP_CASES[case]
