@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import jax
+import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir, xla
 
 from jax_unpool import _args, _ffi, _sharding, reference
@@ -22,14 +24,23 @@ __all__ = ["max_unpool2d_backward_p", "max_unpool2d_p"]
 
 
 def _fold_batch(args, dims):
-    """Moves the vmapped axes to the front and folds them into N (rank-3 operands get
-    them as N); returns the operands and how to unfold a result. No loop: one bind."""
+    """Folds the vmapped axis B into N (rank-3 operands get it as N): one bind, no loop.
+    Returns the operands and how to unfold a result into (result, its batch dim).
+
+    B goes before N, unless N is split across devices (an explicit mesh) and B is not:
+    then after it, so that each device's rows of the folded dim stay one block. (A
+    reshape can merge a split dim only with whole dims after it.)"""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
     if moved[0].ndim == 4:  # the operands were rank 3
-        return moved, lambda out: out
-    folded = [a.reshape(size * a.shape[1], *a.shape[2:]) for a in moved]
-    return folded, lambda out: out.reshape(size, out.shape[0] // size, *out.shape[1:])
+        return moved, lambda out: (out, 0)
+    n = moved[0].shape[1]
+    specs = [tuple(jax.typeof(a).sharding.spec) + (None, None) for a in moved]
+    if any(spec[1] is not None for spec in specs) and all(spec[0] is None for spec in specs):
+        folded = [jnp.moveaxis(a, 0, 1).reshape(n * size, *a.shape[2:]) for a in moved]
+        return folded, lambda out: (out.reshape(n, size, *out.shape[1:]), 1)
+    folded = [a.reshape(size * n, *a.shape[2:]) for a in moved]
+    return folded, lambda out: (out.reshape(size, n, *out.shape[1:]), 0)
 
 
 def _tangent_or_zero(tangent, out, bind):
@@ -76,14 +87,15 @@ def _max_unpool2d_transpose(ct, x, indices, *, output_size, channels_last):
 def _max_unpool2d_batch(args, dims, *, output_size, channels_last):
     (x, indices), unfold = _fold_batch(args, dims)
     out = max_unpool2d_p.bind(x, indices, output_size=output_size, channels_last=channels_last)
-    return unfold(out), 0
+    return unfold(out)
 
 
 def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET)
+_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET,
+                                                           split_channels_last=True)
 
 
 max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
@@ -135,7 +147,7 @@ def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last)
 def _max_unpool2d_backward_batch(args, dims, *, channels_last):
     (grad_output, indices), unfold = _fold_batch(args, dims)
     out = max_unpool2d_backward_p.bind(grad_output, indices, channels_last=channels_last)
-    return unfold(out), 0
+    return unfold(out)
 
 
 def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
@@ -143,7 +155,7 @@ def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
 
 
 _max_unpool2d_backward_cpu_lowering = _sharding.ffi_call_lowering(
-    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET)
+    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET, split_channels_last=True)
 
 
 max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)

@@ -12,14 +12,22 @@ W cannot, because an index addresses a whole output plane.
 - Partitioning (CPU lowering): the FFI call is marked batch-partitionable over its
   leading plane dims (`num_batch_dims`), and carries the matching Shardy sharding rule,
   so XLA runs the kernel on each device's shard instead of gathering the operands.
-  NHWC keeps C last, so only N is a leading batch dim there.
+  XLA's batch partitioner only splits leading dims, and NHWC keeps C last, so a
+  channels-last call goes through `jax.experimental.custom_partitioning` instead: its
+  rule shares N and C between operands and result, and each device calls the kernel on
+  its own NHWC shard (the kernel reads N and C from the buffers it gets). An exported
+  function keeps the batch-partitionable call: a custom_partitioning callback lives in
+  the process that traced it and cannot be serialized.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
+from jax._src import dispatch
+from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend import core
 from jax.extend.mlir.dialects import sdy
 from jax.interpreters import mlir
@@ -44,7 +52,14 @@ def leading_batch_dims(ndim: int, channels_last: bool) -> int:
 # --------------------------------------------------------------------------------------
 
 class Primitive(core.Primitive):
-    """A primitive whose operands vary over the same manual axes when it is bound."""
+    """A primitive whose operands vary over the same manual axes when it is bound, and
+    whose lowering sees the devices (custom_partitioning needs them; see below)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        # jax's own registry (private; its cuDNN attention does the same): without it a
+        # jit lowering gets no device assignment and custom_partitioning fails.
+        dispatch.prim_requires_devices_during_lowering.add(self)
 
     def bind(self, *args, **params):
         return super().bind(*_vary_to_union(args), **params)
@@ -141,11 +156,61 @@ def call_attributes(ctx, channels_last: bool) -> dict | None:
     return attributes
 
 
-def ffi_call_lowering(target: str):
+# NHWC/HWC: every dim before H is N, C is last. H and W of the small operands (h, w)
+# and of the plane (p, q) must be whole on each device (listed in order of appearance).
+_FORWARD_RULE = ("... h w c, ... h w c -> ... p q c",  # (x, indices) -> out
+                 {"need_replication_factors": ("h", "w", "p", "q")})
+_BACKWARD_RULE = ("... p q c, ... h w c -> ... h w c",  # (grad_output, indices) -> out
+                  {"need_replication_factors": ("p", "q", "h", "w")})
+
+
+def _kernel(target: str, output_size, x, indices):
+    """The FFI call on NHWC/HWC operands as they come: whole arrays, or one device's
+    shard when `_per_shard_kernel` is partitioned. `output_size` is None for the
+    backward, whose result has the indices' shape."""
+    shape = (indices.shape if output_size is None
+             else (*x.shape[:-3], *output_size, x.shape[-1]))
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, x.dtype))(
+        x, indices, channels_last=True)
+
+
+def _plane_sharding(mesh, sharding, ndim: int) -> NamedSharding:
+    """`sharding`'s N and C entries, with H and W whole."""
+    spec = list(sharding.spec) + [None] * (ndim - len(sharding.spec))
+    spec[ndim - 3] = spec[ndim - 2] = None
+    return NamedSharding(mesh, PartitionSpec(*spec))
+
+
+def _partition(target, output_size, mesh, arg_shapes, result_shape):
+    # Operands and result have the same rank and plane dims: one sharding for all.
+    sharding = _plane_sharding(mesh, result_shape.sharding, len(result_shape.shape))
+    return mesh, partial(_kernel, target, output_size), sharding, (sharding, sharding)
+
+
+def _infer_sharding(target, output_size, mesh, arg_shapes, result_shape):
+    # GSPMD only (Shardy uses the rule): the indices always have the plane dims.
+    return _plane_sharding(mesh, arg_shapes[1].sharding, len(result_shape.shape))
+
+
+def _rule(target, output_size, mesh, operand_types, result_types):
+    return _BACKWARD_RULE if output_size is None else _FORWARD_RULE
+
+
+_per_shard_kernel = custom_partitioning(_kernel, static_argnums=(0, 1))
+_per_shard_kernel.def_partition(_partition, infer_sharding_from_operands=_infer_sharding,
+                                sharding_rule=_rule)
+
+
+def ffi_call_lowering(target: str, split_channels_last: bool = False):
     """A primitive's lowering to the FFI call `target`: `channels_last` is its only
     attribute (the handlers read output_size from the result's shape), plus the
-    partitioning attributes above."""
-    def lowering(ctx, *operands, channels_last, **_):
+    partitioning attributes above. With `split_channels_last`, a channels-last call
+    (outside `jax.export`) is partitioned per shard of N and C as described above."""
+    def lowering(ctx, *operands, channels_last, output_size=None):
+        if (channels_last and split_channels_last
+                and not ctx.module_context.lowering_parameters.for_export):
+            kernel = partial(_per_shard_kernel, target, output_size)
+            return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
         call = jax.ffi.ffi_lowering(target,
                                     extra_attributes=call_attributes(ctx, channels_last))
         return call(ctx, *operands, channels_last=bool(channels_last))

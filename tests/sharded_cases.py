@@ -9,7 +9,8 @@ For every case in CASES it compiles a step -- an op and its VJP, i.e. the forwar
 gradient -- with the operands placed by a NamedSharding, then saves into OUT_DIR:
 `<case>.hlo.txt` (the compiled, partitioned HLO), `<case>.npz` (the operands and the
 results) and an entry of `results.json` (the shardings the results came back with).
-SHARD_MAP_CASES do the same for `jax.shard_map` with a replicated operand. Comparing the
+VMAP_CASES do the same under `jax.vmap` (`vmap.<case>...`), SHARD_MAP_CASES for
+`jax.shard_map` with a replicated operand. Comparing the
 results against numpy is left to the tests.
 """
 
@@ -40,15 +41,28 @@ CASES = {
     "NHWC-C": ("NHWC", (None, None, None, ("a", "b")), "explicit"),
     "NHWC-NC": ("NHWC", ("a", None, None, "b"), "explicit"),
     "HWC-C": ("HWC", (None, None, ("a", "b")), "explicit"),
+    "NHWC-C-auto": ("NHWC", (None, None, None, ("a", "b")), "auto"),
+    "NHWC-NC-auto": ("NHWC", ("a", None, None, "b"), "auto"),
+    "HWC-C-auto": ("HWC", (None, None, ("a", "b")), "auto"),
     "NCHW-H": ("NCHW", (None, None, "a"), "explicit"),
     "NCHW-H-auto": ("NCHW", (None, None, "a"), "auto"),
     "NHWC-H": ("NHWC", (None, "a"), "explicit"),
+    "NHWC-CH": ("NHWC", (None, "a", None, "b"), "explicit"),
 }
-# Cases split along plane dims that are leading in memory: the partitioned calls need
-# no communication at all.
+# Cases split along plane dims only: the partitioned calls need no communication at all.
 COLLECTIVE_FREE = ["NCHW-N", "NCHW-C", "NCHW-NC", "NCHW-N-auto", "NCHW-C-auto",
-                   "NCHW-NC-auto", "NHWC-N", "CHW-C"]
+                   "NCHW-NC-auto", "NHWC-N", "CHW-C", "NHWC-C", "NHWC-NC", "HWC-C",
+                   "NHWC-C-auto", "NHWC-NC-auto", "HWC-C-auto"]
 OPS = ["max_unpool2d", "max_unpool2d_backward"]
+
+# vmap over a batch of 3 operand sets whose inner dims are split on an explicit mesh:
+# name -> (data_format, partition spec of the (B, ...) operands). B itself is whole.
+VMAP_BATCH = 3
+VMAP_CASES = {
+    "NCHW-N": ("NCHW", (None, ("a", "b"))),
+    "NCHW-NC": ("NCHW", (None, "a", "b")),
+    "NHWC-NC": ("NHWC", (None, "a", None, None, "b")),
+}
 
 # name -> (op, which operand is replicated while the other varies over the devices)
 SHARD_MAP_CASES = {
@@ -143,6 +157,37 @@ def run_cases(out_dir: Path) -> dict:
     return results
 
 
+def run_vmap_cases(out_dir: Path) -> dict:
+    """Each VMAP_CASES entry: the step of both ops under jax.vmap, its compiled HLO, its
+    results and the shardings they came back with."""
+    import jax
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    import jax_unpool as ju
+
+    mesh = jax.make_mesh((4, 2), MESH_AXES, axis_types=(AxisType.Explicit,) * 2)
+    results = {}
+    for name, (data_format, spec) in VMAP_CASES.items():
+        steps = _steps(ju, jax, data_format)
+        batches = [operands(data_format, seed) for seed in range(VMAP_BATCH)]
+        for op in OPS:
+            stacked = [np.stack(a) for a in zip(*(_step_operands(op, b) for b in batches))]
+            placed = [jax.device_put(a, NamedSharding(mesh, PartitionSpec(*spec)))
+                      for a in stacked]
+            step = jax.jit(jax.vmap(steps[op]))
+            key = f"vmap.{name}.{op}"
+            (out_dir / f"{key}.hlo.txt").write_text(step.lower(*placed).compile().as_text())
+            out, grad = step(*placed)
+            np.savez(out_dir / f"{key}.npz", values=stacked[0], indices=stacked[1],
+                     ct=stacked[2], out=np.asarray(out), grad=np.asarray(grad))
+            results[key] = {
+                "in_spec": _padded_spec(placed[0].sharding, stacked[0].ndim),
+                "out_spec": _padded_spec(out.sharding, out.ndim),
+                "grad_spec": _padded_spec(grad.sharding, grad.ndim),
+            }
+    return results
+
+
 def run_shard_map_cases(out_dir: Path) -> dict:
     """One operand split over 8 devices along N, the other replicated (one plane set
     shared by all); the VJP w.r.t. the values. A replicated values operand gets the sum
@@ -182,7 +227,8 @@ def main(out_dir: str) -> None:
     if len(jax.devices()) != DEVICES:
         sys.exit(f"expected {DEVICES} CPU devices, got {jax.devices()}")
     out = Path(out_dir)
-    results = {"cases": run_cases(out), "shard_map": run_shard_map_cases(out)}
+    results = {"cases": run_cases(out), "vmap": run_vmap_cases(out),
+               "shard_map": run_shard_map_cases(out)}
     (out / "results.json").write_text(json.dumps(results))
 
 

@@ -1,5 +1,6 @@
 """1-D and 3-D unpooling on 4 simulated CPU devices, split along N and C: saves, per
-case, the compiled HLO of a forward + gradient step and its results, for test_ranks.py.
+case, the compiled HLO of a forward + gradient step and its results, for test_ranks.py
+and (channels last split along C) test_sharding.py.
 
     python tests/sharded_ranks.py OUT_DIR
 """
@@ -26,6 +27,11 @@ CASES = {
     "NCDHW-N": ("NCDHW", (4, 4, 2, 3, 2), (4, 6, 4), ("a",)),
     "NCDHW-NC": ("NCDHW", (4, 4, 2, 3, 2), (4, 6, 4), ("a", "b")),
     "NDHWC-N": ("NDHWC", (4, 2, 3, 2, 4), (4, 6, 4), ("a",)),
+    # Channels last split along C (test_sharding.py)
+    "NWC-C": ("NWC", (4, 5, 4), (10,), (None, None, ("a", "b"))),
+    "NWC-NC": ("NWC", (4, 5, 4), (10,), ("a", None, "b")),
+    "NDHWC-C": ("NDHWC", (4, 2, 3, 2, 4), (4, 6, 4), (None, None, None, None, ("a", "b"))),
+    "NDHWC-NC": ("NDHWC", (4, 2, 3, 2, 4), (4, 6, 4), ("a", None, None, None, "b")),
 }
 
 

@@ -91,3 +91,26 @@ def test_vmap_of_grad(rng):
     grads = jax.vmap(jax.grad(f))(x)
     for k in range(5):
         np.testing.assert_array_equal(grads[k], oracle.gather(ct, idx))
+
+
+# vmap over an empty axis: the result is empty too, with every other dim in place.
+EMPTY = (0, *BASE)  # (B=0, N, C, H, W)
+
+
+def test_forward_vmap_over_an_empty_axis():
+    f = lambda x, i: ju.max_unpool2d(x, i, output_size=HW)
+    out = jax.vmap(f)(jnp.zeros(EMPTY), jnp.zeros(EMPTY, jnp.int32))
+    assert out.shape == (0, *BASE[:2], *HW) and out.dtype == jnp.float32
+
+
+def test_backward_vmap_over_an_empty_axis():
+    x = jax.ShapeDtypeStruct(BASE, jnp.float32)
+    f = lambda g, i: ju.max_unpool2d_backward(g, x, i, HW)
+    out = jax.vmap(f)(jnp.zeros((0, *BASE[:2], *HW)), jnp.zeros(EMPTY, jnp.int32))
+    assert out.shape == EMPTY and out.dtype == jnp.float32
+
+
+def test_vmap_of_grad_over_an_empty_axis():
+    f = lambda x, i: ju.max_unpool2d(x, i, output_size=HW).sum()
+    grads = jax.vmap(jax.grad(f))(jnp.zeros(EMPTY), jnp.zeros(EMPTY, jnp.int32))
+    assert grads.shape == EMPTY and grads.dtype == jnp.float32

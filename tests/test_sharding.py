@@ -1,6 +1,7 @@
-"""Both ops on 8 devices: split along the plane dims (N, C) the compiled step runs our CPU
-kernels on each device's shard with no communication; any split (H too) gives the
-numpy result; shard_map with a replicated operand differentiates correctly.
+"""Both ops on 8 devices: split along the plane dims (N, C, in either layout; 1-D and 3-D
+channels last too) the compiled step runs our CPU kernels on each device's shard with no
+communication; any split (H too) gives the numpy result; shard_map with a replicated
+operand differentiates correctly.
 
 The devices are simulated CPU devices in a fresh process (`sharded_cases.py`), because
 this process's backend already started with one device. That process saves the compiled
@@ -83,6 +84,23 @@ def test_results_keep_the_operands_sharding(results, case, op):
     assert r["grad_spec"] == r["in_spec"]
 
 
+@pytest.mark.parametrize("op", cases.OPS)
+@pytest.mark.parametrize("case", list(cases.VMAP_CASES))
+def test_vmap_over_split_inner_dims_runs_per_shard(run, results, case, op):
+    # The vmapped axis is folded into N so that N's split stays a split of whole blocks.
+    key = f"vmap.{case}.{op}"
+    assert collective_counts((run / f"{key}.hlo.txt").read_text()) == \
+        dict.fromkeys(COLLECTIVES, 0)
+    data = np.load(run / f"{key}.npz")
+    for b in range(cases.VMAP_BATCH):
+        out, grad = expected_step(op, data["values"][b], data["indices"][b], data["ct"][b],
+                                  cases.VMAP_CASES[case][0])
+        np.testing.assert_array_equal(data["out"][b], out)
+        np.testing.assert_array_equal(data["grad"][b], grad)
+    r = results["vmap"][key]
+    assert r["out_spec"] == r["in_spec"] and r["grad_spec"] == r["in_spec"]
+
+
 @pytest.mark.parametrize("case", list(cases.SHARD_MAP_CASES))
 def test_shard_map_vjp_with_a_replicated_operand(run, results, case):
     op, replicated = cases.SHARD_MAP_CASES[case]
@@ -97,3 +115,25 @@ def test_shard_map_vjp_with_a_replicated_operand(run, results, case):
     np.testing.assert_array_equal(data["grad"], grad)
     expected_spec = ["d"] if replicated == "indices" else [None]
     assert results["shard_map"][case]["grad_spec"] == expected_spec + [None] * 3
+
+
+@pytest.fixture(scope="module")
+def ranks_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sharded_ranks")
+    fresh_process.run_ok("sharded_ranks.py", str(out))
+    return out
+
+
+@pytest.mark.parametrize("case", ["NWC-C", "NWC-NC", "NDHWC-C", "NDHWC-NC"])
+def test_channels_last_1d_3d_split_along_c_runs_our_kernels_per_shard(ranks_run, case):
+    # NWC and NDHWC reach the kernels as NHWC views: C stays split, nothing is gathered.
+    hlo = (ranks_run / f"{case}.hlo.txt").read_text()
+    assert collective_counts(hlo) == dict.fromkeys(COLLECTIVES, 0)
+    assert custom_call_targets(hlo) == TARGETS
+    saved = np.load(ranks_run / f"{case}.npz")
+    size = (10,) if case.startswith("NWC") else (4, 6, 4)
+    y = oracle.unpool_nd(saved["x"], saved["indices"], size, channels_last=True)
+    np.testing.assert_array_equal(saved["y"], y)
+    np.testing.assert_array_equal(saved["g"], oracle.gather_nd(2 * y, saved["indices"],
+                                                               len(size), channels_last=True))
+    assert saved["same_sharding"]
