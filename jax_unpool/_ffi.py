@@ -6,9 +6,21 @@ changed calling convention gets a new `_vN` name instead of reusing an old one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 
-from jax_unpool import _jax_unpool
+try:
+    from jax_unpool import _jax_unpool
+except ImportError:
+    _package = Path(__file__).resolve().parent
+    if not list(_package.glob("_jax_unpool*.so")):
+        # A source tree that was never built: say so instead of "circular import".
+        raise ImportError(
+            f"jax_unpool at {_package} has no compiled extension module _jax_unpool (this is "
+            f"a source tree that was not built): run `pip install .` in {_package.parent}"
+        ) from None
+    raise
 
 MAX_UNPOOL2D_TARGET = "jax_unpool_max_unpool2d_v1"
 MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"

@@ -1,10 +1,12 @@
 """A SegNet-style segmentation model trained on generated shapes, with plain JAX.
 
 The encoder max-pools with indices; the decoder max-unpools with them (SegNet's idea:
-the decoder puts features back where the encoder found its maxima). It needs nothing
-beyond jax, numpy and jax_unpool: the optimiser (Adam) and the PNG writer are written
-out here, so ``pip install . && python -m jax_unpool demo`` runs on the base install.
-The notebook (notebooks/segnet_unpool.ipynb) builds the same model with Flax NNX layers.
+the decoder puts features back where the encoder found its maxima). It runs on the base
+install (jax, numpy, jax_unpool) and uses well-kept libraries when they are installed
+(``pip install '.[demo]'``): optax's Adam (else the same update written out here), a tqdm
+or rich progress bar (else a line per tenth of the run), and Pillow for the picture (else
+none). The notebook (notebooks/segnet_unpool.ipynb) builds the same model
+with Flax NNX layers.
 
 The task: each image holds a few discs and triangles, brighter or darker than a noisy,
 shaded background; every pixel is labelled background (0), disc (1) or triangle (2).
@@ -14,12 +16,9 @@ background and discs and triangles share intensities: the model must use shape.
 
 from __future__ import annotations
 
-import struct
-import sys
 import time
-import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -123,26 +122,59 @@ def mean_iou(predicted: np.ndarray, masks: np.ndarray, classes: int = len(CLASSE
 
 
 # ----------------------------------------------------------------------------------------
-# Training: Adam, written out (no optax in the base install)
+# Training: Adam with a cosine-decayed learning rate
 # ----------------------------------------------------------------------------------------
 
-def adam_init(params: Params) -> tuple[Any, Any, jax.Array]:
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    return zeros, zeros, jnp.zeros((), jnp.int32)
+class Optimizer(NamedTuple):
+    """optax's GradientTransformation interface: init(params), update(grads, state, params)."""
+
+    init: Callable[[Params], Any]
+    update: Callable[[Any, Any, Any], tuple[Any, Any]]
 
 
-@jax.jit
-def train_step(params: Params, opt_state: Any, images: jax.Array, masks: jax.Array,
-               lr: float) -> tuple[Params, Any, jax.Array]:
-    """One Adam step (b1=0.9, b2=0.999, eps=1e-8); returns the loss before the step."""
-    loss, grads = jax.value_and_grad(loss_fn)(params, images, masks)
-    m, v, t = opt_state
-    t = t + 1
-    m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
-    v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, v, grads)
-    scale = lr * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
-    params = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
-    return params, (m, v, t), loss
+def adam(learning_rate: Callable[[jax.Array], jax.Array], b1: float = 0.9, b2: float = 0.999,
+         eps: float = 1e-8) -> Optimizer:
+    """optax.adam's update, written out for installs without optax."""
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return zeros, zeros, jnp.zeros((), jnp.int32)
+
+    def update(grads, state, params=None):
+        m, v, count = state
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
+        t = count + 1
+        lr = learning_rate(count)
+        updates = jax.tree.map(
+            lambda m, v: -lr * (m / (1 - b1 ** t)) / (jnp.sqrt(v / (1 - b2 ** t)) + eps), m, v)
+        return updates, (m, v, t)
+
+    return Optimizer(init, update)
+
+
+def optimizer(lr: float, steps: int) -> tuple[Optimizer, str]:
+    """Adam with a cosine decay (large steps first, then settle into a minimum): optax's
+    when installed; returns it and its name."""
+    def schedule(count):
+        return lr * 0.5 * (1.0 + jnp.cos(jnp.pi * count / steps))
+    try:
+        import optax
+    except ImportError:
+        return adam(schedule), "Adam (jax_unpool.demo)"
+    return optax.adam(schedule), "optax.adam"
+
+
+def make_train_step(opt: Optimizer) -> Callable:
+    @jax.jit
+    def train_step(params: Params, opt_state: Any, images: jax.Array, masks: jax.Array
+                   ) -> tuple[Params, Any, jax.Array]:
+        """One optimiser step; returns the loss before the step."""
+        loss, grads = jax.value_and_grad(loss_fn)(params, images, masks)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        params = jax.tree.map(lambda p, u: p + u, params, updates)
+        return params, opt_state, loss
+
+    return train_step
 
 
 predict = jax.jit(lambda params, images: jnp.argmax(apply(params, images), axis=-1))
@@ -153,15 +185,15 @@ def train(steps: int, size: int, batch: int, seed: int, width: int = 24, lr: flo
           ) -> tuple[Params, list[float]]:
     """Train on a fresh generated batch each step; returns the parameters and the losses."""
     params = init_params(jax.random.PRNGKey(seed), width)
-    opt_state = adam_init(params)
+    opt, _ = optimizer(lr, steps)
+    train_step = make_train_step(opt)
+    opt_state = opt.init(params)
     images, masks = make_dataset(steps * batch, size, seed)
     losses = []
     bar = progress(range(steps)) if progress else range(steps)
     for step in bar:
         sl = slice(step * batch, (step + 1) * batch)
-        # Cosine decay: large steps first, then settle into a minimum.
-        step_lr = lr * 0.5 * (1.0 + np.cos(np.pi * step / steps))
-        params, opt_state, loss = train_step(params, opt_state, images[sl], masks[sl], step_lr)
+        params, opt_state, loss = train_step(params, opt_state, images[sl], masks[sl])
         losses.append(float(loss))
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
@@ -169,39 +201,31 @@ def train(steps: int, size: int, batch: int, seed: int, width: int = 24, lr: flo
 
 
 # ----------------------------------------------------------------------------------------
-# Progress bar and picture
+# Progress and picture: libraries when installed
 # ----------------------------------------------------------------------------------------
 
-class SimpleProgress:
-    """A minimal text progress bar on stderr, used when tqdm is not installed."""
-
-    def __init__(self, iterable: Iterable[int], total: int, desc: str = "training"):
-        self.iterable, self.total, self.desc, self.postfix = iterable, total, desc, ""
-
-    def set_postfix(self, refresh: bool = True, **values: str) -> None:
-        self.postfix = " ".join(f"{k}={v}" for k, v in values.items())
-
-    def __iter__(self):
-        start = shown = time.perf_counter()
-        for i, item in enumerate(self.iterable, 1):
-            yield item
-            now = time.perf_counter()
-            if now - shown < 0.5 and i < self.total:
-                continue  # redraw twice a second, not every step
-            shown = now
-            filled = 30 * i // self.total
-            sys.stderr.write(f"\r{self.desc} [{'#' * filled}{'.' * (30 - filled)}] "
-                             f"{i}/{self.total} {now - start:.0f}s {self.postfix}")
-            sys.stderr.flush()
-        sys.stderr.write("\n")
+def _lines(iterable: Iterable[int], total: int) -> Iterable[int]:
+    """Without tqdm or rich: one line per tenth of the run."""
+    start = time.perf_counter()
+    for i, item in enumerate(iterable, 1):
+        yield item
+        if i == total or i % max(1, total // 10) == 0:
+            print(f"training: step {i}/{total}, {time.perf_counter() - start:.0f} s", flush=True)
 
 
 def progress_bar(iterable: Iterable[int], total: int) -> Iterable[int]:
+    """tqdm's bar (with the loss), else rich's, else a line per tenth of the run."""
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return SimpleProgress(iterable, total)
-    return tqdm(iterable, total=total, desc="training", mininterval=0.5)
+        pass
+    else:
+        return tqdm(iterable, total=total, desc="training", mininterval=0.5)
+    try:
+        from rich.progress import track
+    except ImportError:
+        return _lines(iterable, total)
+    return track(iterable, total=total, description="training")
 
 
 def picture(images: np.ndarray, masks: np.ndarray, predicted: np.ndarray,
@@ -218,21 +242,15 @@ def picture(images: np.ndarray, masks: np.ndarray, predicted: np.ndarray,
     return grid.repeat(scale, axis=0).repeat(scale, axis=1)
 
 
-def write_png(path: str, rgb: np.ndarray) -> None:
-    """An 8-bit RGB PNG: signature, IHDR, one zlib-compressed IDAT, IEND."""
-    height, width, _ = rgb.shape
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    # Filter type 0 (none) in front of every scanline.
-    raw = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(rgb, np.uint8))
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n")
-        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)))
-        f.write(chunk(b"IDAT", zlib.compress(raw, 9)))
-        f.write(chunk(b"IEND", b""))
+def save_png(path: str, rgb: np.ndarray) -> bool:
+    """Writes `rgb` as a PNG with Pillow (matplotlib's own image writer); False, and
+    nothing written, when Pillow is not installed."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return False
+    Image.fromarray(np.ascontiguousarray(rgb, np.uint8), "RGB").save(path, format="PNG")
+    return True
 
 
 # ----------------------------------------------------------------------------------------
@@ -254,6 +272,7 @@ def run(steps: int = 800, size: int = 32, batch: int = 16, seed: int = 0,
     """Train, evaluate on a held-out generated set, print the results, write the picture."""
     check_options(steps, size, batch, width)
     start = time.perf_counter()
+    print(f"optimiser: {optimizer(5e-3, steps)[1]}")
     params, losses = train(steps, size, batch, seed, width,
                            progress=lambda it: progress_bar(it, steps))
     # A different seed: the test images were never seen in training.
@@ -267,7 +286,10 @@ def run(steps: int = 800, size: int = 32, batch: int = 16, seed: int = 0,
           f"{np.mean(tail):.4f}")
     print(f"mean IoU on {test_count} held-out images: model {model_iou:.3f}, "
           f"trivial predictor (all background) {trivial_iou:.3f}")
-    write_png(out, picture(test_images[:show], test_masks[:show], predicted[:show]))
     seconds = time.perf_counter() - start
-    print(f"wrote {out} (columns: input, true mask, prediction) in {seconds:.1f} s")
+    if save_png(out, picture(test_images[:show], test_masks[:show], predicted[:show])):
+        print(f"wrote {out} (columns: input, true mask, prediction) in {seconds:.1f} s")
+    else:
+        print(f"done in {seconds:.1f} s; no picture: it needs Pillow "
+              "(pip install 'jax-unpool[demo]')")
     return {"loss": float(np.mean(tail)), "iou": model_iou, "trivial_iou": trivial_iou}

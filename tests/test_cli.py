@@ -71,8 +71,9 @@ def test_demo_trains_and_writes_a_png(tmp_path):
     iou = re.search(r"^mean IoU on \d+ held-out images: model (\d\.\d+), "
                     r"trivial predictor \(all background\) (\d\.\d+)$", result.stdout, re.MULTILINE)
     assert loss and iou, result.stdout
+    assert "optimiser: optax.adam" in result.stdout  # optax is in the test extra
     assert 0 < float(loss.group(1)) < 10
-    # Decoded by matplotlib (Pillow), not by our writer: 4 examples of 16x16 pixels, each
+    # Decoded by matplotlib: 4 examples of 16x16 pixels, each
     # shown as input | mask | prediction with 2-pixel gaps, enlarged 4 times.
     pixels = image.imread(out)
     assert pixels.shape == ((4 * 16 + 3 * 2) * 4, (3 * 16 + 2 * 2) * 4, 3)

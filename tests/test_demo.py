@@ -1,6 +1,13 @@
-"""The demo's parts, in-process: data, metric, PNG writer, and that the model learns."""
+"""The demo's parts: data, metric, optimiser, picture, that the model learns, and that it
+runs without any of the optional libraries it prefers."""
 
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from matplotlib import image
 
@@ -36,11 +43,50 @@ def test_dataset_is_determined_by_the_seed():
     assert not np.array_equal(a[0], c[0])
 
 
-def test_write_png_is_read_back_by_matplotlib(tmp_path):
+def test_picture_is_a_png_read_back_by_matplotlib(tmp_path):
     rgb = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
-    demo.write_png(str(tmp_path / "x.png"), rgb)
-    # matplotlib (Pillow) decodes to floats in [0, 1].
-    np.testing.assert_array_equal(np.round(image.imread(tmp_path / "x.png") * 255), rgb)
+    assert demo.save_png(str(tmp_path / "x.png"), rgb)
+    pixels = image.imread(tmp_path / "x.png")  # floats in [0, 1]
+    np.testing.assert_array_equal(np.round(pixels * 255), rgb)
+
+
+def test_no_picture_without_pillow(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
+    assert not demo.save_png(str(tmp_path / "x.png"), np.zeros((2, 2, 3), np.uint8))
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_written_out_adam_equals_optax():
+    schedule = lambda count: 0.1 * 0.5 * (1.0 + jnp.cos(jnp.pi * count / 5))
+    ours, theirs = demo.adam(schedule), optax.adam(schedule)
+    params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+    grad = jax.grad(lambda p: jnp.sum(p["w"] ** 3) + p["b"] ** 2)
+    a, b = params, params
+    sa, sb = ours.init(params), theirs.init(params)
+    for _ in range(5):
+        ua, sa = ours.update(grad(a), sa, a)
+        ub, sb = theirs.update(grad(b), sb, b)
+        a, b = optax.apply_updates(a, ua), optax.apply_updates(b, ub)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5), a, b)
+
+
+def test_demo_runs_without_any_optional_library(tmp_path):
+    # A child process where optax, tqdm, rich and Pillow cannot be imported.
+    script = (
+        "import sys\n"
+        "for name in ('optax', 'tqdm', 'rich', 'PIL'):\n"
+        "    sys.modules[name] = None\n"
+        "from jax_unpool.__main__ import main\n"
+        "sys.exit(main(['demo', '--steps', '10', '--size', '16', '--batch', '4', "
+        "'--width', '4', '--out', 'p.png']))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "optimiser: Adam (jax_unpool.demo)" in out
+    assert "training: step 10/10" in out
+    assert "no picture: it needs Pillow (pip install 'jax-unpool[demo]')" in out
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_training_is_deterministic():
