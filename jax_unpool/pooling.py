@@ -43,6 +43,8 @@ class _Geometry(NamedTuple):
     dilation: tuple[int, ...]
     channels_last: bool
     index_dtype: np.dtype
+    # False: the gradient is always XLA's scatter-add (jax_unpool.reference's pools).
+    unpool_gradient: bool = True
 
     @property
     def k(self) -> int:
@@ -341,7 +343,7 @@ def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
     (interior pads) XLA fuses with a recomputation of the whole forward pass per input
     element.
     """
-    if _argmax_is_unique(g):
+    if g.unpool_gradient and _argmax_is_unique(g):
         # Imported here: _primitives imports the reference, which imports this module.
         from jax_unpool._primitives import max_unpool2d_backward_p
 
@@ -505,10 +507,10 @@ def max_pool3d_with_indices(
 
 
 def _max_pool(fn, k, x, kernel_size, stride, padding, dilation, ceil_mode, data_format,
-              index_dtype):
+              index_dtype, unpool_gradient=True):
     x = jnp.asarray(x)
     g = _geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
-                  data_format, index_dtype)
+                  data_format, index_dtype)._replace(unpool_gradient=unpool_gradient)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
         raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {x.dtype}")
     unbatched = x.ndim == k + 1

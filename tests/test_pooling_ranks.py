@@ -306,3 +306,15 @@ def test_disjoint_windows_gradients_to_order_two(case):
     with jax.enable_x64(True):
         check_grads(lambda v: POOL_ALL[k](v, *args)[0] ** 2, (jnp.asarray(x),), order=2,
                     modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_reference_pool_gradient_stays_xla_scatter_add_with_the_same_values(k):
+    # jax_unpool.reference is the pure-XLA baseline: its pools' gradient is a scatter-add
+    # even where the public functions go through the unpool kernel.
+    x = normal(GRID_SHAPES[k], seed=6)
+    ref_loss = lambda v: (getattr(ju.reference, f"max_pool{k}d_with_indices")(v, 2)[0] ** 2).sum()
+    loss = lambda v: (POOL_ALL[k](v, 2)[0] ** 2).sum()
+    text = jax.jit(jax.grad(ref_loss)).lower(x).as_text()
+    assert "scatter" in text and "jax_unpool_max_unpool2d_v1" not in text
+    np.testing.assert_array_equal(np.asarray(jax.grad(ref_loss)(x)), np.asarray(jax.grad(loss)(x)))
