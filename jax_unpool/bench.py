@@ -11,14 +11,15 @@ For each shape, value dtype and index dtype it times, jitted and in one run:
   gather, on the same inputs;
 - ``torch``: ``F.max_unpool2d`` and ``torch.gather`` with int64 indices (the torch way) on
   as many threads as JAX's CPU client has cores, when PyTorch is installed;
-- ``roofline``: the machine's memory bandwidth, measured in the same run (below), applied
-  to the bytes the op must move at least (its inputs read once, its result written once).
+- ``roofline``: the machine's memory bandwidth (the copy into faulted pages), measured in
+  the same run (below), applied to the bytes the op must move at least (its inputs read
+  once, its result written once).
 
 Memory bandwidth (section ``memory``, always run first): numpy on as many threads as JAX
 uses, over 256 MiB: a STREAM-like copy and a write-only fill into buffers whose pages are
 already faulted in, and the same into fresh buffers (XLA hands out fresh results, whose
-pages the kernel faults in on first write). Every row reports the achieved GB/s and its
-fraction of the fresh-copy bandwidth.
+pages the OS faults in on first write), of 4 KiB pages and of huge pages. Every row
+reports the achieved GB/s and its fraction of the faulted-copy bandwidth.
 
 Indices are those of a 2x2 (2 per axis), stride-2 max-pool (one per window, drawn with
 numpy, not with the op under test), for 1-D, 2-D and 3-D shapes. Further sections: NHWC
@@ -196,25 +197,32 @@ def _gbps(nbytes: int, ms: float | None) -> float | None:
 def bandwidth(threads: int, nbytes: int, reps: int, warmup: int) -> dict[str, float]:
     """GB/s of numpy on `threads` threads (each on its own chunk; numpy releases the GIL):
     copy (bytes read + written, as STREAM counts them) and fill (bytes written), into
-    buffers already faulted in and into fresh ones. Fresh buffers are allocated without
-    numpy's transparent-huge-page advice, as XLA's allocator does."""
+    buffers already faulted in, into fresh 4 KiB pages (as XLA allocates its results)
+    and into fresh transparent huge pages (as numpy, and jax_unpool's unpool kernel for
+    results of 32 MB or more, ask for)."""
     n = nbytes // 4 // threads
     src = [np.ones(n, np.float32) for _ in range(threads)]
     dst = [np.zeros(n, np.float32) for _ in range(threads)]
-    huge = np._core.multiarray._set_madvise_hugepage(False)
+    advise = np._core.multiarray._set_madvise_hugepage
+    huge = advise(False)
     try:
         with ThreadPoolExecutor(threads) as pool:
-            def each(fn):
-                return lambda: list(pool.map(fn, range(threads)))
+            def each(fn, thp=False):
+                def call():
+                    advise(thp)
+                    list(pool.map(fn, range(threads)))
+                return call
 
             t = _measure({
                 "copy_faulted": each(lambda i: np.copyto(dst[i], src[i])),
                 "fill_faulted": each(lambda i: dst[i].fill(2.0)),
                 "copy_fresh": each(lambda i: src[i].copy()),
                 "fill_fresh": each(lambda i: np.full(n, 2.0, np.float32)),
+                "copy_fresh_thp": each(lambda i: src[i].copy(), thp=True),
+                "fill_fresh_thp": each(lambda i: np.full(n, 2.0, np.float32), thp=True),
             }, reps, warmup)
     finally:
-        np._core.multiarray._set_madvise_hugepage(huge)
+        advise(huge)
     total = n * threads * 4
     return {k: _gbps(total * (2 if k.startswith("copy") else 1), ms) for k, ms in t.items()}
 
@@ -282,7 +290,7 @@ def _unpool_rows(shape, dtype, index_dtype, torch, reps, warmup, rng, bw) -> lis
 
 def _row(common: dict, op: str, t: dict[str, float], nbytes: int, bw: dict) -> dict:
     ours = t["jax_unpool"]
-    roof = nbytes / bw["copy_fresh"] / 1e6  # ms at the fresh-copy bandwidth
+    roof = nbytes / bw["copy_faulted"] / 1e6  # ms at DRAM copy bandwidth, no page faults
     return {**common, "op": op, "bytes": nbytes, "jax_unpool_ms": ours, "xla_ms": t.get("xla"),
             "torch_ms": t.get("torch"), "roofline_ms": roof,
             "speedup_vs_xla": _ratio(t.get("xla"), ours),
@@ -290,7 +298,7 @@ def _row(common: dict, op: str, t: dict[str, float], nbytes: int, bw: dict) -> d
             "vs_roofline": _ratio(ours, roof),
             "jax_unpool_gbps": _gbps(nbytes, ours), "xla_gbps": _gbps(nbytes, t.get("xla")),
             "torch_gbps": _gbps(nbytes, t.get("torch")),
-            "bandwidth_fraction": _ratio(_gbps(nbytes, ours), bw["copy_fresh"])}
+            "bandwidth_fraction": _ratio(_gbps(nbytes, ours), bw["copy_faulted"])}
 
 
 def _layout_rows(shape, dtype, index_dtype, reps, warmup, rng) -> list[dict]:
@@ -455,8 +463,9 @@ def format_table(result: dict) -> str:
     bw = result["bandwidth"]
     lines.append("memory bandwidth (numpy, GB/s; copy counts bytes read + written): "
                  + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in bw.items()))
-    lines.append("roof = the op's least traffic (inputs read, result written) at the fresh-copy "
-                 "bandwidth; GB/s = that traffic per second; of bw = ours / fresh copy")
+    lines.append("roof = the op's least traffic (inputs read, result written) at the copy "
+                 "bandwidth into faulted pages; GB/s = that traffic per second; of bw = ours "
+                 "GB/s / copy faulted")
     unpool = [r for r in rows if r["section"] == "unpool"]
     if unpool:
         lines += ["", "max_unpool (channels first): milliseconds per call; xla/ours and "
