@@ -1,8 +1,8 @@
 """``max_pool{1,2,3}d_with_indices``: PyTorch's max pooling with argmax indices, in XLA ops.
 
-This module imports only jax and numpy so that it works on its own (it is the
-producer of the indices that ``max_unpool2d`` consumes, and the oracle tests
-use it without the compiled extension).
+The forward is XLA ops only. The gradient w.r.t. x goes through the unpool primitives
+(the native CPU kernel, aclnn on the NPU) whenever each input position is the argmax of
+at most one window; otherwise it is XLA's scatter-add.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jax_unpool import _views
 
 __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
 
@@ -41,6 +43,8 @@ class _Geometry(NamedTuple):
     dilation: tuple[int, ...]
     channels_last: bool
     index_dtype: np.dtype
+    # False: the gradient is always XLA's scatter-add (jax_unpool.reference's pools).
+    unpool_gradient: bool = True
 
     @property
     def k(self) -> int:
@@ -306,15 +310,48 @@ def _pool_impl(x: jax.Array, g: _Geometry) -> tuple[jax.Array, jax.Array]:
     return best, idx
 
 
-def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
-    """t at the argmax positions: a gather on the flattened (D*H*W, H*W or W) plane.
+def _argmax_is_unique(g: _Geometry) -> bool:
+    """Whether the argmax positions of distinct windows are distinct input positions
+    inside the plane, whatever x holds: then the gradient is a plain scatter (an unpool
+    into the input plane), exactly equal to the scatter-add.
 
-    Linear in t; XLA's gather transposes into a scatter-add, so reverse mode adds
-    each output cotangent into its argmax position (right for overlapping
-    windows). On CPU this measured faster than a select chain over the tap
-    slices, whose transpose (interior pads) XLA fuses with a recomputation of
-    the whole forward pass per input element.
+    Per axis: windows cannot overlap (stride >= dilated extent), and every window's
+    initial argmax coordinate (`_first_in_bounds`) lies inside the input. That
+    coordinate is a tap of its own window (padding <= kernel // 2 keeps it within
+    ceil(p / d) <= k - 1 steps of the start), and later winners are in-bounds taps
+    (padding never wins), so every index is an in-bounds position of its own window.
+    What is excluded: a ceil_mode window with dilation holding only padding, whose
+    index lies past the row or plane (PyTorch's quirk; it may alias another window's
+    argmax or fall outside the plane, where the unpool kernel would fail).
     """
+    return all(
+        g.stride[a] >= g.dilation[a] * (g.kernel[a] - 1) + 1
+        and int(_first_in_bounds(g, a).max()) < g.in_size[a]
+        for a in range(g.k)
+    )
+
+
+def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
+    """t at the argmax positions, on the flattened (D*H*W, H*W or W) plane.
+
+    Linear in t; reverse mode transposes it into a scatter of each output cotangent
+    to its argmax position. With unique argmaxes (`_argmax_is_unique`) it is the
+    unpool primitives' gather, whose transpose is `max_unpool2d_p` (the native kernel
+    on CPU, aclnn on the NPU; second order transposes back to the gather). Otherwise it
+    is XLA's gather, whose transpose is a scatter-add (overlapping windows sum up). On
+    CPU either measured faster than a select chain over the tap slices, whose transpose
+    (interior pads) XLA fuses with a recomputation of the whole forward pass per input
+    element.
+    """
+    if g.unpool_gradient and _argmax_is_unique(g):
+        # Imported here: _primitives imports the reference, which imports this module.
+        from jax_unpool._primitives import max_unpool2d_backward_p
+
+        last = g.channels_last
+        out = max_unpool2d_backward_p.bind(_views.to_plane(t, last, g.k),
+                                           _views.to_plane(idx, last, g.k),
+                                           channels_last=last)
+        return out.reshape(idx.shape)
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
@@ -406,7 +443,9 @@ def max_pool2d_with_indices(
 
     Differentiation: w.r.t. ``x`` the gradient adds each output cotangent into
     its argmax position (sums where overlapping windows share an argmax); the
-    indices are not differentiable (float0 tangent). Works under ``jit``,
+    indices are not differentiable (float0 tangent). Where windows cannot overlap
+    (stride >= dilation * (kernel - 1) + 1 on every axis) the gradient is
+    ``max_unpool2d`` of the cotangent into the input plane (the native kernel). Works under ``jit``,
     ``vmap``, ``grad``, ``jvp`` and higher orders.
 
     Raises (at trace time, naming the argument and the received value):
@@ -468,10 +507,10 @@ def max_pool3d_with_indices(
 
 
 def _max_pool(fn, k, x, kernel_size, stride, padding, dilation, ceil_mode, data_format,
-              index_dtype):
+              index_dtype, unpool_gradient=True):
     x = jnp.asarray(x)
     g = _geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
-                  data_format, index_dtype)
+                  data_format, index_dtype)._replace(unpool_gradient=unpool_gradient)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
         raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {x.dtype}")
     unbatched = x.ndim == k + 1

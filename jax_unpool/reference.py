@@ -16,12 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _views
-from jax_unpool.pooling import (
-    max_pool1d_with_indices,
-    max_pool2d_with_indices,
-    max_pool3d_with_indices,
-)
+from jax_unpool import _args, _views, pooling
 
 __all__ = [
     "gather_planes",
@@ -207,3 +202,23 @@ max_unpool3d = _unpool("max_unpool3d", 3)
 max_unpool1d_backward = _unpool_backward("max_unpool1d_backward", 1)
 max_unpool2d_backward = _unpool_backward("max_unpool2d_backward", 2)
 max_unpool3d_backward = _unpool_backward("max_unpool3d_backward", 3)
+
+
+def _pool(k: int, data_format: str):
+    """max_pool{k}d_with_indices with its gradient as XLA's scatter-add (the public ones
+    scatter through the unpool primitive where windows cannot overlap)."""
+    fn = f"max_pool{k}d_with_indices"
+
+    def pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
+             data_format=data_format, index_dtype=jnp.int32):
+        return pooling._max_pool(fn, k, x, kernel_size, stride, padding, dilation,
+                                 ceil_mode, data_format, index_dtype, unpool_gradient=False)
+
+    pool.__name__ = pool.__qualname__ = fn
+    pool.__doc__ = getattr(pooling, fn).__doc__
+    return pool
+
+
+max_pool1d_with_indices = _pool(1, "NCW")
+max_pool2d_with_indices = _pool(2, "NCHW")
+max_pool3d_with_indices = _pool(3, "NCDHW")

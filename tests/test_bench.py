@@ -3,12 +3,14 @@ verdicts it promises. Timings are never asserted: this is a smoke test of the to
 
 import json
 
+import numpy as np
 import pytest
 
 from jax_unpool import bench
 
 UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_vs_xla",
-                 "speedup_vs_torch", "vs_roofline"}
+                 "speedup_vs_torch", "vs_roofline", "bytes", "jax_unpool_gbps",
+                 "bandwidth_fraction"}
 
 
 @pytest.fixture(scope="module")
@@ -22,29 +24,65 @@ def _rows(result, section):
     return [r for r in result["rows"] if r["section"] == section]
 
 
-def test_quick_run_times_every_unpool_configuration(result):
+def test_quick_run_measures_the_memory_bandwidth(result):
+    assert result["bandwidth"].keys() == {"copy_faulted", "fill_faulted", "copy_fresh",
+                                          "fill_fresh", "copy_fresh_thp", "fill_fresh_thp"}
+    assert all(v > 0 for v in result["bandwidth"].values())
+
+
+def test_quick_run_times_every_unpool_configuration_of_every_rank(result):
     got = {(tuple(r["shape"]), r["dtype"], r["index_dtype"], r["op"])
            for r in _rows(result, "unpool")}
     expected = {(shape, "float32", index, op) for shape in bench.QUICK_SHAPES
                 for index in ("int32", "int64") for op in ("forward", "backward")}
     assert got == expected
+    assert {r["rank"] for r in _rows(result, "unpool")} == {1, 2, 3}
+    dram = result["bandwidth"]["copy_faulted"]
     for r in _rows(result, "unpool"):
         assert UNPOOL_FIELDS <= r.keys()
         for field in ("jax_unpool_ms", "xla_ms", "roofline_ms"):
             assert r[field] > 0
         assert r["speedup_vs_xla"] == pytest.approx(r["xla_ms"] / r["jax_unpool_ms"])
-        assert r["vs_roofline"] == pytest.approx(r["jax_unpool_ms"] / r["roofline_ms"])
+        assert r["roofline_ms"] == pytest.approx(r["bytes"] / dram / 1e6)
+        assert r["jax_unpool_gbps"] == pytest.approx(r["bytes"] / r["jax_unpool_ms"] / 1e6)
+        assert r["bandwidth_fraction"] == pytest.approx(r["jax_unpool_gbps"] / dram)
 
 
-def test_quick_run_has_layout_and_pooling_sections(result):
+def test_unpool_bytes_are_inputs_read_and_result_written(result):
+    # Hand-computed for the 2x4x8x8 float32 row with int32 indices: x and indices
+    # 2*4*8*8*4 bytes each, the (2, 4, 16, 16) result 4x that.
+    r = next(r for r in _rows(result, "unpool") if r["shape"] == [2, 4, 8, 8]
+             and r["index_dtype"] == "int32" and r["op"] == "forward")
+    assert r["bytes"] == 512 * 4 * 2 + 2048 * 4
+
+
+def test_pool_indices_are_one_distinct_position_per_window():
+    idx = bench.pool_indices(np.random.default_rng(0), (1, 1, 3, 2, 2))
+    # Window (d, h, w) of a (6, 4, 4) volume covers d in {2d, 2d+1}, etc.
+    d, rem = np.divmod(idx[0, 0], 16)
+    h, w = np.divmod(rem, 4)
+    grid = np.indices((3, 2, 2))
+    for coord, g in zip((d, h, w), grid):
+        assert ((coord // 2) == g).all()
+    assert len(np.unique(idx)) == idx.size
+
+
+def test_quick_run_has_layout_pool_and_step_sections(result):
     layout = _rows(result, "layout")
+    two_d = [s for s in bench.QUICK_SHAPES if len(s) == 4]
     assert {(tuple(r["shape"]), r["op"]) for r in layout} == {
-        (shape, op) for shape in bench.QUICK_SHAPES for op in ("forward", "backward")}
+        (shape, op) for shape in two_d for op in ("forward", "backward")}
     for r in layout:
         assert r["nhwc_vs_nchw"] == pytest.approx(r["nhwc_ms"] / r["nchw_ms"])
     pool = _rows(result, "pool")
-    assert [tuple(r["shape"]) for r in pool] == list(bench.QUICK_SHAPES)
-    assert all(r["jax_unpool_ms"] > 0 for r in pool)
+    assert {(tuple(r["shape"]), r["op"]) for r in pool} == {
+        (shape, op) for shape in bench.QUICK_SHAPES for op in ("forward", "forward+grad")}
+    assert all(r["jax_unpool_ms"] > 0 and r["torch_ms"] > 0 for r in pool)
+    step = _rows(result, "step")
+    assert {(r["layout"], r["impl"]) for r in step} == {
+        (fmt, impl) for fmt in ("NHWC", "NCHW") for impl in ("ours", "xla")}
+    for r in step:
+        assert r["pooling_share"] == pytest.approx(r["pooling_ms"] / r["step_ms"])
 
 
 def test_quick_run_reports_every_target_and_the_machine(result):
@@ -52,5 +90,27 @@ def test_quick_run_reports_every_target_and_the_machine(result):
     # Only the tiny shape is in the quick run: the targets over the large shapes are
     # reported as not measured rather than judged on the wrong shapes.
     assert result["targets"]["forward_vs_xla"]["holds"] is None
+    assert result["targets"]["pool_grad_vs_torch"]["holds"] is None
     assert result["targets"]["tiny_forward_vs_xla_per_call"]["value"] > 0
     assert result["machine"]["cores"] >= 1 and result["settings"]["quick"] is True
+
+
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_segnet_step_is_the_same_with_jax_unpool_and_the_xla_reference(fmt):
+    # The step benchmark compares like with like: same model, same numbers.
+    import jax
+    import jax.numpy as jnp
+    import jax_unpool as ju
+    from jax_unpool import bench_step
+
+    sh = bench_step.shapes(fmt, 2, 16, 4)
+    rng = np.random.default_rng(1)
+    x, target = (jnp.asarray(rng.standard_normal(sh[k], dtype=np.float32))
+                 for k in ("x", "target"))
+    ws = bench_step.init(4)
+    ours_ws, ours_loss = bench_step.train_step(ju, fmt)(ws, x, target)
+    ref_ws, ref_loss = bench_step.train_step(ju.reference, fmt)(ws, x, target)
+    np.testing.assert_allclose(ours_loss, ref_loss, rtol=1e-6)
+    for a, b, w in zip(ours_ws, ref_ws, ws):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not np.array_equal(a, w)  # the step did update every weight

@@ -181,3 +181,140 @@ def test_data_format_of_another_rank_is_refused():
     with pytest.raises(ValueError, match=r"max_pool3d_with_indices: data_format must be one of "
                                          r"'NCDHW', 'CDHW', 'NDHWC', 'DHWC', got 'NCHW'"):
         ju.max_pool3d_with_indices(jnp.zeros((1, 1, 4, 4, 4)), 2, data_format="NCHW")
+
+
+# ------------------------------------------------------------------ gradient, every rank
+# Issue 14: where windows cannot overlap the gradient is an unpool into the input plane
+# (the native kernel); elsewhere a scatter-add. Both must equal torch's.
+
+POOL_ALL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
+            3: ju.max_pool3d_with_indices}
+TORCH_ALL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+GRID_SHAPES = {1: (2, 3, 11), 2: (2, 3, 7, 8), 3: (1, 2, 5, 6, 7)}
+FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
+
+
+def _grid():
+    """(rank, kernel, stride, padding, dilation, ceil_mode, channels_last, index dtype);
+    the layout and index dtype cycle through the geometries so that each meets both."""
+    cases = []
+    for k in (1, 2, 3):
+        i = 0
+        for kern in (1, 2, 3):
+            for s in (1, 2, 3, 5):
+                for p in range(kern // 2 + 1):
+                    for d in (1, 2) if kern > 1 else (1,):
+                        for ceil in (False, True):
+                            cases.append((k, kern, s, p, d, ceil, i % 2 == 1,
+                                          "int64" if (i // 2) % 2 else "int32"))
+                            i += 1
+    return cases
+
+
+def _torch_grad(k, x, ct, args):
+    xt = torch.from_numpy(x).requires_grad_(True)
+    out, _ = TORCH_ALL[k](xt, *args, return_indices=True)
+    (out * torch.from_numpy(ct)).sum().backward()
+    return xt.grad.numpy()
+
+
+@pytest.mark.parametrize("k,kern,s,p,d,ceil,last,index_dtype", _grid())
+def test_gradient_grid_matches_torch(k, kern, s, p, d, ceil, last, index_dtype):
+    args = (kern, s, p, d, ceil)
+    x = normal(GRID_SHAPES[k], seed=kern * 100 + s * 10 + p + d)  # distinct: one argmax
+    t_out, _ = TORCH_ALL[k](torch.from_numpy(x), *args, return_indices=True)
+    ct = normal(tuple(t_out.shape), seed=1)
+    expected = _torch_grad(k, x, ct, args)
+    move = (lambda a: np.moveaxis(a, 1, -1)) if last else (lambda a: a)
+    with jax.enable_x64(index_dtype == "int64"):
+        _, vjp = jax.vjp(lambda v: POOL_ALL[k](v, *args, data_format=FORMATS[k][last],
+                                               index_dtype=index_dtype)[0], move(x))
+        grad = vjp(move(ct))[0]
+    # Overlapping windows sum in another order than torch: float32 rounding apart.
+    np.testing.assert_allclose(np.asarray(grad), move(expected), rtol=1e-6, atol=1e-6)
+
+
+# (rank, x shape, kernel, stride, padding, dilation, ceil_mode): windows never overlap.
+DISJOINT = [(1, (2, 3, 13), 3, 3, 1, 1, True), (1, (2, 3, 16), 2, 2, 0, 1, False),
+            (2, (2, 3, 9, 10), 3, 3, 1, 1, True), (2, (2, 3, 8, 9), (2, 3), (3, 5), 1, (1, 2),
+                                                   True),
+            (3, (1, 2, 5, 7, 6), 2, 2, 1, 1, True), (3, (1, 2, 4, 6, 8), (1, 2, 2), None, 0, 1,
+                                                     False)]
+
+
+@pytest.mark.parametrize("case", DISJOINT)
+@pytest.mark.parametrize("last", [False, True])
+def test_disjoint_windows_gradient_is_bit_identical_to_scatter_add(case, last):
+    # The oracle is what the gradient was before issue 14 (and what torch computes):
+    # zeros, then each cotangent added at its argmax -- bit for bit.
+    k, shape, *args = case
+    x = normal(shape, seed=2)
+    fmt = FORMATS[k][last]
+    if last:
+        x = np.moveaxis(x, 1, -1)
+    (out, idx), vjp = jax.vjp(lambda v: POOL_ALL[k](v, *args, data_format=fmt), x)
+    ct = normal(out.shape, seed=3)
+    grad = np.asarray(vjp((ct, np.zeros(idx.shape, jax.dtypes.float0)))[0])
+    c_axis = -1 if last else 1
+    planes = lambda a: np.moveaxis(np.asarray(a), c_axis, 1).reshape(a.shape[0], a.shape[c_axis], -1)
+    expected = np.zeros(planes(x).shape, np.float32)
+    for n in range(expected.shape[0]):
+        for c in range(expected.shape[1]):
+            np.add.at(expected[n, c], planes(idx)[n, c], planes(ct)[n, c])
+    np.testing.assert_array_equal(planes(grad).view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", DISJOINT)
+@pytest.mark.parametrize("last", [False, True])
+def test_disjoint_windows_gradient_lowers_to_the_unpool_kernel(case, last):
+    k, shape, *args = case
+    fmt = FORMATS[k][last]
+    x = jnp.zeros(np.moveaxis(np.empty(shape), 1, -1).shape if last else shape)
+    loss = lambda v: POOL_ALL[k](v, *args, data_format=fmt)[0].sum()
+    text = jax.jit(jax.grad(loss)).lower(x).as_text()
+    assert "jax_unpool_max_unpool2d_v1" in text
+    assert "scatter" not in text
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_overlapping_windows_gradient_keeps_a_scatter_add(k):
+    # The counterpart of the test above: with stride < dilated extent the unpool kernel
+    # would be wrong (an input position may win several windows).
+    loss = lambda v: POOL_ALL[k](v, 3, 2, 1)[0].sum()
+    text = jax.jit(jax.grad(loss)).lower(jnp.zeros(GRID_SHAPES[k])).as_text()
+    assert "scatter" in text and "jax_unpool_max_unpool2d_v1" not in text
+
+
+def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
+    # Width 1, kernel 3, dilation 2, padding 1, ceil_mode: windows cannot overlap
+    # (stride 5 >= extent 5), but every window holds only padding; PyTorch's quirk
+    # gives indices h * 1 + 1 = 1, 2, 3 for a plane of 3 elements. The gradient adds
+    # ct[0] at 1 and ct[1] at 2 and drops ct[2] (the unpool kernel would refuse 3).
+    x = np.arange(3, dtype=np.float32).reshape(1, 1, 3, 1)
+    args = ((1, 3), (1, 5), (0, 1), (1, 2), True)
+    (out, idx), vjp = jax.vjp(lambda v: ju.max_pool2d_with_indices(v, *args), x)
+    np.testing.assert_array_equal(np.asarray(idx).ravel(), [1, 2, 3])
+    ct = np.array([10.0, 20.0, 30.0], np.float32).reshape(out.shape)
+    grad = jax.jit(lambda c: vjp((c, np.zeros(idx.shape, jax.dtypes.float0)))[0])(ct)
+    np.testing.assert_array_equal(np.asarray(grad).ravel(), [0.0, 10.0, 20.0])
+
+
+@pytest.mark.parametrize("case", DISJOINT[::2])
+def test_disjoint_windows_gradients_to_order_two(case):
+    k, shape, *args = case
+    x = normal(shape, np.float64, seed=4)
+    with jax.enable_x64(True):
+        check_grads(lambda v: POOL_ALL[k](v, *args)[0] ** 2, (jnp.asarray(x),), order=2,
+                    modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_reference_pool_gradient_stays_xla_scatter_add_with_the_same_values(k):
+    # jax_unpool.reference is the pure-XLA baseline: its pools' gradient is a scatter-add
+    # even where the public functions go through the unpool kernel.
+    x = normal(GRID_SHAPES[k], seed=6)
+    ref_loss = lambda v: (getattr(ju.reference, f"max_pool{k}d_with_indices")(v, 2)[0] ** 2).sum()
+    loss = lambda v: (POOL_ALL[k](v, 2)[0] ** 2).sum()
+    text = jax.jit(jax.grad(ref_loss)).lower(x).as_text()
+    assert "scatter" in text and "jax_unpool_max_unpool2d_v1" not in text
+    np.testing.assert_array_equal(np.asarray(jax.grad(ref_loss)(x)), np.asarray(jax.grad(loss)(x)))
