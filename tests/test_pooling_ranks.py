@@ -256,7 +256,8 @@ def test_disjoint_windows_gradient_is_bit_identical_to_scatter_add(case, last):
     ct = normal(out.shape, seed=3)
     grad = np.asarray(vjp((ct, np.zeros(idx.shape, jax.dtypes.float0)))[0])
     c_axis = -1 if last else 1
-    planes = lambda a: np.moveaxis(np.asarray(a), c_axis, 1).reshape(a.shape[0], a.shape[c_axis], -1)
+    planes = lambda a: np.moveaxis(np.asarray(a), c_axis, 1).reshape(a.shape[0],
+                                                                     a.shape[c_axis], -1)
     expected = np.zeros(planes(x).shape, np.float32)
     for n in range(expected.shape[0]):
         for c in range(expected.shape[1]):
