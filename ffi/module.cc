@@ -24,6 +24,8 @@ NB_MODULE(_jax_unpool, m) {
     nb::dict d;
     d["max_unpool2d"] = Capsule(jax_unpool::MaxUnpool2dCpu);
     d["max_unpool2d_backward"] = Capsule(jax_unpool::MaxUnpool2dBackwardCpu);
+    d["max_unpool"] = Capsule(jax_unpool::MaxUnpoolCpu);
+    d["max_unpool_backward"] = Capsule(jax_unpool::MaxUnpoolBackwardCpu);
     return d;
   });
   m.def("npu_registrations", []() {

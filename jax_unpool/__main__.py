@@ -54,7 +54,7 @@ def _implementation(op: str, platform_name: str) -> str:
     targets = re.findall(r"custom_call @(\w+)", text)
     if not targets:
         return "jnp reference"
-    if targets[0] in (_ffi.MAX_UNPOOL2D_TARGET, _ffi.MAX_UNPOOL2D_BACKWARD_TARGET):
+    if targets[0] in (_ffi.MAX_UNPOOL_TARGET, _ffi.MAX_UNPOOL_BACKWARD_TARGET):
         return "XLA FFI (C++)"
     return "aclnn" if "aclnn" in targets[0] else f"custom call {targets[0]}"
 

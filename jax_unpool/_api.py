@@ -1,5 +1,5 @@
 """The public functions, one per spatial rank as PyTorch's: each checks its arguments and
-binds one of the two primitives, on a free 2-D view of its spatial dims (``_views``)."""
+binds one of the two primitives, which serve every spatial rank."""
 
 from __future__ import annotations
 
@@ -7,19 +7,22 @@ from typing import Any
 
 import jax
 
-from jax_unpool import _views
+from jax_unpool import _args
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 
 IntOrPair = int | tuple[int, int]
 IntOrTuple = int | tuple[int, ...]
 
 
-def _scatter(x, indices, size, last):
+def _unpool(fn: str, k: int, *args) -> jax.Array:
+    x, indices, size, last = _args.unpool_operands(fn, k, *args)
     return max_unpool2d_p.bind(x, indices, output_size=size, channels_last=last)
 
 
-def _gather(grad_output, indices, last):
-    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last)
+def _unpool_backward(fn: str, k: int, *args) -> jax.Array:
+    grad_output, indices, last = _args.unpool_backward_operands(fn, k, *args)
+    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last,
+                                        spatial_rank=k)
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
@@ -51,8 +54,8 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       index, its position ``(n, c, i)`` and the valid range; the jnp reference used on
       other platforms drops such an element instead.
     """
-    return _views.unpool(_scatter, "max_unpool2d", 2, x, indices, kernel_size, stride,
-                         padding, output_size, data_format)
+    return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
 
 
 def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
@@ -65,8 +68,8 @@ def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
     ``W_out = (W - 1) * stride - 2 * padding + kernel_size`` without ``output_size``.
     Everything else (dtypes, duplicates, errors, autodiff, vmap) is as in 2-D.
     """
-    return _views.unpool(_scatter, "max_unpool1d", 1, x, indices, kernel_size, stride,
-                         padding, output_size, data_format)
+    return _unpool("max_unpool1d", 1, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
 
 
 def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
@@ -79,8 +82,8 @@ def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
     ``d * H_out * W_out + h * W_out + w`` inside an output volume. Everything else is as
     in 2-D.
     """
-    return _views.unpool(_scatter, "max_unpool3d", 3, x, indices, kernel_size, stride,
-                         padding, output_size, data_format)
+    return _unpool("max_unpool3d", 3, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
 
 
 def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
@@ -104,19 +107,19 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
     Raises:
       As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
     """
-    return _views.unpool_backward(_gather, "max_unpool2d_backward", 2, grad_output, x,
-                                  indices, output_size, data_format)
+    return _unpool_backward("max_unpool2d_backward", 2, grad_output, x,
+                            indices, output_size, data_format)
 
 
 def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
                           data_format: str = "NCW") -> jax.Array:
     """The gradient of :func:`max_unpool1d` w.r.t. ``x`` (a gather, as in 2-D)."""
-    return _views.unpool_backward(_gather, "max_unpool1d_backward", 1, grad_output, x,
-                                  indices, output_size, data_format)
+    return _unpool_backward("max_unpool1d_backward", 1, grad_output, x,
+                            indices, output_size, data_format)
 
 
 def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
                           data_format: str = "NCDHW") -> jax.Array:
     """The gradient of :func:`max_unpool3d` w.r.t. ``x``: CANN's aclnnMaxUnpool3dBackward."""
-    return _views.unpool_backward(_gather, "max_unpool3d_backward", 3, grad_output, x,
-                                  indices, output_size, data_format)
+    return _unpool_backward("max_unpool3d_backward", 3, grad_output, x,
+                            indices, output_size, data_format)

@@ -239,3 +239,23 @@ def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
             f"{fn}: output_size {hw} must match grad_output's spatial dims {grad_hw}")
     check_plane_fits_indices(fn, indices.dtype, hw)
     return last
+
+
+def unpool_operands(fn: str, k: int, x: Any, indices: Any, kernel_size: Any, stride: Any,
+                    padding: Any, output_size: Any, data_format: str):
+    """max_unpool{k}d's arguments checked: (x, indices, output_size, channels_last)."""
+    x, indices = jnp.asarray(x), as_indices(fn, indices)
+    check_unpool_operands(fn, x, indices, k)
+    last = channels_last(fn, data_format, x.ndim, k)
+    size = unpool_output_size(fn, x.shape, last, kernel_size, stride, padding, output_size, k)
+    check_plane_fits_indices(fn, indices.dtype, size)
+    unpool_result_shape(fn, x.shape, size, last, k)
+    return x, indices, size, last
+
+
+def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices: Any,
+                             output_size: Any, data_format: str):
+    """max_unpool{k}d_backward's arguments checked: (grad_output, indices, channels_last)."""
+    grad_output, indices = jnp.asarray(grad_output), as_indices(fn, indices)
+    last = check_backward_arguments(fn, grad_output, x, indices, output_size, data_format, k)
+    return grad_output, indices, last

@@ -22,15 +22,24 @@ except ImportError:
         ) from None
     raise
 
+# Every spatial rank, with the `spatial_rank` attribute: what the CPU lowering calls.
+MAX_UNPOOL_TARGET = "jax_unpool_max_unpool_v2"
+MAX_UNPOOL_BACKWARD_TARGET = "jax_unpool_max_unpool_backward_v2"
+# 2-D only (no `spatial_rank`): kept for artifacts exported before the _v2 targets.
 MAX_UNPOOL2D_TARGET = "jax_unpool_max_unpool2d_v1"
 MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"
 # The Ascend NPU handlers (registered by jax_unpool.npu.register).
 ACLNN_MAX_UNPOOL2D_TARGET = "jax_unpool_aclnn_max_unpool2d_v1"
 ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_v1"
-STABLE_TARGETS = (MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
+ACLNN_MAX_UNPOOL3D_TARGET = "jax_unpool_aclnn_max_unpool3d_v1"
+ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
+STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET,
+                  MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL2D_TARGET, ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET)
 
 _CPU_TARGETS = {
+    "max_unpool": MAX_UNPOOL_TARGET,
+    "max_unpool_backward": MAX_UNPOOL_BACKWARD_TARGET,
     "max_unpool2d": MAX_UNPOOL2D_TARGET,
     "max_unpool2d_backward": MAX_UNPOOL2D_BACKWARD_TARGET,
 }

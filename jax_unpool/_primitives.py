@@ -1,13 +1,16 @@
 """The two primitives, each followed by its rules: abstract evaluation, JVP, transpose
-(each binds the other), batching, the reference lowering and the CPU FFI lowering.
+(each binds the other), batching, the reference lowering and the CPU FFI lowering. They
+serve every spatial rank k (1, 2, 3); their names keep the 2-D ones they were born with.
 
 max_unpool2d_p(x, indices; output_size, channels_last) -> out
-    scatter: zeros of x's shape with (H, W) -> output_size, then out[n, c, idx] = x.
-max_unpool2d_backward_p(grad_output, indices; channels_last) -> out
+    scatter: zeros of x's shape with its k spatial dims -> output_size (k = its length),
+    then out[n, c, idx] = x.
+max_unpool2d_backward_p(grad_output, indices; channels_last, spatial_rank=2) -> out
     gather: out[n, c, i] = grad_output[n, c, indices[n, c, i]]; out has indices' shape.
 
-Both take rank-3 or rank-4 operands, NCHW (channels_last=False) or NHWC. Indices are
-flat positions inside one plane, h * W_out + w, in both layouts.
+Operands have rank k + 1 (unbatched) or k + 2, channels-first (NCHW, NCW, NCDHW;
+channels_last=False) or channels-last (NHWC, ...). Indices are flat positions inside one
+output plane -- w, h * W_out + w, (d * H_out + h) * W_out + w -- in both layouts.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from jax_unpool import _args, _ffi, _sharding, reference
 __all__ = ["max_unpool2d_backward_p", "max_unpool2d_p"]
 
 
-def _fold_batch(args, dims):
-    """Folds the vmapped axis B into N (rank-3 operands get it as N): one bind, no loop.
+def _fold_batch(args, dims, k):
+    """Folds the vmapped axis B into N (unbatched operands get it as N): one bind, no loop.
     Returns the operands and how to unfold a result into (result, its batch dim).
 
     B goes before N, unless N is split across devices (an explicit mesh) and B is not:
@@ -32,7 +35,7 @@ def _fold_batch(args, dims):
     reshape can merge a split dim only with whole dims after it.)"""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [batching.bdim_at_front(a, d, size) for a, d in zip(args, dims)]
-    if moved[0].ndim == 4:  # the operands were rank 3
+    if moved[0].ndim == k + 2:  # the operands were unbatched
         return moved, lambda out: (out, 0)
     n = moved[0].shape[1]
     specs = [tuple(jax.typeof(a).sharding.spec) + (None, None) for a in moved]
@@ -57,13 +60,30 @@ max_unpool2d_p = _sharding.Primitive("max_unpool2d")
 max_unpool2d_p.def_impl(partial(xla.apply_primitive, max_unpool2d_p))
 
 
+def _forward_rank(output_size) -> int:
+    """The forward's spatial rank: the length of output_size."""
+    k = len(output_size) if isinstance(output_size, tuple) else 0
+    if k not in (1, 2, 3):
+        raise ValueError(f"max_unpool2d_p: output_size must be a tuple of 1, 2 or 3 sizes "
+                         f"(the spatial rank), got {output_size!r}")
+    return k
+
+
+def _backward_rank(spatial_rank) -> int:
+    if spatial_rank not in (1, 2, 3) or isinstance(spatial_rank, bool):
+        raise ValueError(
+            f"max_unpool2d_backward_p: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
+    return spatial_rank
+
+
 def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
-    fn = "max_unpool2d"
-    _args.check_unpool_operands(fn, x, indices)
-    _args.positive_sizes(fn, "output_size", output_size)
+    k = _forward_rank(output_size)
+    fn = f"max_unpool{k}d"
+    _args.check_unpool_operands(fn, x, indices, k)
+    _args.positive_sizes(fn, "output_size", output_size, k)
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
-    shape = _args.unpool_result_shape(fn, x.shape, output_size, channels_last)
-    return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last)
+    shape = _args.unpool_result_shape(fn, x.shape, output_size, channels_last, k)
+    return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
 
 
 def _max_unpool2d_jvp(primals, tangents, *, output_size, channels_last):
@@ -81,11 +101,12 @@ def _max_unpool2d_transpose(ct, x, indices, *, output_size, channels_last):
     assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(indices)
     if type(ct) is ad.Zero:
         return ad.Zero(x.aval), None
-    return max_unpool2d_backward_p.bind(ct, indices, channels_last=channels_last), None
+    return max_unpool2d_backward_p.bind(ct, indices, channels_last=channels_last,
+                                        spatial_rank=len(output_size)), None
 
 
 def _max_unpool2d_batch(args, dims, *, output_size, channels_last):
-    (x, indices), unfold = _fold_batch(args, dims)
+    (x, indices), unfold = _fold_batch(args, dims, len(output_size))
     out = max_unpool2d_p.bind(x, indices, output_size=output_size, channels_last=channels_last)
     return unfold(out)
 
@@ -94,8 +115,8 @@ def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(_ffi.MAX_UNPOOL2D_TARGET,
-                                                           split_channels_last=True)
+_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(
+    _ffi.MAX_UNPOOL_TARGET, with_spatial_rank=True, split_channels_last=True)
 
 
 max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
@@ -115,47 +136,53 @@ max_unpool2d_backward_p = _sharding.Primitive("max_unpool2d_backward")
 max_unpool2d_backward_p.def_impl(partial(xla.apply_primitive, max_unpool2d_backward_p))
 
 
-def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last):
-    fn = "max_unpool2d_backward"
-    _args.check_gather_operands(fn, grad_output, indices, channels_last)
-    h = _args.spatial_axis(grad_output.ndim, channels_last)
-    _args.check_plane_fits_indices(fn, indices.dtype, grad_output.shape[h:h + 2])
+# spatial_rank defaults to 2 in every rule: binds written before 1-D and 3-D omit it.
+def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last,
+                                         spatial_rank=2):
+    k = _backward_rank(spatial_rank)
+    fn = f"max_unpool{k}d_backward"
+    _args.check_gather_operands(fn, grad_output, indices, channels_last, k)
+    s = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    _args.check_plane_fits_indices(fn, indices.dtype, grad_output.shape[s:s + k])
     return _sharding.result_type(fn, indices, [grad_output], indices.shape,
-                                 grad_output.dtype, channels_last)
+                                 grad_output.dtype, channels_last, k)
 
 
-def _max_unpool2d_backward_jvp(primals, tangents, *, channels_last):
+def _max_unpool2d_backward_jvp(primals, tangents, *, channels_last, spatial_rank=2):
     grad_output, indices = primals
     def bind(values):
-        return max_unpool2d_backward_p.bind(values, indices, channels_last=channels_last)
+        return max_unpool2d_backward_p.bind(values, indices, channels_last=channels_last,
+                                            spatial_rank=spatial_rank)
 
     out = bind(grad_output)
     return out, _tangent_or_zero(tangents[0], out, bind)
 
 
-def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last):
+def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last,
+                                     spatial_rank=2):
     # Linear in grad_output only: its cotangent scatters ct to the indices.
     assert ad.is_undefined_primal(grad_output) and not ad.is_undefined_primal(indices)
     if type(ct) is ad.Zero:
         return ad.Zero(grad_output.aval), None
-    h = _args.spatial_axis(grad_output.aval.ndim, channels_last)
-    output_size = tuple(grad_output.aval.shape[h:h + 2])
+    s = _args.spatial_axis(grad_output.aval.ndim, channels_last, spatial_rank)
+    output_size = tuple(grad_output.aval.shape[s:s + spatial_rank])
     return max_unpool2d_p.bind(ct, indices, output_size=output_size,
                                channels_last=channels_last), None
 
 
-def _max_unpool2d_backward_batch(args, dims, *, channels_last):
-    (grad_output, indices), unfold = _fold_batch(args, dims)
-    out = max_unpool2d_backward_p.bind(grad_output, indices, channels_last=channels_last)
+def _max_unpool2d_backward_batch(args, dims, *, channels_last, spatial_rank=2):
+    (grad_output, indices), unfold = _fold_batch(args, dims, spatial_rank)
+    out = max_unpool2d_backward_p.bind(grad_output, indices, channels_last=channels_last,
+                                       spatial_rank=spatial_rank)
     return unfold(out)
 
 
-def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last):
-    return reference.gather_planes(grad_output, indices, channels_last)
+def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last, spatial_rank=2):
+    return reference.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
 _max_unpool2d_backward_cpu_lowering = _sharding.ffi_call_lowering(
-    _ffi.MAX_UNPOOL2D_BACKWARD_TARGET, split_channels_last=True)
+    _ffi.MAX_UNPOOL_BACKWARD_TARGET, with_spatial_rank=True, split_channels_last=True)
 
 
 max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)

@@ -1,8 +1,8 @@
 """How the two primitives behave on several devices.
 
 Each plane (one (n, c) pair) is unpooled or gathered on its own, so the dims that
-address planes -- N and C -- can be split across devices with no communication; H and
-W cannot, because an index addresses a whole output plane.
+address planes -- N and C -- can be split across devices with no communication; the
+spatial dims (W; H, W; D, H, W) cannot, because an index addresses a whole output plane.
 
 - Types (abstract evaluation): the result's sharding on an explicit mesh follows the
   operands' plane dims, and its varying manual axes (`shard_map`) are the union of the
@@ -36,15 +36,15 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jax_unpool import _args
 
 
-def plane_dims(ndim: int, channels_last: bool) -> tuple[int, ...]:
-    """Positions of N and C (or C alone for rank 3) in a rank-3/4 shape."""
-    h = _args.spatial_axis(ndim, channels_last)
-    return tuple(d for d in range(ndim) if d not in (h, h + 1))
+def plane_dims(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
+    """Positions of N and C (or C alone when unbatched) in a shape of spatial rank k."""
+    s = _args.spatial_axis(ndim, channels_last, k)
+    return tuple(d for d in range(ndim) if not s <= d < s + k)
 
 
-def leading_batch_dims(ndim: int, channels_last: bool) -> int:
+def leading_batch_dims(ndim: int, channels_last: bool, k: int) -> int:
     """How many leading dims are plane dims: the batch dims of the partitioned call."""
-    return _args.spatial_axis(ndim, channels_last)
+    return _args.spatial_axis(ndim, channels_last, k)
 
 
 # --------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _axes_size(mesh, entry) -> int:
     return math.prod(mesh.shape[name] for name in names)
 
 
-def result_type(fn: str, operand, others, shape, dtype, channels_last: bool):
+def result_type(fn: str, operand, others, shape, dtype, channels_last: bool, k: int):
     """The result's aval: `operand`'s, with `shape` and `dtype`, a sharding that splits
     the plane dims (N, C) as the operands do, and the union of the operands' varying
     manual axes.
@@ -103,11 +103,11 @@ def result_type(fn: str, operand, others, shape, dtype, channels_last: bool):
     avals = (operand, *others)
     mesh = _mesh_of(avals)
     spec = [None] * len(shape)
-    for d in plane_dims(len(shape), channels_last):
+    for d in plane_dims(len(shape), channels_last, k):
         spec[d] = _merge_entry(fn, d, [a.sharding.spec[d] if d < len(a.sharding.spec)
                                        else None for a in avals])
-    h = _args.spatial_axis(len(shape), channels_last)
-    for d in (h, h + 1):
+    s = _args.spatial_axis(len(shape), channels_last, k)
+    for d in range(s, s + k):
         entry = operand.sharding.spec[d] if d < len(operand.sharding.spec) else None
         if entry is not None and shape[d] % _axes_size(mesh, entry) == 0:
             spec[d] = entry
@@ -141,11 +141,11 @@ def _sharding_rule(avals_in, avals_out, num_batch_dims: int):
         is_custom=True)
 
 
-def call_attributes(ctx, channels_last: bool) -> dict | None:
+def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     """Extra attributes for the FFI custom call that let XLA partition it along the
     leading plane dims; None when there are none, or the shapes are symbolic."""
     avals = (*ctx.avals_in, *ctx.avals_out)
-    num_batch_dims = leading_batch_dims(ctx.avals_out[0].ndim, channels_last)
+    num_batch_dims = leading_batch_dims(ctx.avals_out[0].ndim, channels_last, k)
     if num_batch_dims == 0 or not all(isinstance(d, int) for a in avals for d in a.shape):
         return None
     attributes = {"mhlo.frontend_attributes":
@@ -156,62 +156,69 @@ def call_attributes(ctx, channels_last: bool) -> dict | None:
     return attributes
 
 
-# NHWC/HWC: every dim before H is N, C is last. H and W of the small operands (h, w)
-# and of the plane (p, q) must be whole on each device (listed in order of appearance).
-_FORWARD_RULE = ("... h w c, ... h w c -> ... p q c",  # (x, indices) -> out
-                 {"need_replication_factors": ("h", "w", "p", "q")})
-_BACKWARD_RULE = ("... p q c, ... h w c -> ... h w c",  # (grad_output, indices) -> out
-                  {"need_replication_factors": ("p", "q", "h", "w")})
+def _rule(target, k, output_size, mesh, operand_types, result_types):
+    """NHWC/HWC (any spatial rank k): every dim before the spatial ones is N, C is last.
+    The spatial dims of the small operands (h*) and of the plane (p*) must be whole on
+    each device."""
+    small = " ".join(f"h{d}" for d in range(k))
+    plane = " ".join(f"p{d}" for d in range(k))
+    whole = {"need_replication_factors": (*small.split(), *plane.split())}
+    if output_size is None:  # (grad_output, indices) -> out
+        return f"... {plane} c, ... {small} c -> ... {small} c", whole
+    return f"... {small} c, ... {small} c -> ... {plane} c", whole  # (x, indices) -> out
 
 
-def _kernel(target: str, output_size, x, indices):
-    """The FFI call on NHWC/HWC operands as they come: whole arrays, or one device's
+def _kernel(target: str, k: int, output_size, x, indices):
+    """The FFI call on channels-last operands as they come: whole arrays, or one device's
     shard when `_per_shard_kernel` is partitioned. `output_size` is None for the
     backward, whose result has the indices' shape."""
     shape = (indices.shape if output_size is None
-             else (*x.shape[:-3], *output_size, x.shape[-1]))
+             else (*x.shape[:-k - 1], *output_size, x.shape[-1]))
     return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, x.dtype))(
-        x, indices, channels_last=True)
+        x, indices, channels_last=True, spatial_rank=k)
 
 
-def _plane_sharding(mesh, sharding, ndim: int) -> NamedSharding:
-    """`sharding`'s N and C entries, with H and W whole."""
+def _plane_sharding(mesh, sharding, ndim: int, k: int) -> NamedSharding:
+    """`sharding`'s N and C entries, with the k spatial dims whole."""
     spec = list(sharding.spec) + [None] * (ndim - len(sharding.spec))
-    spec[ndim - 3] = spec[ndim - 2] = None
+    for d in range(ndim - 1 - k, ndim - 1):
+        spec[d] = None
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def _partition(target, output_size, mesh, arg_shapes, result_shape):
+def _partition(target, k, output_size, mesh, arg_shapes, result_shape):
     # Operands and result have the same rank and plane dims: one sharding for all.
-    sharding = _plane_sharding(mesh, result_shape.sharding, len(result_shape.shape))
-    return mesh, partial(_kernel, target, output_size), sharding, (sharding, sharding)
+    sharding = _plane_sharding(mesh, result_shape.sharding, len(result_shape.shape), k)
+    return mesh, partial(_kernel, target, k, output_size), sharding, (sharding, sharding)
 
 
-def _infer_sharding(target, output_size, mesh, arg_shapes, result_shape):
+def _infer_sharding(target, k, output_size, mesh, arg_shapes, result_shape):
     # GSPMD only (Shardy uses the rule): the indices always have the plane dims.
-    return _plane_sharding(mesh, arg_shapes[1].sharding, len(result_shape.shape))
+    return _plane_sharding(mesh, arg_shapes[1].sharding, len(result_shape.shape), k)
 
 
-def _rule(target, output_size, mesh, operand_types, result_types):
-    return _BACKWARD_RULE if output_size is None else _FORWARD_RULE
-
-
-_per_shard_kernel = custom_partitioning(_kernel, static_argnums=(0, 1))
+_per_shard_kernel = custom_partitioning(_kernel, static_argnums=(0, 1, 2))
 _per_shard_kernel.def_partition(_partition, infer_sharding_from_operands=_infer_sharding,
                                 sharding_rule=_rule)
 
 
-def ffi_call_lowering(target: str, split_channels_last: bool = False):
-    """A primitive's lowering to the FFI call `target`: `channels_last` is its only
-    attribute (the handlers read output_size from the result's shape), plus the
-    partitioning attributes above. With `split_channels_last`, a channels-last call
-    (outside `jax.export`) is partitioned per shard of N and C as described above."""
-    def lowering(ctx, *operands, channels_last, output_size=None):
+def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,
+                      split_channels_last: bool = False):
+    """A primitive's lowering to the FFI call `target`: `channels_last` is its attribute,
+    and `spatial_rank` too `with_spatial_rank` (the handlers read output_size from the
+    result's shape), plus the partitioning attributes above. With
+    `split_channels_last`, a channels-last call (outside `jax.export`) is partitioned
+    per shard of N and C as described above."""
+    def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2):
+        k = len(output_size) if output_size is not None else spatial_rank
         if (channels_last and split_channels_last
                 and not ctx.module_context.lowering_parameters.for_export):
-            kernel = partial(_per_shard_kernel, target, output_size)
+            kernel = partial(_per_shard_kernel, target, k, output_size)
             return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
+        attributes = {"channels_last": bool(channels_last)}
+        if with_spatial_rank:
+            attributes["spatial_rank"] = k
         call = jax.ffi.ffi_lowering(target,
-                                    extra_attributes=call_attributes(ctx, channels_last))
-        return call(ctx, *operands, channels_last=bool(channels_last))
+                                    extra_attributes=call_attributes(ctx, channels_last, k))
+        return call(ctx, *operands, **attributes)
     return lowering

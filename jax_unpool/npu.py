@@ -35,6 +35,7 @@ reference, which gives the same result.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ import jax
 import numpy as np
 from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
 from jax._src.lib.mlir.dialects import hlo
+from jax import core
 from jax.interpreters import mlir
 
 from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, reference
@@ -93,26 +95,32 @@ def locate(library_dir: str | os.PathLike | None = None) -> dict[str, str]:
 # Lowerings
 # --------------------------------------------------------------------------------------
 
-def _aclnn_takes_forward(x_shape, output_size, channels_last: bool) -> bool:
-    """aclnnMaxUnpool2d refuses empty C/H/W (and leaves `out` unwritten for an empty x)
-    and an output plane smaller than the input plane."""
-    h = _args.spatial_axis(len(x_shape), channels_last)
-    return (all(d > 0 for d in x_shape)
-            and output_size[0] * output_size[1] >= x_shape[h] * x_shape[h + 1])
+def _aclnn_takes(x_shape, output_size, channels_last: bool) -> bool:
+    """aclnnMaxUnpool2d/3d refuse empty C and spatial dims (and leave `out` unwritten for
+    an empty x) and an output plane smaller than the input plane."""
+    k = len(output_size)
+    s = _args.spatial_axis(len(x_shape), channels_last, k)
+    return all(d > 0 for d in x_shape) and math.prod(output_size) >= math.prod(x_shape[s:s + k])
 
 
 def _scatter_reference(x, indices, *, output_size, channels_last):
     return reference.scatter_planes(x, indices, output_size, channels_last)
 
 
-def _gather_reference(grad_output, indices, *, channels_last):
-    return reference.gather_planes(grad_output, indices, channels_last)
+def _gather_reference(grad_output, indices, *, channels_last, spatial_rank):
+    return reference.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
 _forward_reference = mlir.lower_fun(_scatter_reference, multiple_results=False)
 _backward_reference = mlir.lower_fun(_gather_reference, multiple_results=False)
 _aclnn_forward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_TARGET)
 _aclnn_backward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_BACKWARD_TARGET)
+
+
+def _aclnn_volume_call(target: str, ctx, values, indices):
+    """A call of a 3-D aclnn target (NCDHW/CDHW buffers, no attributes)."""
+    call = jax.ffi.ffi_lowering(target, extra_attributes=_sharding.call_attributes(ctx, False, 3))
+    return call(ctx, values, indices)
 
 
 def _indices_into_plane(ctx, indices, plane: int, dtype):
@@ -131,24 +139,86 @@ def _indices_into_plane(ctx, indices, plane: int, dtype):
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
 
 
-def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
-    if not _aclnn_takes_forward(ctx.avals_in[0].shape, output_size, channels_last):
+def _plane_shape(shape, channels_last: bool, k: int) -> tuple[int, ...]:
+    """`shape` with its k spatial dims as the plane of the 2-D ops: (W,) -> (1, W),
+    (D, H, W) -> (D * H, W). Indices are flat positions in either, so it is the same
+    data: a reshape that XLA compiles to a bitcast."""
+    s = _args.spatial_axis(len(shape), channels_last, k)
+    spatial = shape[s:s + k]
+    return (*shape[:s], math.prod(spatial[:-1]), spatial[-1], *shape[s + k:])
+
+
+def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int, **params):
+    """`lowering_2d` of a 2-D aclnn call on operands and result of spatial rank k viewed
+    as 2-D planes."""
+    def plane_aval(aval):
+        return core.ShapedArray(_plane_shape(aval.shape, channels_last, k), aval.dtype)
+
+    def reshape(value, aval):
+        return hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, aval), value)
+
+    avals_in = [plane_aval(a) for a in ctx.avals_in]
+    plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])
+    (out,) = lowering_2d(plane_ctx, reshape(values, avals_in[0]),
+                         reshape(indices, avals_in[1]), channels_last=channels_last, **params)
+    return [reshape(out, ctx.avals_out[0])]
+
+
+def _forward_2d(ctx, x, indices, output_size, channels_last):
+    if not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
     # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
     # conversion is cheap next to the scatter.
-    indices, ctx = _indices_into_plane(ctx, indices, output_size[0] * output_size[1], np.int64)
+    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
     # outputSize is read from the result's shape by the handler: one source of truth.
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
-def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last):
+def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
+    k = len(output_size)
+    if k == 2:
+        return _forward_2d(ctx, x, indices, output_size, channels_last)
+    if k == 1 or channels_last:
+        # 1-D runs as 2-D on (N, C, 1, W), and so does NDHWC on (N, D * H, W, C):
+        # aclnnMaxUnpool3d wants a contiguous NCDHW out (CheckOutContiguous), which a
+        # channels-last buffer is not, while the 2-D ops honour strides.
+        plane = (math.prod(output_size[:-1]), output_size[-1])
+        return _on_planes(lambda c, a, b, channels_last: _forward_2d(c, a, b, plane,
+                                                                      channels_last),
+                          ctx, x, indices, channels_last, k)
+    if not _aclnn_takes(ctx.avals_in[0].shape, output_size, False):
+        return _forward_reference(ctx, x, indices, output_size=output_size,
+                                  channels_last=False)
+    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
+    return _aclnn_volume_call(_ffi.ACLNN_MAX_UNPOOL3D_TARGET, ctx, x, indices)
+
+
+def _backward_2d(ctx, grad_output, indices, channels_last):
     if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
-        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last)
+        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
+                                   spatial_rank=2)
     h = _args.spatial_axis(len(ctx.avals_in[0].shape), channels_last)
     plane = ctx.avals_in[0].shape[h] * ctx.avals_in[0].shape[h + 1]
     indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype)
     return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
+
+
+def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
+                                          spatial_rank=2):
+    k = spatial_rank
+    if k == 2:
+        return _backward_2d(ctx, grad_output, indices, channels_last)
+    if k == 1 or channels_last:  # as in the forward
+        return _on_planes(_backward_2d, ctx, grad_output, indices, channels_last, k)
+    if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
+        return _backward_reference(ctx, grad_output, indices, channels_last=False,
+                                   spatial_rank=3)
+    # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only.
+    plane = math.prod(ctx.avals_in[0].shape[-3:])
+    indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
+    return _aclnn_volume_call(_ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output,
+                              indices)
 
 
 # --------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _views
 
 __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
 
@@ -347,11 +346,8 @@ def _gather_tangent(t: jax.Array, idx: jax.Array, g: _Geometry) -> jax.Array:
         # Imported here: _primitives imports the reference, which imports this module.
         from jax_unpool._primitives import max_unpool2d_backward_p
 
-        last = g.channels_last
-        out = max_unpool2d_backward_p.bind(_views.to_plane(t, last, g.k),
-                                           _views.to_plane(idx, last, g.k),
-                                           channels_last=last)
-        return out.reshape(idx.shape)
+        return max_unpool2d_backward_p.bind(t, idx, channels_last=g.channels_last,
+                                            spatial_rank=g.k)
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _views, pooling
+from jax_unpool import _args, pooling
 
 __all__ = [
     "gather_planes",
@@ -33,25 +33,21 @@ __all__ = [
 ]
 
 
-def _to_planes(a: jax.Array, channels_last: bool) -> jax.Array:
-    """(N, C, H, W) / (N, H, W, C) / 3-D -> (N, C, H*W)."""
-    a4 = a if a.ndim == 4 else a[None]
+def _to_planes(a: jax.Array, channels_last: bool, k: int) -> jax.Array:
+    """(N, C, *spatial) / (N, *spatial, C) / unbatched, k spatial dims -> (N, C, plane)."""
+    a = a if a.ndim == k + 2 else a[None]
+    n = a.shape[0]
     if channels_last:
-        n, h, w, c = a4.shape
-        return a4.reshape(n, h * w, c).transpose(0, 2, 1)
-    n, c, h, w = a4.shape
-    return a4.reshape(n, c, h * w)
+        return a.reshape(n, -1, a.shape[-1]).transpose(0, 2, 1)
+    return a.reshape(n, a.shape[1], -1)
 
 
-def _from_planes(p: jax.Array, like_shape: tuple[int, ...], hw: tuple[int, int],
+def _from_planes(p: jax.Array, like_ndim: int, sizes: tuple[int, ...],
                  channels_last: bool) -> jax.Array:
-    """(N, C, Ho*Wo) -> the layout and rank of `like_shape`, with spatial dims `hw`."""
+    """(N, C, plane) -> the layout and rank `like_ndim`, with spatial dims `sizes`."""
     n, c, _ = p.shape
-    if channels_last:
-        out = p.transpose(0, 2, 1).reshape(n, *hw, c)
-    else:
-        out = p.reshape(n, c, *hw)
-    return out if len(like_shape) == 4 else out[0]
+    out = p.transpose(0, 2, 1).reshape(n, *sizes, c) if channels_last else p.reshape(n, c, *sizes)
+    return out if like_ndim == len(sizes) + 2 else out[0]
 
 
 _UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
@@ -70,9 +66,10 @@ def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
     return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
 
 
-def _scatter(x, indices, output_hw, channels_last, exact_bits):
-    xp, ip = _to_planes(x, channels_last), _to_planes(indices, channels_last)
-    plane = output_hw[0] * output_hw[1]
+def _scatter(x, indices, output_size, channels_last, exact_bits):
+    k = len(output_size)
+    xp, ip = _to_planes(x, channels_last, k), _to_planes(indices, channels_last, k)
+    plane = math.prod(output_size)
     length = xp.shape[-1]
     pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
     pos = lax.broadcasted_iota(pos_dtype, ip.shape, 2) + 1
@@ -88,20 +85,20 @@ def _scatter(x, indices, output_hw, channels_last, exact_bits):
     out = jnp.where(winner > 0, moved, jnp.zeros((), vals.dtype))
     if exact_bits:
         out = lax.bitcast_convert_type(out, x.dtype)
-    return _from_planes(out, x.shape, output_hw, channels_last)
+    return _from_planes(out, x.ndim, tuple(output_size), channels_last)
 
 
-def _gather(grad_output, indices, channels_last, exact_bits):
-    h = _args.spatial_axis(grad_output.ndim, channels_last)
-    plane = grad_output.shape[h] * grad_output.shape[h + 1]
-    gp, ip = _to_planes(grad_output, channels_last), _to_planes(indices, channels_last)
+def _gather(grad_output, indices, channels_last, k, exact_bits):
+    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    plane = math.prod(grad_output.shape[h:h + k])
+    gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
     out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
     if exact_bits:
         out = lax.bitcast_convert_type(out, grad_output.dtype)
-    hi = _args.spatial_axis(indices.ndim, channels_last)
-    return _from_planes(out, indices.shape, tuple(indices.shape[hi:hi + 2]), channels_last)
+    hi = _args.spatial_axis(indices.ndim, channels_last, k)
+    return _from_planes(out, indices.ndim, tuple(indices.shape[hi:hi + k]), channels_last)
 
 
 def _tangent(tangent, out, move):
@@ -135,50 +132,54 @@ def _paired(tangent, out_shape, move, transpose):
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def scatter_planes(x: jax.Array, indices: jax.Array, output_hw: tuple[int, int],
+def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
                    channels_last: bool = False) -> jax.Array:
-    """The forward on already-validated operands: zeros, then out[..., idx] = x.
+    """The forward on already-validated operands of spatial rank len(output_size): zeros,
+    then out[..., idx] = x.
 
     Duplicates resolve deterministically to the largest input position: scatter-max
     each element's (position + 1), then gather the winners (0 marks an empty slot).
     Values move as same-width unsigned ints, bit-exactly.
     """
-    return _scatter(x, indices, output_hw, channels_last, exact_bits=True)
+    return _scatter(x, indices, output_size, channels_last, exact_bits=True)
 
 
 @scatter_planes.defjvp
-def _scatter_planes_jvp(output_hw, channels_last, primals, tangents):
+def _scatter_planes_jvp(output_size, channels_last, primals, tangents):
     x, indices = primals
-    out = scatter_planes(x, indices, output_hw, channels_last)
+    out = scatter_planes(x, indices, output_size, channels_last)
+    k = len(output_size)
     return out, _tangent(tangents[0], out, lambda t: _paired(
-        t, out.shape, lambda t: _scatter(t, indices, output_hw, channels_last, False),
-        lambda ct: _gather(ct, indices, channels_last, False)))
+        t, out.shape, lambda t: _scatter(t, indices, output_size, channels_last, False),
+        lambda ct: _gather(ct, indices, channels_last, k, False)))
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2,))
-def gather_planes(grad_output: jax.Array, indices: jax.Array,
-                  channels_last: bool = False) -> jax.Array:
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: bool = False,
+                  spatial_rank: int = 2) -> jax.Array:
     """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
-    return _gather(grad_output, indices, channels_last, exact_bits=True)
+    return _gather(grad_output, indices, channels_last, spatial_rank, exact_bits=True)
 
 
 @gather_planes.defjvp
-def _gather_planes_jvp(channels_last, primals, tangents):
+def _gather_planes_jvp(channels_last, k, primals, tangents):
     grad_output, indices = primals
-    out = gather_planes(grad_output, indices, channels_last)
-    h = _args.spatial_axis(grad_output.ndim, channels_last)
-    output_hw = tuple(grad_output.shape[h:h + 2])
+    out = gather_planes(grad_output, indices, channels_last, k)
+    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    output_size = tuple(grad_output.shape[h:h + k])
     return out, _tangent(tangents[0], out, lambda t: _paired(
-        t, out.shape, lambda t: _gather(t, indices, channels_last, False),
-        lambda ct: _scatter(ct, indices, output_hw, channels_last, False)))
+        t, out.shape, lambda t: _gather(t, indices, channels_last, k, False),
+        lambda ct: _scatter(ct, indices, output_size, channels_last, False)))
 
 
 def _unpool(fn, k):
     def unpool(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
                padding: Any = 0, output_size: Any = None, *,
                data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
-        return _views.unpool(scatter_planes, fn, k, x, indices, kernel_size, stride, padding,
-                             output_size, data_format)
+        x, indices, size, last = _args.unpool_operands(fn, k, x, indices, kernel_size,
+                                                       stride, padding, output_size,
+                                                       data_format)
+        return scatter_planes(x, indices, size, last)
     unpool.__name__ = unpool.__qualname__ = fn
     unpool.__doc__ = f"Reference of :func:`jax_unpool.{fn}` (same arguments and semantics)."
     return unpool
@@ -187,8 +188,9 @@ def _unpool(fn, k):
 def _unpool_backward(fn, k):
     def unpool_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
                         data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
-        return _views.unpool_backward(gather_planes, fn, k, grad_output, x, indices,
-                                      output_size, data_format)
+        grad_output, indices, last = _args.unpool_backward_operands(
+            fn, k, grad_output, x, indices, output_size, data_format)
+        return gather_planes(grad_output, indices, last, k)
     unpool_backward.__name__ = unpool_backward.__qualname__ = fn
     unpool_backward.__doc__ = (f"Reference of :func:`jax_unpool.{fn}` "
                                "(same arguments and semantics).")

@@ -246,7 +246,7 @@ def _tampered_backward_artifact(path):
         jax.ShapeDtypeStruct((1, 1, 600, 600), jnp.float32),
         jax.ShapeDtypeStruct((1, 1, 300, 300), jnp.int32))
     text = exported.mlir_module()
-    call = re.search(r"stablehlo\.custom_call @jax_unpool_max_unpool2d_backward_v1\(.*",
+    call = re.search(r"stablehlo\.custom_call @jax_unpool_max_unpool_backward_v2\(.*",
                      text).group(0)
     assert "-> tensor<1x1x300x300xf32>" in call, call
     # The result type, and the type of the reduction that reads it, edited.

@@ -1,9 +1,14 @@
 """jax.export of a jitted forward + gradient step: the FFI targets it records are the
 stable, versioned ones; with `export_safety_checks()` it serializes, and a fresh process
 that imports jax_unpool runs it with identical results; the CUDA lowering of a
-multi-platform export uses the jnp reference, never the CPU targets."""
+multi-platform export uses the jnp reference, never the CPU targets. An artifact
+exported by the release before the `_v2` targets (calling the 2-D `_v1` ones for every
+rank) still runs."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import fresh_process
 import jax
@@ -16,7 +21,8 @@ from jax.interpreters import mlir
 import jax_unpool as ju
 
 # Documented as stable: exported artifacts name them, so they must never change meaning.
-STABLE_TARGETS = ("jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1")
+STABLE_TARGETS = ("jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2")
+V1_TARGETS = ("jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1")
 OUTPUT_HW = (8, 8)
 
 
@@ -62,13 +68,14 @@ def case_branch_targets(module_text: str) -> list[list[set[str]]]:
 
 
 def test_safety_checks_name_the_stable_targets():
-    aclnn = ("jax_unpool_aclnn_max_unpool2d_v1", "jax_unpool_aclnn_max_unpool2d_backward_v1")
+    aclnn = ("jax_unpool_aclnn_max_unpool2d_v1", "jax_unpool_aclnn_max_unpool2d_backward_v1",
+             "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1")
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
-                                              for t in (*STABLE_TARGETS, *aclnn)}
+                                              for t in (*STABLE_TARGETS, *V1_TARGETS, *aclnn)}
 
 
 def test_export_without_the_safety_checks_is_refused(operands):
-    with pytest.raises(ValueError, match="jax_unpool_max_unpool2d_v1"):
+    with pytest.raises(ValueError, match="jax_unpool_max_unpool_v2"):
         export(("cpu",), operands)
 
 
@@ -121,4 +128,28 @@ def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
                              str(artifact / "operands.npz"), str(artifact / "unused.npz"),
                              "--without-jax-unpool")
     assert proc.returncode != 0
-    assert "jax_unpool_max_unpool2d_v1" in proc.stderr
+    assert "jax_unpool_max_unpool_v2" in proc.stderr
+
+
+V1_ARTIFACT = Path(__file__).parent / "data" / "export_v1"
+
+
+def test_an_artifact_of_the_v1_targets_runs_with_todays_jax_unpool(tmp_path):
+    """data/export_v1 (see its make.py): a value_and_grad step through 2-D NCHW and NHWC,
+    1-D NCW and 3-D NCDHW and NDHWC, exported when every rank called the 2-D _v1
+    targets on a view of its spatial dims."""
+    module = jax.export.deserialize(bytearray((V1_ARTIFACT / "step.bin").read_bytes()))
+    assert set(re.findall(r"custom_call @(\w+)", module.mlir_module())) == set(V1_TARGETS)
+    fresh_process.run_ok("exported_run.py", str(V1_ARTIFACT / "step.bin"),
+                         str(V1_ARTIFACT / "operands.npz"), str(tmp_path / "results.npz"))
+    results = np.load(tmp_path / "results.npz")
+    saved = np.load(V1_ARTIFACT / "operands.npz")
+    # (spatial rank, channels_last) of each case, in make.py's order.
+    cases = [(2, False), (2, True), (1, False), (3, False), (3, True)]
+    for c, (k, last) in enumerate(cases):
+        x, indices, weight = (saved[f"arg{3 * c + j}"] for j in range(3))
+        s = weight.ndim - k - (1 if last else 0)
+        unpooled = oracle.unpool_nd(x, indices, weight.shape[s:s + k], last)
+        np.testing.assert_array_equal(results[f"out{2 * c}"], (unpooled * weight).sum())
+        np.testing.assert_array_equal(results[f"out{2 * c + 1}"],
+                                      oracle.gather_nd(weight, indices, k, last))

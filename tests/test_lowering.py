@@ -19,8 +19,8 @@ def test_cpu_forward_and_grad_lower_to_the_ffi_calls_only(rng):
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
     idx, hw = oracle.pool_indices(rng, x.shape)
     text = jax.jit(_step(idx, hw)).lower(x).as_text()
-    assert "jax_unpool_max_unpool2d_v1" in text
-    assert "jax_unpool_max_unpool2d_backward_v1" in text
+    assert "jax_unpool_max_unpool_v2" in text
+    assert "jax_unpool_max_unpool_backward_v2" in text
     assert "stablehlo.scatter" not in text and "stablehlo.gather" not in text
 
 

@@ -183,8 +183,8 @@ def test_nhwc_forward_and_grad_compile_without_transposes():
     assert instructions(hlo, "transpose") == []
     assert instructions(hlo, "copy") == []  # nor a layout-changing copy in its place
     targets = re.findall(r'custom_call_target="(\w+)"', hlo)
-    assert sorted(targets) == sorted([_ffi.MAX_UNPOOL2D_TARGET,
-                                      _ffi.MAX_UNPOOL2D_BACKWARD_TARGET])
+    assert sorted(targets) == sorted([_ffi.MAX_UNPOOL_TARGET,
+                                      _ffi.MAX_UNPOOL_BACKWARD_TARGET])
 
 
 def test_the_transpose_check_finds_the_references_transposes():

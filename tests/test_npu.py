@@ -31,7 +31,7 @@ RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/
 
 FWD_GWS, FWD_RUN = "aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"
-CPU_TARGET = "jax_unpool_max_unpool2d_v1"
+CPU_TARGET = "jax_unpool_max_unpool_v2"
 
 # aclDataType values (shared/notes/cann-api.md).
 ACL = {"FLOAT": 0, "FLOAT16": 1, "INT8": 2, "INT32": 3, "UINT8": 4, "INT16": 6, "INT64": 9,
@@ -221,7 +221,7 @@ def test_grad_runs_both_aclnn_ops(emulated, rng):
     f = jax.jit(jax.grad(lambda x: jnp.sum(ju.max_unpool2d(x, idx, output_size=HW) * w)))
     text = f.lower(x).as_text()
     assert npu.MAX_UNPOOL2D_BACKWARD_TARGET in text
-    assert CPU_TARGET not in text and "jax_unpool_max_unpool2d_backward_v1" not in text
+    assert CPU_TARGET not in text and "jax_unpool_max_unpool_backward_v2" not in text
     # d/dx sum(unpool(x) * w) gathers w at the indices
     np.testing.assert_array_equal(f(x), oracle.gather(w, idx))
     assert emulated.call_count(BWD_RUN.encode()) == 1

@@ -273,7 +273,7 @@ def test_disjoint_windows_gradient_lowers_to_the_unpool_kernel(case, last):
     x = jnp.zeros(np.moveaxis(np.empty(shape), 1, -1).shape if last else shape)
     loss = lambda v: POOL_ALL[k](v, *args, data_format=fmt)[0].sum()
     text = jax.jit(jax.grad(loss)).lower(x).as_text()
-    assert "jax_unpool_max_unpool2d_v1" in text
+    assert "jax_unpool_max_unpool_v2" in text
     assert "scatter" not in text
 
 
@@ -283,7 +283,7 @@ def test_overlapping_windows_gradient_keeps_a_scatter_add(k):
     # would be wrong (an input position may win several windows).
     loss = lambda v: POOL_ALL[k](v, 3, 2, 1)[0].sum()
     text = jax.jit(jax.grad(loss)).lower(jnp.zeros(GRID_SHAPES[k])).as_text()
-    assert "scatter" in text and "jax_unpool_max_unpool2d_v1" not in text
+    assert "scatter" in text and "jax_unpool_max_unpool_v2" not in text
 
 
 def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
@@ -317,5 +317,5 @@ def test_reference_pool_gradient_stays_xla_scatter_add_with_the_same_values(k):
     ref_loss = lambda v: (getattr(ju.reference, f"max_pool{k}d_with_indices")(v, 2)[0] ** 2).sum()
     loss = lambda v: (POOL_ALL[k](v, 2)[0] ** 2).sum()
     text = jax.jit(jax.grad(ref_loss)).lower(x).as_text()
-    assert "scatter" in text and "jax_unpool_max_unpool2d_v1" not in text
+    assert "scatter" in text and "jax_unpool_max_unpool_v2" not in text
     np.testing.assert_array_equal(np.asarray(jax.grad(ref_loss)(x)), np.asarray(jax.grad(loss)(x)))

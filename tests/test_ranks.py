@@ -175,7 +175,7 @@ def test_channels_last_program_has_no_transpose_or_copy(fmt):
     hlo = jax.jit(step).lower(x, idx).compile().as_text()
     assert not re.search(r"= \S+ (transpose|copy)\(", hlo), hlo
     targets = set(re.findall(r'custom_call_target="([^"]+)"', hlo))
-    assert targets == {"jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1"}
+    assert targets == {"jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2"}
 
 
 @pytest.mark.parametrize("fn,args,message", [
@@ -250,7 +250,7 @@ def test_split_along_n_and_c_runs_the_kernels_per_shard(sharded, case):
     assert {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES} == \
         dict.fromkeys(COLLECTIVES, 0), hlo
     assert set(re.findall(r'custom_call_target="([^"]+)"', hlo)) == {
-        "jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1"}
+        "jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2"}
     saved = np.load(sharded / f"{case}.npz")
     fmt = case.split("-")[0]
     k = len(fmt) - 2

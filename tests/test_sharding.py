@@ -22,7 +22,7 @@ import sharded_cases as cases
 
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
                "reduce-scatter")
-TARGETS = {"jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1"}
+TARGETS = {"jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2"}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
-// The CPU handlers (XLA FFI, typed API). Both take (values, indices) -> out and the
-// `channels_last` attribute; see max_unpool2d.cc and max_unpool2d_backward.cc.
+// The CPU handlers (XLA FFI, typed API). All take (values, indices) -> out and the
+// `channels_last` attribute; see max_unpool.cc and max_unpool_backward.cc. The *2d*
+// ones are the 2-D _v1 targets; MaxUnpoolCpu and MaxUnpoolBackwardCpu (the _v2 targets)
+// also take `spatial_rank` (1, 2 or 3) and serve every rank.
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -8,5 +10,7 @@ namespace jax_unpool {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCpu);
 
 }  // namespace jax_unpool

@@ -22,10 +22,13 @@ namespace jax_unpool {
 
 // A tensor pair seen as N images of C planes: `L` positions per plane on the input side
 // (x, indices, the backward's result) and `Lo` per plane on the output side (the
-// forward's result, grad_output). NCHW keeps a plane contiguous; NHWC interleaves the
-// C planes of one image. Indices are flat positions inside a plane in both layouts.
+// forward's result, grad_output). A plane is the k spatial dims (W; H, W; or D, H, W)
+// flattened. NCHW keeps a plane contiguous; NHWC interleaves the C planes of one image.
+// Indices are flat positions inside a plane in both layouts.
 struct PlaneGeometry {
-  int64_t N = 0, C = 0, L = 0, Lo = 0, Ho = 0, Wo = 0;
+  int64_t N = 0, C = 0, L = 0, Lo = 0;
+  int k = 2;                     // spatial rank
+  int64_t out_sizes[3] = {};     // the output side's k spatial sizes, for messages
   bool channels_last = false;
 
   int64_t units() const { return N * C; }  // one unit of work = one (n, c) plane
@@ -38,20 +41,24 @@ struct PlaneGeometry {
   }
 };
 
-// Reads the geometry from the dims of an input-side buffer and an output-side buffer,
-// which buffer_checks.h found to be of rank 3 or 4, of equal rank, N and C.
+// Reads the geometry of spatial rank k from the dims of an input-side buffer and an
+// output-side buffer, which buffer_checks.h found to be of rank k + 1 or k + 2, of equal
+// rank, N and C.
 inline PlaneGeometry ReadGeometry(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
-                                  bool channels_last) {
+                                  bool channels_last, int k) {
   const size_t rank = in.size();
-  const size_t h = rank - (channels_last ? 3 : 2);  // position of H
+  const size_t s = rank - k - (channels_last ? 1 : 0);  // position of the first spatial dim
   PlaneGeometry g;
   g.channels_last = channels_last;
-  g.N = rank == 4 ? in[0] : 1;
-  g.C = in[channels_last ? rank - 1 : rank - 3];
-  g.L = in[h] * in[h + 1];
-  g.Ho = out[h];
-  g.Wo = out[h + 1];
-  g.Lo = g.Ho * g.Wo;
+  g.k = k;
+  g.N = rank == static_cast<size_t>(k) + 2 ? in[0] : 1;
+  g.C = in[channels_last ? rank - 1 : rank - 1 - k];
+  g.L = g.Lo = 1;
+  for (int d = 0; d < k; ++d) {
+    g.L *= in[s + d];
+    g.out_sizes[d] = out[s + d];
+    g.Lo *= out[s + d];
+  }
   return g;
 }
 
@@ -64,14 +71,17 @@ struct BadIndex {
   bool found() const { return flat != std::numeric_limits<int64_t>::max(); }
 };
 
-// OUT_OF_RANGE: the index is well-typed, its value is outside the plane.
+// OUT_OF_RANGE: the index is well-typed, its value is outside the plane ("an output
+// plane of 4x4"; a row of 8 for k = 1, a volume of 2x4x4 for k = 3).
 inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const BadIndex& b) {
+  std::string sizes;
+  for (int d = 0; d < g.k; ++d) sizes += (d ? "x" : "") + std::to_string(g.out_sizes[d]);
+  const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
   return ffi::Error(ffi::ErrorCode::kOutOfRange,
       std::string(op) + ": index " + std::to_string(b.value) + " at (n=" +
       std::to_string(b.n) + ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
       ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
-      ") for an output plane of " + std::to_string(g.Ho) + "x" + std::to_string(g.Wo) +
-      " (" + kPositionsNote + ")");
+      ") for an output " + what + " of " + sizes + " (" + PositionsNote(g.k) + ")");
 }
 
 // Largest valid index, as the unsigned type of I. For int32 indices a plane of more than

@@ -1,4 +1,5 @@
-// CPU forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i].
+// CPU forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i], i a flat position in
+// the plane of the k spatial dims (k = 1, 2, 3).
 // Each plane is zero-filled and scattered in one pass while it is in cache; inside a
 // plane positions go in flat order, so among duplicated indices the largest input
 // position wins, deterministically (PyTorch CPU's sequential behaviour). Every run of
@@ -11,8 +12,6 @@
 
 namespace jax_unpool {
 namespace {
-
-constexpr const char* kOp = "max_unpool2d";
 
 // NCHW: each plane is zero-filled and scattered in one go while it is in cache.
 template <typename V, typename I>
@@ -73,12 +72,16 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
   return BadIndex{};
 }
 
-ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
-                            ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
-  return NoThrow(kOp, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(kOp, Op::kForward, x, indices, *out, channels_last);
+// Every spatial rank k: the kernels see flat planes.
+ffi::Error MaxUnpool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
+                     ffi::Result<ffi::AnyBuffer> out, bool channels_last, int64_t k) {
+  if (ffi::Error e = CheckSpatialRank(Op::kForward, k); !e.success()) return e;
+  const char* op = OpName(Op::kForward, k);
+  return NoThrow(op, [&]() -> ffi::Error {
+    auto geometry = CheckBuffers(op, Op::kForward, x, indices, *out, channels_last,
+                                 static_cast<int>(k));
     if (geometry.has_error()) return geometry.error();
-    return RunPlaneKernel(kOp, pool, *geometry, x, indices, *out,
+    return RunPlaneKernel(op, pool, *geometry, x, indices, *out,
                           [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
                              int64_t c0, int64_t c1) {
                             return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
@@ -87,14 +90,29 @@ ffi::Error MaxUnpool2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffe
   });
 }
 
+// _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).
+ffi::Error MaxUnpool2d(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
+                       ffi::Result<ffi::AnyBuffer> out, bool channels_last) {
+  return MaxUnpool(pool, x, indices, out, channels_last, 2);
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dCpu, MaxUnpool2dImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dCpu, MaxUnpool2d,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // x
                                   .Arg<ffi::AnyBuffer>()  // indices
                                   .Ret<ffi::AnyBuffer>()  // out
                                   .Attr<bool>("channels_last"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolCpu, MaxUnpool,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // indices
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Attr<bool>("channels_last")
+                                  .Attr<int64_t>("spatial_rank"));
 
 }  // namespace jax_unpool

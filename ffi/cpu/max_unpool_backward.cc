@@ -7,8 +7,6 @@
 namespace jax_unpool {
 namespace {
 
-constexpr const char* kOp = "max_unpool2d_backward";
-
 // Reads of grad_output follow the indices, which no hardware prefetcher can guess: they
 // are prefetched kAhead positions ahead (every other position: neighbours mostly share
 // a line), a block of kBlock positions at a time.
@@ -56,14 +54,17 @@ BadIndex GatherImageSpan(const PlaneGeometry& g, const V* grad, const I* indices
   return BadIndex{};
 }
 
-ffi::Error MaxUnpool2dBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
-                                    ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                                    bool channels_last) {
-  return NoThrow(kOp, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(kOp, Op::kBackward, grad_output, indices, *out,
-                                 channels_last);
+// Every spatial rank k: the kernels see flat planes.
+ffi::Error MaxUnpoolBackward(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
+                             ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                             bool channels_last, int64_t k) {
+  if (ffi::Error e = CheckSpatialRank(Op::kBackward, k); !e.success()) return e;
+  const char* op = OpName(Op::kBackward, k);
+  return NoThrow(op, [&]() -> ffi::Error {
+    auto geometry = CheckBuffers(op, Op::kBackward, grad_output, indices, *out,
+                                 channels_last, static_cast<int>(k));
     if (geometry.has_error()) return geometry.error();
-    return RunPlaneKernel(kOp, pool, *geometry, grad_output, indices, *out,
+    return RunPlaneKernel(op, pool, *geometry, grad_output, indices, *out,
                           [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n,
                              int64_t c0, int64_t c1) {
                             return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
@@ -72,14 +73,30 @@ ffi::Error MaxUnpool2dBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer grad_out
   });
 }
 
+// _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).
+ffi::Error MaxUnpool2dBackward(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
+                               ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                               bool channels_last) {
+  return MaxUnpoolBackward(pool, grad_output, indices, out, channels_last, 2);
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardCpu, MaxUnpool2dBackwardImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardCpu, MaxUnpool2dBackward,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // grad_output
                                   .Arg<ffi::AnyBuffer>()  // indices
                                   .Ret<ffi::AnyBuffer>()  // out
                                   .Attr<bool>("channels_last"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCpu, MaxUnpoolBackward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // grad_output
+                                  .Arg<ffi::AnyBuffer>()  // indices
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Attr<bool>("channels_last")
+                                  .Attr<int64_t>("spatial_rank"));
 
 }  // namespace jax_unpool
