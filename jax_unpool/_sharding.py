@@ -160,12 +160,16 @@ def _rule(target, k, output_size, mesh, operand_types, result_types):
     """NHWC/HWC (any spatial rank k): every dim before the spatial ones is N, C is last.
     The spatial dims of the small operands (h*) and of the plane (p*) must be whole on
     each device."""
-    small = " ".join(f"h{d}" for d in range(k))
-    plane = " ".join(f"p{d}" for d in range(k))
-    whole = {"need_replication_factors": (*small.split(), *plane.split())}
+    small = [f"h{d}" for d in range(k)]
+    plane = [f"p{d}" for d in range(k)]
     if output_size is None:  # (grad_output, indices) -> out
-        return f"... {plane} c, ... {small} c -> ... {small} c", whole
-    return f"... {small} c, ... {small} c -> ... {plane} c", whole  # (x, indices) -> out
+        first, second, result = plane, small, small
+    else:  # (x, indices) -> out
+        first, second, result = small, small, plane
+    rule = (f"... {' '.join(first)} c, ... {' '.join(second)} c -> "
+            f"... {' '.join(result)} c")
+    # Listed in order of appearance, as Shardy requires.
+    return rule, {"need_replication_factors": (*first, *(f for f in result if f not in first))}
 
 
 def _kernel(target: str, k: int, output_size, x, indices):
