@@ -36,10 +36,11 @@ __all__ = [
 def _to_planes(a: jax.Array, channels_last: bool, k: int) -> jax.Array:
     """(N, C, *spatial) / (N, *spatial, C) / unbatched, k spatial dims -> (N, C, plane)."""
     a = a if a.ndim == k + 2 else a[None]
-    n = a.shape[0]
+    s = 1 if channels_last else 2
+    plane = math.prod(a.shape[s:s + k])  # explicit: -1 fails for zero-size dims
     if channels_last:
-        return a.reshape(n, -1, a.shape[-1]).transpose(0, 2, 1)
-    return a.reshape(n, a.shape[1], -1)
+        return a.reshape(a.shape[0], plane, a.shape[-1]).transpose(0, 2, 1)
+    return a.reshape(a.shape[0], a.shape[1], plane)
 
 
 def _from_planes(p: jax.Array, like_ndim: int, sizes: tuple[int, ...],

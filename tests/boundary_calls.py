@@ -2,11 +2,13 @@
 tests/test_boundary.py, so that a crash fails the case it happened in, not the suite.
 
     python tests/boundary_calls.py CASES.json cpu
+    python tests/boundary_calls.py CASES.json cpu_v2
     python tests/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "op" ("forward"/"backward"), "values": [shape, dtype],
-"indices": [shape, dtype], "result": [shape, dtype], "channels_last", "plane"} (indices
-are drawn from [0, plane)). For each case the child prints `START name`, then
+"indices": [shape, dtype], "result": [shape, dtype], "channels_last", "spatial_rank",
+"plane"} (indices are drawn from [0, plane)). `cpu` calls the 2-D _v1 CPU targets,
+`cpu_v2` the _v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
 `DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
 it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
 mode against the emulated CANN in FAKE_CANN_DIR.
@@ -31,14 +33,16 @@ jax.config.update("jax_enable_x64", True)  # int64 indices and float64 values as
 TARGETS = {
     "cpu": {"forward": "jax_unpool_max_unpool2d_v1",
             "backward": "jax_unpool_max_unpool2d_backward_v1"},
+    "cpu_v2": {"forward": "jax_unpool_max_unpool_v2",
+               "backward": "jax_unpool_max_unpool_backward_v2"},
     "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
               "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET},
 }
 
 
-def spatial_hw(shape, channels_last: bool) -> tuple[int, int]:
-    h = len(shape) - (3 if channels_last else 2)
-    return shape[h], shape[h + 1]
+def spatial_sizes(shape, channels_last: bool, k: int) -> tuple[int, ...]:
+    s = len(shape) - k - (1 if channels_last else 0)
+    return tuple(shape[s:s + k])
 
 
 def operands(case: dict, rng: np.random.Generator):
@@ -50,11 +54,10 @@ def operands(case: dict, rng: np.random.Generator):
 
 def oracle(case: dict, values, indices):
     """The answer a valid call must give, from numpy loops."""
-    rshape = tuple(case["result"][0])
+    rshape, k, last = tuple(case["result"][0]), case["spatial_rank"], case["channels_last"]
     if case["op"] == "forward":
-        return numpy_oracle.unpool(values, indices, spatial_hw(rshape, case["channels_last"]),
-                                   case["channels_last"])
-    return numpy_oracle.gather(values, indices, case["channels_last"])
+        return numpy_oracle.unpool_nd(values, indices, spatial_sizes(rshape, last, k), last)
+    return numpy_oracle.gather_nd(values, indices, k, last)
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -67,8 +70,11 @@ def run_case(family: str, case: dict) -> dict:
     shape, dtype = case["result"]
     call = jax.ffi.ffi_call(TARGETS[family][case["op"]],
                             jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)))
+    attributes = {"channels_last": case["channels_last"]}
+    if family == "cpu_v2":
+        attributes["spatial_rank"] = case["spatial_rank"]
     try:
-        got = np.asarray(call(values, indices, channels_last=case["channels_last"]))
+        got = np.asarray(call(values, indices, **attributes))
     except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
         return {"error": type(e).__name__, "message": str(e)}
     try:

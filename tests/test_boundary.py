@@ -1,5 +1,6 @@
 """The FFI boundary itself: hand-written `jax.ffi.ffi_call`s to every registered target
-(the CPU ones, and the aclnn ones in host-emulation mode against the emulated CANN) with
+(the CPU ones, _v1 and _v2, and the aclnn ones in host-emulation mode against the
+emulated CANN) with
 every kind of buffer mismatch, random buffer shapes (hypothesis), and an exported
 artifact whose custom call was edited. The public API never builds such calls; the
 handlers must still answer each with an error (or, for a valid call, the numpy
@@ -22,7 +23,7 @@ from out_of_range import POSITIONS_NOTE
 F, B = "forward", "backward"
 F32, F64, I32, I64 = "float32", "float64", "int32", "int64"
 RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
-OP = {F: "max_unpool2d", B: "max_unpool2d_backward"}
+OP = {F: "max_unpool{}d", B: "max_unpool{}d_backward"}  # per spatial rank
 
 # A valid forward: x and indices (2, 3, 4, 5) NCHW, result plane 6x7; the backward's
 # grad_output is that result and its result has indices' shape. Each case replaces
@@ -125,13 +126,56 @@ CASES = [
 ]
 
 
+# Calls only the _v2 targets can get: other spatial ranks, and a bad spatial_rank. The
+# 8th entry is the spatial_rank attribute.
+V2_CASES = [
+    ("forward valid 1-D", F, [[2, 3, 5], F32], [[2, 3, 5], I32], [[2, 3, 9], F32], False,
+     "oracle", 1),
+    ("forward valid 1-D unbatched NWC", F, [[5, 3], F64], [[5, 3], I64], [[9, 3], F64], True,
+     "oracle", 1),
+    ("forward valid 3-D", F, [[2, 3, 2, 3, 4], F32], [[2, 3, 2, 3, 4], I32],
+     [[2, 3, 4, 6, 8], F32], False, "oracle", 3),
+    ("forward valid 3-D NDHWC", F, [[2, 2, 3, 4, 3], "int8"], [[2, 2, 3, 4, 3], I64],
+     [[2, 4, 6, 8, 3], "int8"], True, "oracle", 3),
+    ("backward valid 1-D", B, [[2, 3, 9], F32], [[2, 3, 5], I32], [[2, 3, 5], F32], False,
+     "oracle", 1),
+    ("backward valid 3-D unbatched", B, [[3, 4, 6, 8], "float16"], [[3, 2, 3, 4], I32],
+     [[3, 2, 3, 4], "float16"], False, "oracle", 3),
+    ("backward valid 3-D NDHWC", B, [[2, 4, 6, 8, 3], F32], [[2, 2, 3, 4, 3], I64],
+     [[2, 2, 3, 4, 3], F32], True, "oracle", 3),
+    ("forward 3-D x rank 3", F, [[3, 4, 5], F32], [[3, 4, 5], I32], [[3, 6, 7], F32], False,
+     "x must have rank 4 or 5, got shape (3, 4, 5)", 3),
+    ("forward 1-D x rank 4", F, X, IDX, OUT, False,
+     "x must have rank 2 or 3, got shape (2, 3, 4, 5)", 1),
+    ("forward 3-D result other C NDHWC", F, [[2, 2, 3, 4, 3], F32], [[2, 2, 3, 4, 3], I32],
+     [[2, 4, 6, 8, 5], F32], True,
+     _mismatch("result", [2, 4, 6, 8, 5], "x", [2, 2, 3, 4, 3],
+               "their N and C dims (NDHWC) must be equal"), 3),
+    ("backward 1-D indices other N", B, [[2, 3, 9], F32], [[1, 3, 5], I32], [[1, 3, 5], F32],
+     False, _mismatch("indices", [1, 3, 5], "grad_output", [2, 3, 9],
+                      "their N and C dims (NCW) must be equal"), 1),
+    ("backward 3-D result smaller", B, [[1, 1, 40, 40, 40], F32], [[1, 1, 40, 40, 40], I32],
+     [[1, 1, 1, 1, 1], F32], False,
+     _mismatch("result", [1, 1, 1, 1, 1], "indices", [1, 1, 40, 40, 40]), 3),
+    ("forward spatial_rank 4", F, [[1, 2, 3, 4, 5, 6], F32], [[1, 2, 3, 4, 5, 6], I32],
+     [[1, 2, 3, 4, 5, 6], F32], False, "spatial_rank must be 1, 2 or 3, got 4", 4),
+    ("backward spatial_rank 0", B, [[2, 3], F32], [[2, 3], I32], [[2, 3], F32], False,
+     "spatial_rank must be 1, 2 or 3, got 0", 0),
+]
+
+
+def _spatial_rank(case) -> int:
+    return case[7] if len(case) > 7 else 2
+
+
 def _as_json(case) -> dict:
-    name, op, values, indices, result, channels_last, _ = case
+    name, op, values, indices, result, channels_last, _ = case[:7]
+    k = _spatial_rank(case)
     grid = result if op == F else values  # the output plane the indices address
-    h = len(grid[0]) - (3 if channels_last else 2)
-    plane = grid[0][h] * grid[0][h + 1] if len(grid[0]) >= 2 else 1
+    s = len(grid[0]) - k - (1 if channels_last else 0)
+    plane = int(np.prod(grid[0][s:s + k])) if 1 <= k <= 3 and s >= 0 else 1
     return {"name": name, "op": op, "values": values, "indices": indices, "result": result,
-            "channels_last": channels_last, "plane": plane}
+            "channels_last": channels_last, "spatial_rank": k, "plane": plane}
 
 
 def run_cases(family: str, cases: list[dict], tmp_path, *extra: str) -> dict[str, dict]:
@@ -164,18 +208,25 @@ def run_cases(family: str, cases: list[dict], tmp_path, *extra: str) -> dict[str
 
 
 def check(outcome: dict, case) -> None:
-    name, op, *_, expected = case
+    name, op, expected, k = case[0], case[1], case[6], _spatial_rank(case)
     assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
     if expected == "oracle":
         assert outcome.get("equal") is True, f"{name}: {outcome}"
     else:
         assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
-        assert outcome["message"] == f"INVALID_ARGUMENT: {OP[op]}: {expected}", outcome
+        fn = OP[op].format(k) if 1 <= k <= 3 else OP[op].replace("{}d", "")
+        assert outcome["message"] == f"INVALID_ARGUMENT: {fn}: {expected}", outcome
 
 
 @pytest.fixture(scope="module")
 def cpu_outcomes(tmp_path_factory):
     return run_cases("cpu", [_as_json(c) for c in CASES], tmp_path_factory.mktemp("cpu"))
+
+
+@pytest.fixture(scope="module")
+def cpu_v2_outcomes(tmp_path_factory):
+    return run_cases("cpu_v2", [_as_json(c) for c in CASES + V2_CASES],
+                     tmp_path_factory.mktemp("cpu_v2"))
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +243,11 @@ def aclnn_outcomes(tmp_path_factory, fake_cann_dir):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_cpu_target_direct_call(cpu_outcomes, case):
     check(cpu_outcomes[case[0]], case)
+
+
+@pytest.mark.parametrize("case", CASES + V2_CASES, ids=[c[0] for c in CASES + V2_CASES])
+def test_cpu_v2_target_direct_call(cpu_v2_outcomes, case):
+    check(cpu_v2_outcomes[case[0]], case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
