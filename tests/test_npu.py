@@ -182,10 +182,15 @@ def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
     assert "stablehlo.transpose" not in text
 
 
-@pytest.mark.parametrize("fmt", ["NCW", "NWC", "CW", "NCDHW", "NDHWC", "CDHW"])
-def test_1d_and_3d_run_the_2d_aclnn_ops_on_a_view(emulated, rng, fmt):
-    # Issue 13: 1-D and 3-D unpooling (and its gradient) go through aclnnMaxUnpool2d(Backward)
-    # on the (N, C, 1, W) / (N, C, D*H, W) view of their spatial dims, bit-exactly.
+FWD3_RUN, BWD3_RUN = "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"
+
+
+@pytest.mark.parametrize("fmt", ["NCW", "NWC", "CW", "NCDHW", "NDHWC", "CDHW", "DHWC"])
+def test_1d_and_3d_reach_aclnn(emulated, rng, fmt):
+    # Issue 13: channels-first 3-D unpooling (and its gradient) goes through
+    # aclnnMaxUnpool3d(Backward); 1-D through aclnnMaxUnpool2d(Backward) on the
+    # (N, C, 1, W) view, and so does channels-last 3-D on the (N, D*H, W, C) view
+    # (aclnnMaxUnpool3d wants a contiguous NCDHW out). Bit-exact with numpy loops.
     k = 1 if "D" not in fmt else 3
     dims = {"N": 2, "C": 3, "D": 2, "H": 3, "W": 4}
     out_dims = {"D": 3, "H": 4, "W": 5} if k == 3 else {"W": 9}
@@ -201,13 +206,20 @@ def test_1d_and_3d_run_the_2d_aclnn_ops_on_a_view(emulated, rng, fmt):
     def f(x):
         return jnp.sum(unpool(x, idx, output_size=size, data_format=fmt) * w)
 
-    out = jax.jit(lambda x: unpool(x, idx, output_size=size, data_format=fmt))(x)
+    forward = jax.jit(lambda x: unpool(x, idx, output_size=size, data_format=fmt))
+    out = forward(x)
     assert_bits_equal(out, oracle.unpool_nd(x, idx, size, last))
     np.testing.assert_array_equal(jax.jit(jax.grad(f))(x), oracle.gather_nd(w, idx, k, last))
     back = jax.jit(lambda g: unpool_bwd(g, x, idx, size, data_format=fmt))(w)
     np.testing.assert_array_equal(back, oracle.gather_nd(w, idx, k, last))
-    assert emulated.call_count(FWD_RUN.encode()) == 1
-    assert emulated.call_count(BWD_RUN.encode()) == 2
+    volume = k == 3 and not last
+    text = forward.lower(x).as_text()
+    assert (npu.MAX_UNPOOL3D_TARGET in text) == volume
+    assert (npu.MAX_UNPOOL2D_TARGET in text) != volume
+    runs = {name: emulated.call_count(name.encode())
+            for name in (FWD_RUN, BWD_RUN, FWD3_RUN, BWD3_RUN)}
+    assert runs == ({FWD_RUN: 0, BWD_RUN: 0, FWD3_RUN: 1, BWD3_RUN: 2} if volume else
+                    {FWD_RUN: 1, BWD_RUN: 2, FWD3_RUN: 0, BWD3_RUN: 0})
 
 
 # --------------------------------------------------------------------------------------

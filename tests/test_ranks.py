@@ -212,12 +212,64 @@ def test_backward_errors_name_the_function():
                                  jnp.zeros((1, 2, 3)), (6,))
 
 
-def test_run_time_error_for_an_out_of_range_index():
+NOTE_3D = ("any position named here is in the indices buffer of this kernel call: n counts "
+           "the images with the batch axes of jax.vmap folded in, i = (d * H + h) * W + w, "
+           "and under sharding positions are within the shard")
+
+
+def test_run_time_errors_name_the_rank_and_its_output_volume():
     idx = np.zeros((1, 1, 2, 2, 2), np.int32)
     idx[0, 0, 1, 1, 0] = 64  # the output volume has 4 * 4 * 4 = 64 positions
-    with pytest.raises(jax.errors.JaxRuntimeError,
-                       match=r"index 64 .* valid indices are \[0, 64\)"):
+    message = ("OUT_OF_RANGE: max_unpool3d{}: index 64 at (n=0, c=0, i=6) of indices is out "
+               "of range: valid indices are [0, 64) for an output volume of 4x4x4 "
+               f"({NOTE_3D})")
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
         jax.block_until_ready(ju.max_unpool3d(jnp.ones(idx.shape), idx, 2))
+    assert str(err.value).splitlines()[0] == message.format("")
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(ju.max_unpool3d_backward(
+            jnp.ones((1, 1, 4, 4, 4)), jnp.ones(idx.shape), idx, (4, 4, 4)))
+    assert str(err.value).splitlines()[0] == message.format("_backward")
+
+
+def test_run_time_error_of_1d_names_the_output_row():
+    idx = np.array([[[0, 1, 2], [3, 4, 9]]], np.int32)  # (N, C, W) = (1, 2, 3) into a row of 8
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(ju.max_unpool1d(jnp.ones(idx.shape), idx, output_size=(8,)))
+    assert str(err.value).splitlines()[0] == (
+        "OUT_OF_RANGE: max_unpool1d: index 9 at (n=0, c=1, i=2) of indices is out of range: "
+        "valid indices are [0, 8) for an output row of 8 (any position named here is in the "
+        "indices buffer of this kernel call: n counts the images with the batch axes of "
+        "jax.vmap folded in, i = w, and under sharding positions are within the shard)")
+
+
+def test_one_primitive_of_the_data_rank_in_the_jaxpr():
+    # No view: the primitive gets the 5-D operands; the forward's rank is its
+    # output_size's length, the backward's its spatial_rank.
+    x = jax.ShapeDtypeStruct((2, 3, 2, 2, 2), jnp.float32)
+    idx = jax.ShapeDtypeStruct(x.shape, jnp.int32)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda x, i: ju.max_unpool3d(x, i, 2).sum()))(x, idx)
+    eqns = [str(e) for e in jaxpr.eqns]
+    assert not any("reshape" in e for e in eqns), eqns
+    fwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool2d_p]
+    bwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool2d_backward_p]
+    assert [e.params["output_size"] for e in fwd] == [(4, 4, 4)]
+    assert [e.params["spatial_rank"] for e in bwd] == [3]
+    assert fwd[0].outvars[0].aval.shape == (2, 3, 4, 4, 4)
+
+
+@pytest.mark.parametrize("bind,message", [
+    (lambda x, i: ju.max_unpool2d_p.bind(x, i, output_size=(2, 2, 2, 2), channels_last=False),
+     r"max_unpool2d_p: output_size must be a tuple of 1, 2 or 3 sizes"),
+    (lambda x, i: ju.max_unpool2d_backward_p.bind(x, i, channels_last=False, spatial_rank=4),
+     r"max_unpool2d_backward_p: spatial_rank must be 1, 2 or 3, got 4"),
+    (lambda x, i: ju.max_unpool2d_backward_p.bind(x, i, channels_last=False, spatial_rank=1),
+     r"max_unpool1d_backward: grad_output must have rank 2 \(C, W\) or 3 \(N, C, W\), got "
+     r"rank 4"),
+])
+def test_direct_binds_with_a_bad_spatial_rank_are_value_errors(bind, message):
+    with pytest.raises(ValueError, match=message):
+        bind(jnp.zeros((1, 1, 2, 2)), jnp.zeros((1, 1, 2, 2), jnp.int32))
 
 
 def test_export_round_trip_of_3d_in_a_fresh_process(tmp_path, rng):
