@@ -46,24 +46,27 @@ inline ffi::Error Mismatch(const char* op, const NamedBuffer& a, const NamedBuff
                          b.name + " has shape " + ShapeString(b.dims()) + "; " + rule);
 }
 
-// a and b: equal ranks, and equal N (rank 4) and C at their layout's places.
+// a and b: equal ranks, and equal N (batched rank, spatial_rank + 2) and C at their
+// layout's places.
 inline ffi::Error SameImagesAndChannels(const char* op, const NamedBuffer& a,
-                                        const NamedBuffer& b, bool channels_last) {
+                                        const NamedBuffer& b, bool channels_last,
+                                        int spatial_rank = 2) {
   const auto ad = a.dims(), bd = b.dims();
   if (ad.size() != bd.size()) return Mismatch(op, a, b, "their ranks must be equal");
-  const size_t rank = ad.size(), c = channels_last ? rank - 1 : rank - 3;
-  if ((rank == 4 && ad[0] != bd[0]) || ad[c] != bd[c]) {
-    return Mismatch(op, a, b,
-                    channels_last ? "their N and C dims (NHWC) must be equal"
-                                  : "their N and C dims (NCHW) must be equal");
+  const size_t rank = ad.size(), k = spatial_rank;
+  const size_t c = channels_last ? rank - 1 : rank - k - 1;
+  if ((rank == k + 2 && ad[0] != bd[0]) || ad[c] != bd[c]) {
+    const std::string spatial = std::string("DHW").substr(3 - k);  // "HW" for 2-D
+    const std::string layout = channels_last ? "N" + spatial + "C" : "NC" + spatial;
+    return Mismatch(op, a, b, ("their N and C dims (" + layout + ") must be equal").c_str());
   }
   return ffi::Error::Success();
 }
 
 // What both ops share: `indices` int32/int64, `result` of `values`' dtype, `values` of
-// rank 3 or 4.
+// rank spatial_rank + 1 or + 2 (3 or 4 for 2-D).
 inline ffi::Error Common(const char* op, const NamedBuffer& values, const NamedBuffer& indices,
-                         const NamedBuffer& result) {
+                         const NamedBuffer& result, int spatial_rank = 2) {
   if (!IsIndexType(indices.buffer.element_type())) {
     return Invalid(op, std::string("indices must be int32 or int64, got ") +
                            DataTypeName(indices.buffer.element_type()));
@@ -74,9 +77,10 @@ inline ffi::Error Common(const char* op, const NamedBuffer& values, const NamedB
                            " has dtype " + DataTypeName(values.buffer.element_type()) +
                            "; they must be equal");
   }
-  const size_t rank = values.dims().size();
-  if (rank != 3 && rank != 4) {
-    return Invalid(op, std::string(values.name) + " must have rank 3 or 4, got shape " +
+  const size_t rank = values.dims().size(), k = spatial_rank;
+  if (rank != k + 1 && rank != k + 2) {
+    return Invalid(op, std::string(values.name) + " must have rank " + std::to_string(k + 1) +
+                           " or " + std::to_string(k + 2) + ", got shape " +
                            ShapeString(values.dims()));
   }
   return ffi::Error::Success();
@@ -85,27 +89,29 @@ inline ffi::Error Common(const char* op, const NamedBuffer& values, const NamedB
 }  // namespace buffer_checks
 
 // The forward, result = scatter(x, indices): indices of x's shape; the result of x's
-// rank, N and C, with any plane (H, W): an index outside it fails the call later.
+// rank, N and C, with any plane (H, W) -- volume (D, H, W) for spatial_rank 3: an index
+// outside it fails the call later.
 inline ffi::Error CheckForwardBuffers(const char* op, const ffi::AnyBuffer& x,
                                       const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
-                                      bool channels_last) {
+                                      bool channels_last, int spatial_rank = 2) {
   using namespace buffer_checks;  // NOLINT: this file's own helpers
   const NamedBuffer xs{"x", x}, is{"indices", indices}, rs{"result", out};
-  if (ffi::Error e = Common(op, xs, is, rs); !e.success()) return e;
+  if (ffi::Error e = Common(op, xs, is, rs, spatial_rank); !e.success()) return e;
   if (!SameDims(is.dims(), xs.dims())) return Mismatch(op, is, xs, "they must be equal");
-  return SameImagesAndChannels(op, rs, xs, channels_last);
+  return SameImagesAndChannels(op, rs, xs, channels_last, spatial_rank);
 }
 
 // The backward, result = gather(grad_output, indices): the result of indices' shape;
-// indices of grad_output's rank, N and C, with any plane (H, W).
+// indices of grad_output's rank, N and C, with any plane (H, W) -- or volume.
 inline ffi::Error CheckBackwardBuffers(const char* op, const ffi::AnyBuffer& grad_output,
                                        const ffi::AnyBuffer& indices,
-                                       const ffi::AnyBuffer& out, bool channels_last) {
+                                       const ffi::AnyBuffer& out, bool channels_last,
+                                       int spatial_rank = 2) {
   using namespace buffer_checks;  // NOLINT: this file's own helpers
   const NamedBuffer gs{"grad_output", grad_output}, is{"indices", indices}, rs{"result", out};
-  if (ffi::Error e = Common(op, gs, is, rs); !e.success()) return e;
+  if (ffi::Error e = Common(op, gs, is, rs, spatial_rank); !e.success()) return e;
   if (!SameDims(rs.dims(), is.dims())) return Mismatch(op, rs, is, "they must be equal");
-  return SameImagesAndChannels(op, is, gs, channels_last);
+  return SameImagesAndChannels(op, is, gs, channels_last, spatial_rank);
 }
 
 // What the (n, c, i) of an out-of-range message are relative to: the buffers the kernel
@@ -115,10 +121,18 @@ inline constexpr const char* kPositionsNote =
     "images with the batch axes of jax.vmap folded in, i = h * W + w, and under sharding "
     "positions are within the shard";
 
-// A failure of the aclnn op with kPositionsNote appended: its message is CANN's.
-inline ffi::Error WithPositionsNote(ffi::Error e) {
+// kPositionsNote for a kernel over volumes (D, H, W), whose i is flat over all three.
+inline constexpr const char* kPositionsNote3d =
+    "any position named here is in the indices buffer of this kernel call: n counts the "
+    "images with the batch axes of jax.vmap folded in, i = (d * H + h) * W + w, and under "
+    "sharding positions are within the shard";
+
+// A failure of the aclnn op with the positions note of its spatial rank (2 or 3)
+// appended: its message is CANN's.
+inline ffi::Error WithPositionsNote(ffi::Error e, int spatial_rank = 2) {
   if (e.success()) return e;
-  return ffi::Error(*e.errc(), e.message() + " (" + kPositionsNote + ")");
+  const char* note = spatial_rank == 3 ? kPositionsNote3d : kPositionsNote;
+  return ffi::Error(*e.errc(), e.message() + " (" + note + ")");
 }
 
 }  // namespace jax_unpool
