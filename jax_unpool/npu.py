@@ -51,6 +51,8 @@ from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 __all__ = [
     "MAX_UNPOOL2D_BACKWARD_TARGET",
     "MAX_UNPOOL2D_TARGET",
+    "MAX_UNPOOL3D_BACKWARD_TARGET",
+    "MAX_UNPOOL3D_TARGET",
     "cpu_emulation",
     "cpu_emulation_active",
     "is_available",
@@ -62,6 +64,8 @@ __all__ = [
 # Stable and versioned, like the CPU targets: jax.export artifacts record them.
 MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
+MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
+MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
@@ -239,7 +243,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
-                               ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET)):
+                               ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
+                               ("max_unpool3d", MAX_UNPOOL3D_TARGET),
+                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET)):
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
