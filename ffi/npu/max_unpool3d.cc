@@ -25,8 +25,8 @@ ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
     return e;
   }
 
-  if (ffi::Error e = CheckForwardBuffers(kOp, x, indices, *out, /*channels_last=*/false,
-                                         kSpatialRank);
+  if (ffi::Error e =
+          CheckForwardBuffers(kOp, x, indices, *out, /*channels_last=*/false, kSpatialRank);
       !e.success()) {
     return e;
   }
@@ -57,20 +57,19 @@ ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
 
   uint64_t workspace_size = 0;
   aclOpExecutor* executor = nullptr;
-  const aclnnStatus status = lib.max_unpool3d_get_workspace_size(
-      self, idx, arrays.output_size, arrays.stride, arrays.padding, result, &workspace_size,
-      &executor);
-  return WithPositionsNote(RunExecutor(lib, launch, kOp, "aclnnMaxUnpool3dGetWorkspaceSize",
-                                       status, workspace_size, executor, "aclnnMaxUnpool3d",
-                                       lib.max_unpool3d),
-                           kSpatialRank);
+  const aclnnStatus status =
+      lib.max_unpool3d_get_workspace_size(self, idx, arrays.output_size, arrays.stride,
+                                          arrays.padding, result, &workspace_size, &executor);
+  return WithPositionsNote(
+      RunExecutor(lib, launch, kOp, "aclnnMaxUnpool3dGetWorkspaceSize", status, workspace_size,
+                  executor, "aclnnMaxUnpool3d", lib.max_unpool3d),
+      kSpatialRank);
 }
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out) {
-  return OnDevice(stream, scratch, [&](const Launch& launch) {
-    return MaxUnpool3dAclnn(launch, x, indices, out);
-  });
+  return OnDevice(stream, scratch,
+                  [&](const Launch& launch) { return MaxUnpool3dAclnn(launch, x, indices, out); });
 }
 
 ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out) {
@@ -83,14 +82,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, OnDeviceImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void*>>()
                                   .Ctx<ffi::ScratchAllocator>()
-                                  .Arg<ffi::AnyBuffer>()   // x
-                                  .Arg<ffi::AnyBuffer>()   // indices
+                                  .Arg<ffi::AnyBuffer>()    // x
+                                  .Arg<ffi::AnyBuffer>()    // indices
                                   .Ret<ffi::AnyBuffer>());  // out
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost, OnHostImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()   // x
-                                  .Arg<ffi::AnyBuffer>()   // indices
+                                  .Arg<ffi::AnyBuffer>()    // x
+                                  .Arg<ffi::AnyBuffer>()    // indices
                                   .Ret<ffi::AnyBuffer>());  // out
 
 }  // namespace jax_unpool::npu

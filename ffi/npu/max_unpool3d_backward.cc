@@ -17,11 +17,11 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
   auto cann = RequireCann(kOp);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
-  if (ffi::Error e = RequireSymbols(lib, kOp,
-                                    {{"aclnnMaxUnpool3dBackwardGetWorkspaceSize",
-                                      lib.max_unpool3d_backward_get_workspace_size != nullptr},
-                                     {"aclnnMaxUnpool3dBackward",
-                                      lib.max_unpool3d_backward != nullptr}});
+  if (ffi::Error e =
+          RequireSymbols(lib, kOp,
+                         {{"aclnnMaxUnpool3dBackwardGetWorkspaceSize",
+                           lib.max_unpool3d_backward_get_workspace_size != nullptr},
+                          {"aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward != nullptr}});
       !e.success()) {
     return e;
   }
@@ -33,9 +33,9 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
   }
   if (indices.element_type() != ffi::DataType::S64) {
     // Unlike the forward, CANN refuses INT32 here; the NPU lowering converts.
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": aclnnMaxUnpool3dBackward takes int64 indices only, got " +
-        DataTypeName(indices.element_type()));
+    return ffi::Error::InvalidArgument(std::string(kOp) +
+                                       ": aclnnMaxUnpool3dBackward takes int64 indices only, got " +
+                                       DataTypeName(indices.element_type()));
   }
   const auto value_type =
       PresentedValueType(grad_output.element_type(), AclnnOp::kMaxUnpool3dBackward);
@@ -69,13 +69,12 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
   uint64_t workspace_size = 0;
   aclOpExecutor* executor = nullptr;
   const aclnnStatus status = lib.max_unpool3d_backward_get_workspace_size(
-      grad, self, idx, arrays.output_size, arrays.stride, arrays.padding, result,
-      &workspace_size, &executor);
-  return WithPositionsNote(RunExecutor(lib, launch, kOp,
-                                       "aclnnMaxUnpool3dBackwardGetWorkspaceSize", status,
-                                       workspace_size, executor, "aclnnMaxUnpool3dBackward",
-                                       lib.max_unpool3d_backward),
-                           kSpatialRank);
+      grad, self, idx, arrays.output_size, arrays.stride, arrays.padding, result, &workspace_size,
+      &executor);
+  return WithPositionsNote(
+      RunExecutor(lib, launch, kOp, "aclnnMaxUnpool3dBackwardGetWorkspaceSize", status,
+                  workspace_size, executor, "aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward),
+      kSpatialRank);
 }
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer grad_output,
@@ -98,14 +97,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice, OnDeviceImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void*>>()
                                   .Ctx<ffi::ScratchAllocator>()
-                                  .Arg<ffi::AnyBuffer>()   // grad_output
-                                  .Arg<ffi::AnyBuffer>()   // indices
+                                  .Arg<ffi::AnyBuffer>()    // grad_output
+                                  .Arg<ffi::AnyBuffer>()    // indices
                                   .Ret<ffi::AnyBuffer>());  // out
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()   // grad_output
-                                  .Arg<ffi::AnyBuffer>()   // indices
+                                  .Arg<ffi::AnyBuffer>()    // grad_output
+                                  .Arg<ffi::AnyBuffer>()    // indices
                                   .Ret<ffi::AnyBuffer>());  // out
 
 }  // namespace jax_unpool::npu
