@@ -4,9 +4,10 @@ tests/test_boundary.py, so that a crash fails the case it happened in, not the s
     python tests/boundary_calls.py CASES.json cpu
     python tests/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
-CASES.json is a list of {"name", "op" ("forward"/"backward"), "values": [shape, dtype],
-"indices": [shape, dtype], "result": [shape, dtype], "channels_last", "plane"} (indices
-are drawn from [0, plane)). For each case the child prints `START name`, then
+CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"backward3d":
+the aclnn 3-D targets, which take no attribute), "values": [shape, dtype], "indices":
+[shape, dtype], "result": [shape, dtype], "channels_last", "plane"} (indices are drawn
+from [0, plane)). For each case the child prints `START name`, then
 `DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
 it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
 mode against the emulated CANN in FAKE_CANN_DIR.
@@ -32,7 +33,9 @@ TARGETS = {
     "cpu": {"forward": "jax_unpool_max_unpool2d_v1",
             "backward": "jax_unpool_max_unpool2d_backward_v1"},
     "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
-              "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET},
+              "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET,
+              "forward3d": ju.npu.MAX_UNPOOL3D_TARGET,
+              "backward3d": ju.npu.MAX_UNPOOL3D_BACKWARD_TARGET},
 }
 
 
@@ -51,6 +54,10 @@ def operands(case: dict, rng: np.random.Generator):
 def oracle(case: dict, values, indices):
     """The answer a valid call must give, from numpy loops."""
     rshape = tuple(case["result"][0])
+    if case["op"] == "forward3d":
+        return numpy_oracle.unpool_nd(values, indices, rshape[-3:])
+    if case["op"] == "backward3d":
+        return numpy_oracle.gather_nd(values, indices, 3)
     if case["op"] == "forward":
         return numpy_oracle.unpool(values, indices, spatial_hw(rshape, case["channels_last"]),
                                    case["channels_last"])
@@ -67,8 +74,9 @@ def run_case(family: str, case: dict) -> dict:
     shape, dtype = case["result"]
     call = jax.ffi.ffi_call(TARGETS[family][case["op"]],
                             jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)))
+    attributes = {} if case["op"].endswith("3d") else {"channels_last": case["channels_last"]}
     try:
-        got = np.asarray(call(values, indices, channels_last=case["channels_last"]))
+        got = np.asarray(call(values, indices, **attributes))
     except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
         return {"error": type(e).__name__, "message": str(e)}
     try:

@@ -81,11 +81,6 @@ def _backward(shape, dtype, layout="NCHW", hw=HW):
 # Fixtures
 # --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def fake_cann_dir(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("fake_cann_npu"))
-
-
 @pytest.fixture(scope="module")
 def fake(fake_cann_dir):
     """ctypes view of the emulator's controls: the same libnnopbase.so file the loader
