@@ -1,7 +1,8 @@
-// What both aclnn handlers share: how XLA buffers are presented to aclnn (dtype, NCHW
+// What the aclnn handlers share: how XLA buffers are presented to aclnn (dtype, NCHW
 // view), RAII owners of the CANN objects, the two-phase call (GetWorkspaceSize, then the
-// launch with exactly that workspace), error reporting, and where the workspace and the
-// stream come from (device, or host memory in emulation mode).
+// launch with exactly that workspace), error reporting (also for entry points an older
+// CANN lacks), and where the workspace and the stream come from (device, or host memory in
+// emulation mode).
 #pragma once
 
 #include <cstdint>
