@@ -34,6 +34,10 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool2d_backward"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnDevice);
     d["max_unpool2d_host"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnHost);
     d["max_unpool2d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnHost);
+    d["max_unpool3d"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnDevice);
+    d["max_unpool3d_backward"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice);
+    d["max_unpool3d_host"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnHost);
+    d["max_unpool3d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnHost);
     return d;
   });
   m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),

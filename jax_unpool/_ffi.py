@@ -31,6 +31,7 @@ MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"
 # The Ascend NPU handlers (registered by jax_unpool.npu.register).
 ACLNN_MAX_UNPOOL2D_TARGET = "jax_unpool_aclnn_max_unpool2d_v1"
 ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_v1"
+# aclnnMaxUnpool3d(Backward): channels-first (C, D, H, W) or (N, C, D, H, W), no attributes.
 ACLNN_MAX_UNPOOL3D_TARGET = "jax_unpool_aclnn_max_unpool3d_v1"
 ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
 STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET,

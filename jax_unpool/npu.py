@@ -53,6 +53,8 @@ from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 __all__ = [
     "MAX_UNPOOL2D_BACKWARD_TARGET",
     "MAX_UNPOOL2D_TARGET",
+    "MAX_UNPOOL3D_BACKWARD_TARGET",
+    "MAX_UNPOOL3D_TARGET",
     "cpu_emulation",
     "cpu_emulation_active",
     "is_available",
@@ -64,6 +66,8 @@ __all__ = [
 # Stable and versioned, like the CPU targets: jax.export artifacts record them.
 MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
+MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
+MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
@@ -191,7 +195,7 @@ def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last)
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=False)
     indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
-    return _aclnn_volume_call(_ffi.ACLNN_MAX_UNPOOL3D_TARGET, ctx, x, indices)
+    return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
 
 
 def _backward_2d(ctx, grad_output, indices, channels_last):
@@ -211,13 +215,16 @@ def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels
         return _backward_2d(ctx, grad_output, indices, channels_last)
     if k == 1 or channels_last:  # as in the forward
         return _on_planes(_backward_2d, ctx, grad_output, indices, channels_last, k)
-    if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
+    # aclnnMaxUnpool3dBackward also refuses a gradient volume smaller than the input's
+    # (CheckIntArrayShapeMaxUnPool3D, shared with the forward).
+    if not (all(d > 0 for aval in ctx.avals_in for d in aval.shape)
+            and math.prod(ctx.avals_in[0].shape[-3:]) >= math.prod(ctx.avals_in[1].shape[-3:])):
         return _backward_reference(ctx, grad_output, indices, channels_last=False,
                                    spatial_rank=3)
     # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only.
     plane = math.prod(ctx.avals_in[0].shape[-3:])
     indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
-    return _aclnn_volume_call(_ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output,
+    return _aclnn_volume_call(MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output,
                               indices)
 
 
@@ -309,7 +316,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
-                               ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET)):
+                               ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
+                               ("max_unpool3d", MAX_UNPOOL3D_TARGET),
+                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET)):
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target

@@ -5,10 +5,11 @@ tests/test_boundary.py, so that a crash fails the case it happened in, not the s
     python tests/boundary_calls.py CASES.json cpu_v2
     python tests/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
-CASES.json is a list of {"name", "op" ("forward"/"backward"), "values": [shape, dtype],
-"indices": [shape, dtype], "result": [shape, dtype], "channels_last", "spatial_rank",
-"plane"} (indices are drawn from [0, plane)). `cpu` calls the 2-D _v1 CPU targets,
-`cpu_v2` the _v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
+CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"backward3d":
+the aclnn 3-D targets, which take no attribute), "values": [shape, dtype], "indices":
+[shape, dtype], "result": [shape, dtype], "channels_last", "spatial_rank", "plane"}
+(indices are drawn from [0, plane)). `cpu` calls the 2-D _v1 CPU targets, `cpu_v2` the
+_v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
 `DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
 it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
 mode against the emulated CANN in FAKE_CANN_DIR.
@@ -36,7 +37,9 @@ TARGETS = {
     "cpu_v2": {"forward": "jax_unpool_max_unpool_v2",
                "backward": "jax_unpool_max_unpool_backward_v2"},
     "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
-              "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET},
+              "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET,
+              "forward3d": ju.npu.MAX_UNPOOL3D_TARGET,
+              "backward3d": ju.npu.MAX_UNPOOL3D_BACKWARD_TARGET},
 }
 
 
@@ -55,7 +58,7 @@ def operands(case: dict, rng: np.random.Generator):
 def oracle(case: dict, values, indices):
     """The answer a valid call must give, from numpy loops."""
     rshape, k, last = tuple(case["result"][0]), case["spatial_rank"], case["channels_last"]
-    if case["op"] == "forward":
+    if case["op"].startswith("forward"):
         return numpy_oracle.unpool_nd(values, indices, spatial_sizes(rshape, last, k), last)
     return numpy_oracle.gather_nd(values, indices, k, last)
 
@@ -70,7 +73,7 @@ def run_case(family: str, case: dict) -> dict:
     shape, dtype = case["result"]
     call = jax.ffi.ffi_call(TARGETS[family][case["op"]],
                             jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)))
-    attributes = {"channels_last": case["channels_last"]}
+    attributes = {} if case["op"].endswith("3d") else {"channels_last": case["channels_last"]}
     if family == "cpu_v2":
         attributes["spatial_rank"] = case["spatial_rank"]
     try:

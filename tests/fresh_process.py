@@ -1,7 +1,9 @@
-"""Runs a script under tests/ in a fresh Python process that imports this jax_unpool.
+"""Runs a script under tests/ (or code) in a fresh Python process that imports this
+jax_unpool.
 
 For what one process cannot do twice: start jax's backend with another device count,
-or load an exported artifact where nothing has been traced or registered yet.
+load an exported artifact where nothing has been traced or registered yet, or load
+another CANN runtime.
 """
 
 from __future__ import annotations
@@ -16,13 +18,25 @@ import jax_unpool
 TESTS = Path(__file__).resolve().parent
 
 
-def run(script: str, *args: str) -> subprocess.CompletedProcess:
-    """`python tests/<script> args...`, with this process's jax_unpool first on the path."""
+def _env() -> dict[str, str]:
+    """This environment with this process's jax_unpool first on PYTHONPATH."""
     env = dict(os.environ)
     package_root = str(Path(jax_unpool.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
                                         if p)
-    return subprocess.run([sys.executable, str(TESTS / script), *args], env=env,
+    return env
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    """`python tests/<script> args...`, with this process's jax_unpool first on the path."""
+    return subprocess.run([sys.executable, str(TESTS / script), *args], env=_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_code(code: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -c code args...` in tests/ (so tests/ comes first on the path, then this
+    process's jax_unpool)."""
+    return subprocess.run([sys.executable, "-c", code, *args], env=_env(), cwd=TESTS,
                           capture_output=True, text=True, timeout=600, check=False)
 
 

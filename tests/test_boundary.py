@@ -20,10 +20,11 @@ import pytest
 from fake_cann import build
 from out_of_range import POSITIONS_NOTE
 
-F, B = "forward", "backward"
+F, B, F3, B3 = "forward", "backward", "forward3d", "backward3d"
 F32, F64, I32, I64 = "float32", "float64", "int32", "int64"
 RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
-OP = {F: "max_unpool{}d", B: "max_unpool{}d_backward"}  # per spatial rank
+OP = {F: "max_unpool{}d", B: "max_unpool{}d_backward",  # per spatial rank
+      F3: "max_unpool3d", B3: "max_unpool3d_backward"}
 
 # A valid forward: x and indices (2, 3, 4, 5) NCHW, result plane 6x7; the backward's
 # grad_output is that result and its result has indices' shape. Each case replaces
@@ -164,14 +165,82 @@ V2_CASES = [
 ]
 
 
+# The aclnn 3-D targets: channels-first buffers, no attribute (channels_last is unused). A
+# valid forward: x and indices (2, 3, 2, 3, 4), result volume 3x4x5; the backward's
+# grad_output is that result, its indices int64 only.
+X3, IDX3, OUT3 = [[2, 3, 2, 3, 4], F32], [[2, 3, 2, 3, 4], I64], [[2, 3, 3, 4, 5], F32]
+NC3 = "their N and C dims (NCDHW) must be equal"
+CASES_3D = [
+    # valid calls
+    ("3d forward valid", F3, X3, IDX3, OUT3, False, "oracle"),
+    ("3d forward valid int32 float64 rank 4", F3, [[3, 2, 3, 4], F64], [[3, 2, 3, 4], I32],
+     [[3, 3, 4, 5], F64], False, "oracle"),
+    ("3d backward valid", B3, OUT3, IDX3, X3, False, "oracle"),
+    ("3d backward valid rank 4", B3, [[3, 3, 4, 5], F32], [[3, 2, 3, 4], I64],
+     [[3, 2, 3, 4], F32], False, "oracle"),
+    # forward: indices against x, result against x
+    ("3d forward indices other shape", F3, X3, [[2, 3, 2, 4, 3], I64], OUT3, False,
+     _mismatch("indices", [2, 3, 2, 4, 3], "x", [2, 3, 2, 3, 4])),
+    ("3d forward indices larger", F3, X3, [[2, 3, 20, 30, 40], I64], OUT3, False,
+     _mismatch("indices", [2, 3, 20, 30, 40], "x", [2, 3, 2, 3, 4])),
+    ("3d forward indices other rank", F3, X3, [[6, 2, 3, 4], I64], OUT3, False,
+     _mismatch("indices", [6, 2, 3, 4], "x", [2, 3, 2, 3, 4])),
+    ("3d forward result other N", F3, X3, IDX3, [[3, 3, 3, 4, 5], F32], False,
+     _mismatch("result", [3, 3, 3, 4, 5], "x", [2, 3, 2, 3, 4], NC3)),
+    ("3d forward result other C", F3, X3, IDX3, [[2, 1, 3, 4, 5], F32], False,
+     _mismatch("result", [2, 1, 3, 4, 5], "x", [2, 3, 2, 3, 4], NC3)),
+    ("3d forward result other C rank 4", F3, [[3, 2, 3, 4], F32], [[3, 2, 3, 4], I64],
+     [[2, 3, 4, 5], F32], False, _mismatch("result", [2, 3, 4, 5], "x", [3, 2, 3, 4], NC3)),
+    ("3d forward result other rank", F3, X3, IDX3, [[3, 3, 4, 5], F32], False,
+     _mismatch("result", [3, 3, 4, 5], "x", [2, 3, 2, 3, 4], "their ranks must be equal")),
+    ("3d forward x rank 3", F3, [[3, 4, 5], F32], [[3, 4, 5], I64], [[3, 6, 7], F32], False,
+     "x must have rank 4 or 5, got shape (3, 4, 5)"),
+    ("3d forward x rank 6", F3, [[1, 2, 3, 2, 3, 4], F32], [[1, 2, 3, 2, 3, 4], I64],
+     [[1, 2, 3, 3, 4, 5], F32], False, "x must have rank 4 or 5, got shape (1, 2, 3, 2, 3, 4)"),
+    ("3d forward index dtype float32", F3, X3, [IDX3[0], F32], OUT3, False,
+     "indices must be int32 or int64, got float32"),
+    ("3d forward result dtype", F3, X3, IDX3, [OUT3[0], F64], False,
+     "result has dtype float64 but x has dtype float32; they must be equal"),
+    ("3d forward value dtype complex128", F3, [X3[0], "complex128"], IDX3,
+     [OUT3[0], "complex128"], False, "unsupported value dtype complex128"),
+    ("3d forward x zero-size", F3, [[2, 3, 0, 3, 4], F32], [[2, 3, 0, 3, 4], I64], OUT3, False,
+     "aclnnMaxUnpool3d cannot take an empty x"),
+    # backward: result against indices, indices against grad_output
+    ("3d backward result smaller", B3, OUT3, IDX3, [[2, 3, 1, 1, 1], F32], False,
+     _mismatch("result", [2, 3, 1, 1, 1], "indices", [2, 3, 2, 3, 4])),
+    ("3d backward result other rank", B3, OUT3, IDX3, [[6, 2, 3, 4], F32], False,
+     _mismatch("result", [6, 2, 3, 4], "indices", [2, 3, 2, 3, 4])),
+    ("3d backward indices other N", B3, OUT3, [[1, 3, 2, 3, 4], I64], [[1, 3, 2, 3, 4], F32],
+     False, _mismatch("indices", [1, 3, 2, 3, 4], "grad_output", [2, 3, 3, 4, 5], NC3)),
+    ("3d backward indices other C", B3, OUT3, [[2, 5, 2, 3, 4], I64], [[2, 5, 2, 3, 4], F32],
+     False, _mismatch("indices", [2, 5, 2, 3, 4], "grad_output", [2, 3, 3, 4, 5], NC3)),
+    ("3d backward indices other rank", B3, OUT3, [[3, 2, 3, 4], I64], [[3, 2, 3, 4], F32],
+     False, _mismatch("indices", [3, 2, 3, 4], "grad_output", [2, 3, 3, 4, 5],
+                      "their ranks must be equal")),
+    ("3d backward grad_output rank 6", B3, [[1, 2, 3, 3, 4, 5], F32],
+     [[1, 2, 3, 2, 3, 4], I64], [[1, 2, 3, 2, 3, 4], F32], False,
+     "grad_output must have rank 4 or 5, got shape (1, 2, 3, 3, 4, 5)"),
+    ("3d backward int32 indices", B3, OUT3, [IDX3[0], I32], X3, False,
+     "aclnnMaxUnpool3dBackward takes int64 indices only, got int32"),
+    ("3d backward index dtype float32", B3, OUT3, [IDX3[0], F32], X3, False,
+     "indices must be int32 or int64, got float32"),
+    ("3d backward result dtype", B3, OUT3, IDX3, [X3[0], F64], False,
+     "result has dtype float64 but grad_output has dtype float32; they must be equal"),
+    ("3d backward value dtype complex128", B3, [OUT3[0], "complex128"], IDX3,
+     [X3[0], "complex128"], False, "unsupported value dtype complex128"),
+    ("3d backward grad_output zero-size", B3, [[2, 3, 0, 4, 5], F32], IDX3, X3, False,
+     "aclnnMaxUnpool3dBackward cannot take an empty grad_output"),
+]
+
+
 def _spatial_rank(case) -> int:
-    return case[7] if len(case) > 7 else 2
+    return 3 if case[1] in (F3, B3) else case[7] if len(case) > 7 else 2
 
 
 def _as_json(case) -> dict:
     name, op, values, indices, result, channels_last, _ = case[:7]
     k = _spatial_rank(case)
-    grid = result if op == F else values  # the output plane the indices address
+    grid = result if op in (F, F3) else values  # the output plane the indices address
     s = len(grid[0]) - k - (1 if channels_last else 0)
     plane = int(np.prod(grid[0][s:s + k])) if 1 <= k <= 3 and s >= 0 else 1
     return {"name": name, "op": op, "values": values, "indices": indices, "result": result,
@@ -236,8 +305,8 @@ def fake_cann_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def aclnn_outcomes(tmp_path_factory, fake_cann_dir):
-    return run_cases("aclnn", [_as_json(c) for c in CASES], tmp_path_factory.mktemp("aclnn"),
-                     str(fake_cann_dir))
+    return run_cases("aclnn", [_as_json(c) for c in CASES + CASES_3D],
+                     tmp_path_factory.mktemp("aclnn"), str(fake_cann_dir))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -250,7 +319,7 @@ def test_cpu_v2_target_direct_call(cpu_v2_outcomes, case):
     check(cpu_v2_outcomes[case[0]], case)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case", CASES + CASES_3D, ids=[c[0] for c in CASES + CASES_3D])
 def test_aclnn_target_direct_call(aclnn_outcomes, case):
     check(aclnn_outcomes[case[0]], case)
 

@@ -81,11 +81,6 @@ def _backward(shape, dtype, layout="NCHW", hw=HW):
 # Fixtures
 # --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def fake_cann_dir(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("fake_cann_npu"))
-
-
 @pytest.fixture(scope="module")
 def fake(fake_cann_dir):
     """ctypes view of the emulator's controls: the same libnnopbase.so file the loader
@@ -432,6 +427,67 @@ def test_empty_backward_without_aclnn(emulated):
     assert emulated.call_count(BWD_GWS.encode()) == 0
 
 
+# 3-D (NCDHW) through aclnnMaxUnpool3d(Backward): the same lowering rules.
+SHAPE3, SIZE3 = (2, 3, 2, 3, 4), (3, 4, 5)
+
+
+def _forward3(size=SIZE3):
+    return jax.jit(lambda x, i: ju.max_unpool3d(x, i, output_size=size))
+
+
+def _backward3(shape, size=SIZE3):
+    xs = jax.ShapeDtypeStruct(shape, jnp.float32)
+    return jax.jit(lambda g, i: ju.max_unpool3d_backward(g, xs, i, size))
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_3d_out_of_range_indices_are_clamped_and_int64(emulated, rng, op):
+    # The emulator refuses out-of-range indices, and int32 ones in the backward (CANN's
+    # aclnnMaxUnpool3dBackward takes INT64 only): the lowering converts and clamps.
+    volume = int(np.prod(SIZE3))
+    idx = oracle.random_indices(rng, SHAPE3, volume, "int32")
+    idx[1, 2, 1, 2, 3], idx[0, 0, 0, 0, 0] = volume + 5, -3
+    clamped = np.clip(idx, 0, volume - 1)
+    if op == "forward":
+        x = random_values(rng, SHAPE3, "float32")
+        out, expected = _forward3()(x, idx), oracle.unpool_nd(x, clamped, SIZE3)
+    else:
+        g = random_values(rng, (*SHAPE3[:2], *SIZE3), "float32")
+        out, expected = _backward3(SHAPE3)(g, idx), oracle.gather_nd(g, clamped, 3)
+    np.testing.assert_array_equal(out, expected)
+    run = FWD3_RUN if op == "forward" else BWD3_RUN
+    assert emulated.call_count(run.encode()) == 1
+    assert emulated.last_indices_dtype(run.encode()) == ACL["INT64"]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_3d_smaller_output_volume_uses_the_reference(emulated, rng, op):
+    # Both 3-D ops refuse oD*oH*oW < D*H*W (CheckIntArrayShapeMaxUnPool3D).
+    size = (1, 2, 3)  # 6 < 24 positions: duplicates
+    idx = oracle.random_indices(rng, SHAPE3, 6)
+    if op == "forward":
+        x = random_values(rng, SHAPE3, "float32")
+        f, args, expected = _forward3(size), (x, idx), oracle.unpool_nd(x, idx, size)
+    else:
+        g = random_values(rng, (*SHAPE3[:2], *size), "float32")
+        f, args, expected = _backward3(SHAPE3, size), (g, idx), oracle.gather_nd(g, idx, 3)
+    assert "aclnn" not in f.lower(*args).as_text()
+    np.testing.assert_array_equal(f(*args), expected)
+    assert emulated.call_count(b"aclnnMaxUnpool3dGetWorkspaceSize") == 0
+    assert emulated.call_count(b"aclnnMaxUnpool3dBackwardGetWorkspaceSize") == 0
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 2, 3, 4), (2, 0, 2, 3, 4), (3, 2, 0, 4)])
+def test_3d_empty_input_without_aclnn(emulated, shape):
+    x, idx = np.ones(shape, np.float32), np.zeros(shape, np.int32)
+    out = _forward3()(x, idx)
+    np.testing.assert_array_equal(out, np.zeros((*shape[:-3], *SIZE3), np.float32))
+    back = _backward3(shape)(np.ones(out.shape, np.float32), idx)
+    assert back.shape == shape
+    assert emulated.call_count(b"aclnnMaxUnpool3dGetWorkspaceSize") == 0
+    assert emulated.call_count(b"aclnnMaxUnpool3dBackwardGetWorkspaceSize") == 0
+
+
 # --------------------------------------------------------------------------------------
 # Loading and registration
 # --------------------------------------------------------------------------------------
@@ -523,7 +579,9 @@ def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     monkeypatch.setattr(npu._jax_unpool, "load_cann", lambda library_dir, host: {})
     npu.register("npu_test_xla")
     assert sorted(seen) == [(npu.MAX_UNPOOL2D_BACKWARD_TARGET, "NPU_TEST_XLA"),
-                            (npu.MAX_UNPOOL2D_TARGET, "NPU_TEST_XLA")]
+                            (npu.MAX_UNPOOL2D_TARGET, "NPU_TEST_XLA"),
+                            (npu.MAX_UNPOOL3D_BACKWARD_TARGET, "NPU_TEST_XLA"),
+                            (npu.MAX_UNPOOL3D_TARGET, "NPU_TEST_XLA")]
     with pytest.raises(RuntimeError, match="installed no FFI handler under 'npu_test_none' or "
                                            "'NPU_TEST_NONE'.*ffi_platform="):
         npu.register("npu_test_none")

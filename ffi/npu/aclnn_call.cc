@@ -5,8 +5,9 @@
 namespace jax_unpool::npu {
 
 std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op) {
-  const bool forward = op == AclnnOp::kMaxUnpool2d;
-  // DOUBLE: the forward only (newer backward docs drop it); it keeps its name.
+  const bool forward = op == AclnnOp::kMaxUnpool2d || op == AclnnOp::kMaxUnpool3d;
+  // DOUBLE: the forwards only (newer 2-D backward docs drop it, and GatherElements has no
+  // DOUBLE on AI Core, where the 3-D backward would fall back to AI CPU); it keeps its name.
   if (forward && dtype == ffi::DataType::F64) return ACL_DOUBLE;
   switch (dtype) {
     case ffi::DataType::F32: return ACL_FLOAT;
@@ -34,19 +35,24 @@ std::optional<aclDataType> PresentedIndexType(ffi::DataType dtype) {
   return std::nullopt;
 }
 
-TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype) {
+TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype) {
   const auto d = buffer.dimensions();
   TensorView v;
   v.storage.assign(d.begin(), d.end());
+  v.dims = v.storage;
   v.dtype = dtype;
   v.data = buffer.untyped_data();
   const size_t rank = d.size();
-  if (!channels_last) {
-    v.dims = v.storage;
-    v.strides.assign(rank, 1);
-    for (size_t i = rank; i-- > 1;) v.strides[i - 1] = v.strides[i] * d[i];
-    return v;
-  }
+  v.strides.assign(rank, 1);
+  for (size_t i = rank; i-- > 1;) v.strides[i - 1] = v.strides[i] * d[i];
+  return v;
+}
+
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype) {
+  TensorView v = ContiguousView(buffer, dtype);
+  if (!channels_last) return v;
+  const auto d = buffer.dimensions();
+  const size_t rank = d.size();
   const int64_t h = d[rank - 3], w = d[rank - 2], c = d[rank - 1];
   if (rank == 4) {
     v.dims = {d[0], c, h, w};
@@ -98,6 +104,16 @@ aclIntArray* AclObjects::IntArray(const std::vector<int64_t>& values) {
 ffi::Error AclObjects::error(const char* op) const {
   if (failure_.empty()) return ffi::Error::Success();
   return ffi::Error::Internal(std::string(op) + ": " + failure_);
+}
+
+Unpool3dArrays MakeUnpool3dArrays(AclObjects& objects, const TensorView& volumes) {
+  const std::vector<int64_t>& d = volumes.dims;
+  const size_t rank = d.size();
+  Unpool3dArrays a;
+  a.output_size = objects.IntArray({d[rank - 3], d[rank - 2], d[rank - 1]});
+  a.stride = objects.IntArray({1, 1, 1});
+  a.padding = objects.IntArray({0, 0, 0});
+  return a;
 }
 
 namespace {
@@ -198,6 +214,19 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
     }
   }
   return ffi::Error::Success();
+}
+
+ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
+                          std::initializer_list<OptionalSymbol> symbols) {
+  std::string absent;
+  for (const OptionalSymbol& s : symbols) {
+    if (!s.present) absent += (absent.empty() ? "" : ", ") + std::string(s.name);
+  }
+  if (absent.empty()) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                    std::string(op) + ": the loaded CANN op library (" + cann.opapi_path +
+                        ") has no " + absent + ": this CANN predates the op; install a "
+                        "newer CANN toolkit");
 }
 
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {

@@ -1,11 +1,13 @@
-// What both aclnn handlers share: how XLA buffers are presented to aclnn (dtype, NCHW
+// What the aclnn handlers share: how XLA buffers are presented to aclnn (dtype, NCHW
 // view), RAII owners of the CANN objects, the two-phase call (GetWorkspaceSize, then the
-// launch with exactly that workspace), error reporting, and where the workspace and the
-// stream come from (device, or host memory in emulation mode).
+// launch with exactly that workspace), error reporting (also for entry points an older
+// CANN lacks), and where the workspace and the stream come from (device, or host memory in
+// emulation mode).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,13 +20,15 @@ namespace jax_unpool::npu {
 namespace ffi = xla::ffi;
 using namespace jax_unpool::cann;  // NOLINT: the CANN names are the vocabulary here
 
-enum class AclnnOp { kMaxUnpool2d, kMaxUnpool2dBackward };
+enum class AclnnOp { kMaxUnpool2d, kMaxUnpool2dBackward, kMaxUnpool3d, kMaxUnpool3dBackward };
 
-// The aclDataType under which values of `dtype` are handed to `op`. Both ops only move
+// The aclDataType under which values of `dtype` are handed to `op`. The ops only move
 // bits, so a dtype is served exactly by any aclDataType of its byte width; the choice
-// favours the AI Core kernels' lists: the forward takes every 2-byte dtype as FLOAT16, bool
-// goes as UINT8 to both ops, f64 as DOUBLE (forward) or INT64 (backward), bf16 as INT16 in
-// the backward. nullopt for a dtype that cannot be moved (sub-byte, 16-byte).
+// favours the AI Core kernels' lists: the forwards take every 2-byte dtype as FLOAT16, bool
+// goes as UINT8 to every op, f64 as DOUBLE (forwards) or INT64 (backwards), bf16 as INT16
+// in the backwards. The 2-D and 3-D op of a direction run the same kernel
+// (ScatterElements, GatherElements), so they get the same types, all on both ops' lists.
+// nullopt for a dtype that cannot be moved (sub-byte, 16-byte).
 std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op);
 
 // INT32 or INT64, as given; nullopt for any other dtype.
@@ -45,6 +49,9 @@ struct TensorView {
 // support and make the layout copy inside their executor, sized into the workspace):
 // no transposes in the XLA program and no extra buffers for XLA to hold.
 TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype);
+
+// A buffer of any rank as itself: a contiguous (row-major) ND tensor of its dims.
+TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype);
 
 // A view with `shape`'s dims whose every element is the first element of `memory`
 // (all strides 0): a tensor whose data is never read needs no memory of its own.
@@ -72,6 +79,21 @@ class AclObjects {
   std::string failure_;
 };
 
+// aclnnMaxUnpool3d(Backward)'s three aclIntArray arguments.
+struct Unpool3dArrays {
+  aclIntArray* output_size = nullptr;
+  aclIntArray* stride = nullptr;
+  aclIntArray* padding = nullptr;
+};
+
+// outputSize: the last three dims of `volumes` (the forward's out, the backward's
+// gradOutput). stride (1, 1, 1) and padding (0, 0, 0): CANN only validates them -- three
+// elements each, stride > 0 (CheckIntArrayShapeMaxUnPool3D in
+// common/inc/op_api/level2_base.h of hicann/ops-nn) -- and never reads them again:
+// aclnn_max_unpool3d{,_backward}.cpp place every value by outputSize and the indices alone.
+// Null members on failure, see objects.error().
+Unpool3dArrays MakeUnpool3dArrays(AclObjects& objects, const TensorView& volumes);
+
 // Which stream runs the op and where its workspace comes from.
 struct Launch {
   aclrtStream stream = nullptr;
@@ -93,6 +115,18 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 // The loaded CANN, or FAILED_PRECONDITION when it is not loaded or the calling thread has
 // no ACL context (aclrtGetCurrentContext).
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op);
+
+// An aclnn entry point that the loader resolves optionally, by name, and whether `cann`'s
+// op library has it.
+struct OptionalSymbol {
+  const char* name;
+  bool present;
+};
+
+// FAILED_PRECONDITION naming each absent symbol and the op library looked in (a CANN that
+// predates the op); Success when all are present.
+ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
+                          std::initializer_list<OptionalSymbol> symbols);
 
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.

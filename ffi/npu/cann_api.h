@@ -1,5 +1,5 @@
 // The slice of the CANN C API the aclnn handlers use, declared from the public headers'
-// signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool2d*.h) so that
+// signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool{2,3}d*.h) so that
 // the package builds without a CANN toolkit: the functions are resolved with dlsym at run
 // time (cann_library.cc). The enums are C enums in CANN, hence int-sized here.
 #pragma once
@@ -30,7 +30,6 @@ enum : aclDataType {
   ACL_INT16 = 6,
   ACL_INT64 = 9,
   ACL_DOUBLE = 11,
-  ACL_BOOL = 12,
 };
 
 // aclFormat values.
@@ -104,6 +103,15 @@ using MaxUnpool2dBackwardGetWorkspaceSizeFn = aclnnStatus (*)(
     const aclTensor* grad_output, const aclTensor* self, const aclTensor* indices,
     const aclIntArray* output_size, aclTensor* out, uint64_t* workspace_size,
     aclOpExecutor** executor);
+// stride and padding: validated by CANN, not used in the computation.
+using MaxUnpool3dGetWorkspaceSizeFn = aclnnStatus (*)(
+    const aclTensor* self, const aclTensor* indices, const aclIntArray* output_size,
+    const aclIntArray* stride, const aclIntArray* padding, aclTensor* out,
+    uint64_t* workspace_size, aclOpExecutor** executor);
+using MaxUnpool3dBackwardGetWorkspaceSizeFn = aclnnStatus (*)(
+    const aclTensor* grad_output, const aclTensor* self, const aclTensor* indices,
+    const aclIntArray* output_size, const aclIntArray* stride, const aclIntArray* padding,
+    aclTensor* out, uint64_t* workspace_size, aclOpExecutor** executor);
 using AclnnRunFn = aclnnStatus (*)(void* workspace, uint64_t workspace_size,
                                    aclOpExecutor* executor, aclrtStream stream);
 

@@ -126,11 +126,14 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   auto need = [&](void* handle, const char* name, auto* fn) {
     if (!Resolve(handle, name, fn)) missing.push_back(name);
   };
-  auto need_aclnn = [&](const char* name, auto* fn) {
+  auto find_aclnn = [&](const char* name, auto* fn) {
     for (void* h : ops) {
-      if (Resolve(h, name, fn)) return;
+      if (Resolve(h, name, fn)) return true;
     }
-    missing.push_back(name);
+    return false;
+  };
+  auto need_aclnn = [&](const char* name, auto* fn) {
+    if (!find_aclnn(name, fn)) missing.push_back(name);
   };
   need(nnop, "aclCreateTensor", &lib.create_tensor);
   need(nnop, "aclDestroyTensor", &lib.destroy_tensor);
@@ -147,6 +150,12 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);
+  // Optional (CannLibrary): left null when absent.
+  find_aclnn("aclnnMaxUnpool3dGetWorkspaceSize", &lib.max_unpool3d_get_workspace_size);
+  find_aclnn("aclnnMaxUnpool3d", &lib.max_unpool3d);
+  find_aclnn("aclnnMaxUnpool3dBackwardGetWorkspaceSize",
+             &lib.max_unpool3d_backward_get_workspace_size);
+  find_aclnn("aclnnMaxUnpool3dBackward", &lib.max_unpool3d_backward);
   if (!missing.empty()) {
     *why = "missing symbols: " + Join(missing, ", ");
     return std::nullopt;
@@ -158,7 +167,12 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   for (void* fn : {reinterpret_cast<void*>(lib.max_unpool2d_get_workspace_size),
                    reinterpret_cast<void*>(lib.max_unpool2d),
                    reinterpret_cast<void*>(lib.max_unpool2d_backward_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool2d_backward)}) {
+                   reinterpret_cast<void*>(lib.max_unpool2d_backward),
+                   reinterpret_cast<void*>(lib.max_unpool3d_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_unpool3d),
+                   reinterpret_cast<void*>(lib.max_unpool3d_backward_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_unpool3d_backward)}) {
+    if (fn == nullptr) continue;  // an optional symbol this CANN lacks
     std::string file = FileOf(fn);
     bool seen = false;
     for (const std::string& f : opapi_files) seen = seen || f == file;

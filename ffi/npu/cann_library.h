@@ -16,6 +16,7 @@
 // ("provider") is opened: one already loaded in the process, else the first present of
 // libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
 // libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
+// It must have the aclnnMaxUnpool2d* entry points; the aclnnMaxUnpool3d* ones are optional.
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
@@ -52,6 +53,12 @@ struct CannLibrary {
   AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d_backward = nullptr;
+  // Optional: a CANN without the 3-D ops still loads and serves the 2-D ones; the 3-D
+  // handlers then say which symbols are missing.
+  MaxUnpool3dGetWorkspaceSizeFn max_unpool3d_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool3d = nullptr;
+  MaxUnpool3dBackwardGetWorkspaceSizeFn max_unpool3d_backward_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool3d_backward = nullptr;
 
   // aclGetRecentErrMsg(), or a note that it had none.
   std::string RecentErrorMessage() const;

@@ -1,5 +1,6 @@
-// The aclnn handlers (XLA FFI, typed API): (values, indices) -> out with the
-// `channels_last` attribute, the same calling convention as the CPU handlers.
+// The aclnn handlers (XLA FFI, typed API): (values, indices) -> out. The 2-D ones take the
+// `channels_last` attribute, the same calling convention as the CPU handlers; the 3-D
+// ones (MaxUnpool3d*) no attribute: channels-first (C, D, H, W) or (N, C, D, H, W) buffers.
 // *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.
 // *Host: host-emulation mode on the CPU platform: host memory, no stream (the CPU
 // platform has none to give), for testing against an emulated CANN.
@@ -13,5 +14,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost);
 
 }  // namespace jax_unpool::npu

@@ -6,8 +6,9 @@
   aclDestroyIntArray, aclDestroyAclOpExecutor, the shared state and the ``fakecann_*``
   test controls;
 - ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream;
-- ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the four aclnnMaxUnpool2d*
-  entry points; or, with ``layout``, the libraries of another CANN packaging (LAYOUTS).
+- ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the eight
+  aclnnMaxUnpool{2,3}d* entry points; or, with ``layout``, the libraries of another CANN
+  packaging, or of a CANN without the 3-D ops (LAYOUTS).
 
 Every library carries its file name as its SONAME, as real CANN's do, so that
 ``dlopen(name, RTLD_NOLOAD)`` finds an already loaded copy.
@@ -15,7 +16,7 @@ Every library carries its file name as its SONAME, as real CANN's do, so that
 libascendcl.so and the opapi library forward to the libnnopbase.so of their own
 directory, so all three share one state per output directory. A build is skipped when a
 stamp in ``out_dir`` matches the hash of the sources and options. Usable as a script:
-``python tests/fake_cann/build.py OUT_DIR [OPAPI_NAME]``.
+``python tests/fake_cann/build.py OUT_DIR [OPAPI_NAME | LAYOUT]``.
 """
 
 from __future__ import annotations
@@ -46,14 +47,20 @@ CXXFLAGS = (
 VERSION_SCRIPT = "{ global: acl*; fakecann_*; local: *; };\n"
 STAMP = ".fakecann-build"
 
-# Opapi libraries per CANN packaging: file name -> which aclnn entry points it exports
-# (bit 0: the forward's two, bit 1: the backward's two).
+# Which aclnn entry points an opapi library exports, as bits: the two functions of
+# aclnnMaxUnpool2d, of its backward, of aclnnMaxUnpool3d, of its backward.
+FWD2D, BWD2D, FWD3D, BWD3D = 1, 2, 4, 8
+ALL_OPS = FWD2D | BWD2D | FWD3D | BWD3D
+# Opapi libraries per CANN packaging: file name -> the entry points it exports.
 LAYOUTS = {
     # CANN 9.x: the ops split by domain, next to the deprecated all-in-one libopapi.so.
-    "split": {"libopapi.so": 3, "libopapi_math.so": 0, "libopapi_nn.so": 3,
+    "split": {"libopapi.so": ALL_OPS, "libopapi_math.so": 0, "libopapi_nn.so": ALL_OPS,
               "libopapi_cv.so": 0, "libopapi_transformer.so": 0},
     # CANN 8.x installed with --feature: a train/infer pair, no libopapi*.so.
-    "feature": {"libaclnn_ops_infer.so": 1, "libaclnn_ops_train.so": 2},
+    "feature": {"libaclnn_ops_infer.so": FWD2D | FWD3D,
+                "libaclnn_ops_train.so": BWD2D | BWD3D},
+    # A CANN whose op library has the 2-D ops but not aclnnMaxUnpool3d(Backward).
+    "no3d": {"libopapi.so": FWD2D | BWD2D},
 }
 OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
 
@@ -76,15 +83,15 @@ def build(
 
     ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
     "libopapi_nn.so" to test a loader's fallback; only that one is written).
-    ``layout`` ("split" or "feature", see LAYOUTS) writes that packaging's libraries
-    instead.
+    ``layout`` ("split", "feature" or "no3d", see LAYOUTS) writes that packaging's
+    libraries instead.
     ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
     """
     if "/" in opapi_name or not opapi_name.endswith(".so"):
         raise ValueError(f"opapi_name must be a plain .so file name, got {opapi_name!r}")
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {sorted(LAYOUTS)} or None, got {layout!r}")
-    opapis = LAYOUTS[layout] if layout else {opapi_name: 3}
+    opapis = LAYOUTS[layout] if layout else {opapi_name: ALL_OPS}
     out_dir = pathlib.Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cxx = _compiler()
@@ -145,7 +152,7 @@ def build(
 
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: build.py OUT_DIR [OPAPI_NAME | split | feature]")
+        sys.exit(f"usage: build.py OUT_DIR [OPAPI_NAME | {' | '.join(LAYOUTS)}]")
     arg = sys.argv[2] if len(sys.argv) == 3 else "libopapi.so"
     out = pathlib.Path(sys.argv[1])
     print(build(out, layout=arg) if arg in LAYOUTS else build(out, arg))

@@ -35,6 +35,7 @@ def _load_build():
 
 _BUILD = _load_build()
 build, LAYOUTS = _BUILD.build, _BUILD.LAYOUTS
+FWD2D, BWD2D, FWD3D, BWD3D = _BUILD.FWD2D, _BUILD.BWD2D, _BUILD.FWD3D, _BUILD.BWD3D
 
 FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
     0,
@@ -54,6 +55,10 @@ FWD_GWS = "aclnnMaxUnpool2dGetWorkspaceSize"
 FWD_RUN = "aclnnMaxUnpool2d"
 BWD_GWS = "aclnnMaxUnpool2dBackwardGetWorkspaceSize"
 BWD_RUN = "aclnnMaxUnpool2dBackward"
+FWD3D_GWS = "aclnnMaxUnpool3dGetWorkspaceSize"
+FWD3D_RUN = "aclnnMaxUnpool3d"
+BWD3D_GWS = "aclnnMaxUnpool3dBackwardGetWorkspaceSize"
+BWD3D_RUN = "aclnnMaxUnpool3dBackward"
 ACL_DTYPE = {
     np.dtype(np.float32): FLOAT,
     np.dtype(np.float16): FLOAT16,
@@ -119,6 +124,12 @@ class FakeCann:
             o, BWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE
         )
         self.bwd_run = _sig(o, BWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+        # 3-D: (self, indices, outputSize, stride, padding, outRef, ...) and
+        # (gradOutput, self, indices, outputSize, stride, padding, out, ...)
+        self.fwd3d_gws = _sig(o, FWD3D_GWS, c_int32, *[c_void_p] * 6, PU, PE)
+        self.fwd3d_run = _sig(o, FWD3D_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+        self.bwd3d_gws = _sig(o, BWD3D_GWS, c_int32, *[c_void_p] * 7, PU, PE)
+        self.bwd3d_run = _sig(o, BWD3D_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
         for name in (
             "live_objects",
             "live_tensors",
@@ -939,7 +950,8 @@ def check_layouts(fc):
     """The split (CANN 9.x) and --feature (8.x) packagings: which library exports which
     aclnn entry points; every library's SONAME is its file name."""
     del fc
-    symbols = {1: (FWD_GWS, FWD_RUN), 2: (BWD_GWS, BWD_RUN)}
+    symbols = {FWD2D: (FWD_GWS, FWD_RUN), BWD2D: (BWD_GWS, BWD_RUN),
+               FWD3D: (FWD3D_GWS, FWD3D_RUN), BWD3D: (BWD3D_GWS, BWD3D_RUN)}
     with tempfile.TemporaryDirectory() as tmp:
         for layout, libs in LAYOUTS.items():
             d = build(pathlib.Path(tmp) / layout, layout=layout)
@@ -951,6 +963,403 @@ def check_layouts(fc):
                     assert all(hasattr(lib, s) == bool(ops & bit) for s in names), (name, bit)
                 # DT_SONAME: dlopen by bare name with RTLD_NOLOAD finds the loaded copy.
                 assert b"\x00" + name.encode() + b"\x00" in (d / name).read_bytes()
+
+
+# ---- the MaxUnpool3d ops ----------------------------------------------------------------
+# Their checks, as aclnn_max_unpool3d{,_backward}.cpp and level2_base.h of hicann/ops-nn
+# make them: each refusal the real op makes is a 161002 (161001 for a null) here too.
+
+def forward_ref3d(x, idx, osz):
+    """Zeros, then out[v, idx[v, i]] = x[v, i] per leading index v, i flat over (D, H, W)."""
+    lead = x.shape[:-3]
+    out = np.zeros((int(np.prod(lead)), int(np.prod(osz))), x.dtype)
+    xf, jf = x.reshape(out.shape[0], -1), idx.reshape(out.shape[0], -1)
+    for p in range(xf.shape[0]):
+        for i in range(xf.shape[1]):
+            out[p, jf[p, i]] = xf[p, i]
+    return out.reshape(lead + tuple(osz))
+
+
+def backward_ref3d(g, idx):
+    gf = g.reshape(int(np.prod(g.shape[:-3])), -1)
+    jf = idx.reshape(gf.shape[0], -1)
+    return np.take_along_axis(gf, jf.astype(np.int64), axis=1).reshape(idx.shape)
+
+
+def _gws3d(fc, op, tensors, osz, stride, padding, ws, ex):
+    arrays = [_int_array(fc, a) for a in (osz, stride, padding)]
+    try:
+        if op == "forward":
+            return fc.fwd3d_gws(tensors[0], tensors[1], *arrays, tensors[2], ws, ex)
+        return fc.bwd3d_gws(*tensors[:3], *arrays, tensors[3], ws, ex)
+    finally:
+        fc.destroy(*arrays)
+
+
+def run_fwd3d(fc, x, idx, osz, out=None, *, stride=(1, 1, 1), padding=(0, 0, 0), x_t=None,
+              idx_t=None):
+    """Full 3-D forward cycle; returns (status at first failure, out array)."""
+    if out is None:
+        out = np.full(x.shape[:-3] + tuple(osz), 77, x.dtype)
+    ts = [x_t or fc.tensor(x), idx_t or fc.tensor(idx), fc.tensor(out)]
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = _gws3d(fc, "forward", ts, osz, stride, padding, ctypes.byref(ws), ctypes.byref(ex))
+        if rc != OK:
+            return rc, out
+        buf = np.zeros(max(ws.value, 1), np.uint8)
+        return fc.fwd3d_run(buf.ctypes.data if ws.value else None, ws.value, ex, None), out
+    finally:
+        fc.destroy(*ts)
+
+
+def broadcast_self(fc, shape, memory, dtype=None):
+    """`self` as jax-unpool's backward hands it over: `shape` over the first element of
+    `memory`, all strides 0 (the real op reads only its shape and dtype)."""
+    fc._keep.append(memory)
+    return fc.aclCreateTensor(_i64s(shape), len(shape),
+                              ACL_DTYPE[memory.dtype] if dtype is None else dtype,
+                              _i64s([0] * len(shape)), 0, ND, _i64s(memory.shape),
+                              memory.ndim, memory.ctypes.data)
+
+
+def run_bwd3d(fc, g, idx, osz=None, out=None, *, x=None, g_t=None):
+    """Full 3-D backward cycle, `self` a broadcast view of g unless x is given."""
+    osz = g.shape[-3:] if osz is None else osz
+    if out is None:
+        out = np.full(idx.shape, 77, g.dtype)
+    x_t = fc.tensor(x) if x is not None else broadcast_self(fc, idx.shape, g)
+    ts = [g_t or fc.tensor(g), x_t, fc.tensor(idx), fc.tensor(out)]
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = _gws3d(fc, "backward", ts, osz, (1, 1, 1), (0, 0, 0), ctypes.byref(ws),
+                    ctypes.byref(ex))
+        if rc != OK:
+            return rc, out
+        buf = np.zeros(max(ws.value, 1), np.uint8)
+        return fc.bwd3d_run(buf.ctypes.data if ws.value else None, ws.value, ex, None), out
+    finally:
+        fc.destroy(*ts)
+
+
+def check_3d_forward_values(fc):
+    live0 = fc.baseline()
+    rng = np.random.default_rng(3)
+    for shape, osz, idt, dt in [
+        ((2, 3, 2, 2, 3), (3, 4, 2), np.int32, np.float32),  # (N, C, D, H, W)
+        ((3, 2, 2, 3), (2, 2, 4), np.int64, np.float64),  # (N, D, H, W)
+        ((1, 2, 2, 2, 2), (2, 2, 2), np.int64, np.int8),  # oD*oH*oW == D*H*W
+        ((2, 1, 3, 1), (5, 1, 2), np.int32, np.uint8),
+        ((1, 2, 1, 2, 2), (2, 3, 1), np.int64, np.int16),
+    ]:
+        x = (rng.standard_normal(shape) * 50).astype(dt)
+        idx = rng.integers(0, np.prod(osz), size=shape).astype(idt)
+        rc, out = run_fwd3d(fc, x, idx, osz)
+        assert rc == OK, (shape, rc, fc.err())
+        np.testing.assert_array_equal(out, forward_ref3d(x, idx, osz))
+        assert fc.last_dtype(FWD3D_RUN.encode()) == ACL_DTYPE[np.dtype(dt)]
+        assert fc.last_indices_dtype(FWD3D_RUN.encode()) == ACL_DTYPE[np.dtype(idt)]
+    # Duplicates: the last flat position wins, unwritten positions are zero; stride and
+    # padding are validated only, so any valid values give the same result.
+    x = np.arange(1, 9, dtype=np.float32).reshape(1, 1, 2, 2, 2)
+    idx = np.array([5, 0, 5, 5, 1, 1, 8, 2], np.int64).reshape(x.shape)
+    expected = [2, 6, 8, 0, 0, 4, 0, 0, 7]
+    for stride, padding in [((1, 1, 1), (0, 0, 0)), ((2, 3, 4), (-1, 7, 0))]:
+        rc, out = run_fwd3d(fc, x, idx, (1, 3, 3), stride=stride, padding=padding)
+        assert rc == OK and out.ravel().tolist() == expected, (rc, fc.err(), out)
+    # Inputs may be strided views (outRef may not, see the 161002 checks).
+    xbase = rng.standard_normal((2, 3, 2, 2, 6)).astype(np.float32)
+    xs = xbase[:, 1:, :, :, ::2].transpose(1, 0, 2, 3, 4)  # (2, 2, 2, 2, 3)
+    ibase = rng.integers(0, 30, size=(2, 2, 2, 2, 3, 2)).astype(np.int32)
+    ids = ibase[..., 1]
+    rc, out = run_fwd3d(fc, xs, ids, (2, 3, 5), x_t=fc.tensor(xs, base=xbase),
+                        idx_t=fc.tensor(ids, base=ibase))
+    assert rc == OK, fc.err()
+    np.testing.assert_array_equal(out, forward_ref3d(np.ascontiguousarray(xs), ids, (2, 3, 5)))
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_3d_backward_values(fc):
+    live0 = fc.baseline()
+    rng = np.random.default_rng(4)
+    for shape, osz, dt in [
+        ((2, 3, 2, 2, 2), (3, 2, 4), np.float16),
+        ((3, 2, 1, 3), (2, 2, 4), np.int64),
+        ((1, 2, 2, 2, 2), (2, 2, 2), np.float64),
+        ((2, 1, 2, 2), (1, 3, 3), np.uint8),
+    ]:
+        g = (rng.standard_normal(shape[:-3] + osz) * 50).astype(dt)
+        idx = rng.integers(0, np.prod(osz), size=shape).astype(np.int64)
+        rc, out = run_bwd3d(fc, g, idx)
+        assert rc == OK, (shape, rc, fc.err())
+        np.testing.assert_array_equal(out, backward_ref3d(g, idx))
+    # A self of its own memory gives the same: its data is never read.
+    g = rng.standard_normal((1, 2, 2, 2, 3)).astype(np.float32)
+    idx = rng.integers(0, 12, size=(1, 2, 1, 2, 2)).astype(np.int64)
+    rc, out = run_bwd3d(fc, g, idx, x=np.full(idx.shape, np.nan, np.float32))
+    assert rc == OK and np.array_equal(out, backward_ref3d(g, idx))
+    # A strided gradOutput.
+    gbase = rng.standard_normal((2, 2, 3, 2, 8)).astype(np.float32)
+    gs = gbase[..., 1::2]  # (2, 2, 3, 2, 4)
+    idx = rng.integers(0, 24, size=(2, 2, 2, 1, 2)).astype(np.int64)
+    rc, out = run_bwd3d(fc, gs, idx, x=np.zeros(idx.shape, np.float32),
+                        g_t=fc.tensor(gs, base=gbase))
+    assert rc == OK, fc.err()
+    np.testing.assert_array_equal(out, backward_ref3d(np.ascontiguousarray(gs), idx))
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_3d_nullptr_161001(fc):
+    live0 = fc.baseline()
+    x, idx = np.zeros((1, 1, 2, 2, 2), np.float32), np.zeros((1, 1, 2, 2, 2), np.int64)
+    out, g = np.zeros((1, 1, 2, 2, 3), np.float32), np.zeros((1, 1, 2, 2, 3), np.float32)
+    ws, ex = c_uint64(), c_void_p()
+    arrays = [_int_array(fc, a) for a in ((2, 2, 3), (1, 1, 1), (0, 0, 0))]
+    fwd = [fc.tensor(x), fc.tensor(idx), *arrays, fc.tensor(out), ctypes.byref(ws),
+           ctypes.byref(ex)]
+    names = ["self", "indices", "outputSize", "stride", "padding", "outRef"]
+    for i, name in enumerate(names):
+        args = list(fwd)
+        args[i] = None
+        assert fc.fwd3d_gws(*args) == NULLPTR, i
+        assert name + " is nullptr" in fc.err()
+    bwd = [fc.tensor(g), fc.tensor(x), fc.tensor(idx), *arrays, fc.tensor(np.zeros_like(x)),
+           ctypes.byref(ws), ctypes.byref(ex)]
+    for i, name in enumerate(["gradOutput", *names[:5], "out"]):
+        args = list(bwd)
+        args[i] = None
+        assert fc.bwd3d_gws(*args) == NULLPTR, i
+        assert name + " is nullptr" in fc.err()
+    # workspaceSize and executor are checked first (OP_CHECK_COMM_INPUT).
+    for gws, args in ((fc.fwd3d_gws, fwd), (fc.bwd3d_gws, bwd)):
+        for k in (-1, -2):
+            bad = [None, *args[1:]]
+            bad[k] = None
+            assert gws(*bad) == NULLPTR and "workspaceSize or executor" in fc.err()
+    assert fc.live_executors() == 0
+    assert fc.fwd3d_run(None, 0, None, None) == NULLPTR and "executor is nullptr" in fc.err()
+    assert fc.bwd3d_run(None, 0, None, None) == NULLPTR
+    fc.destroy(*fwd[:2], fwd[5], *bwd[:3], bwd[6], *arrays)
+    assert fc.live_objects() == live0
+
+
+def _gws3d_invalid(fc, op, arrays, osz, stride=(1, 1, 1), padding=(0, 0, 0), *, dtypes=(),
+                   out_view=None, fmt=ND):
+    """GetWorkspaceSize of `op` on numpy arrays (forward: x, idx, out; backward: g, x, idx,
+    out); `dtypes` overrides their aclDataTypes (None keeps one); `out_view` = (view,
+    base) describes out as a strided view. Returns (status, message, ws, executor)."""
+    dtypes = list(dtypes) + [None] * (len(arrays) - len(dtypes))
+    ts = [fc.tensor(a, dtype=d, fmt=fmt if k == 0 else ND)
+          for k, (a, d) in enumerate(zip(arrays[:-1], dtypes))]
+    view, base = out_view if out_view else (arrays[-1], None)
+    ts.append(fc.tensor(view, dtype=dtypes[-1], base=base))
+    ws, ex = c_uint64(12345), c_void_p()
+    rc = _gws3d(fc, op, ts, osz, stride, padding, ctypes.byref(ws), ctypes.byref(ex))
+    msg = fc.err()
+    if rc == OK:
+        fc.aclDestroyAclOpExecutor(ex)
+    fc.destroy(*ts)
+    return rc, msg, ws.value, ex.value
+
+
+def _assert_refused(fc, op, cases):
+    for name, arrays, osz, kw, word in cases:
+        rc, msg, ws, ex = _gws3d_invalid(fc, op, arrays, osz, **kw)
+        assert rc == INVALID, (name, rc, msg)
+        assert msg and word in msg and "161002" in msg, (name, msg)
+        assert ws == 12345 and ex is None, name  # outputs untouched on failure
+
+
+def check_3d_forward_param_invalid_161002(fc):
+    live0 = fc.baseline()
+    f32, i32, i64 = np.float32, np.int32, np.int64
+    z = np.zeros
+    X, O = (1, 2, 2, 2, 2), (1, 2, 2, 2, 3)  # indices: X
+    osz = (2, 2, 3)
+    obase = z((1, 2, 2, 2, 6), f32)
+    cases = [
+        ("outRef strided", (z(X, f32), z(X, i32), None), osz,
+         {"out_view": (obase[..., ::2], obase)}, "outRef must be contiguous"),
+        ("outRef strided before dtype", (z(X, f32), z(X, i32), None), osz,
+         {"dtypes": (BOOL, None, BOOL), "out_view": (obase[..., ::2], obase)},
+         "contiguous"),
+        ("bool", (z(X, np.bool_), z(X, i32), z(O, np.bool_)), osz, {}, "BOOL"),
+        ("bf16", (z(X, np.int16), z(X, i32), z(O, np.int16)), osz,
+         {"dtypes": (BF16, None, BF16)}, "BF16"),
+        ("outRef dtype", (z(X, f32), z(X, i32), z(O, np.float64)), osz, {}, "outRef dtype"),
+        ("indices int16", (z(X, f32), z(X, np.int16), z(O, f32)), osz, {}, "INT32 or INT64"),
+        ("indices float", (z(X, f32), z(X, f32), z(O, f32)), osz, {}, "INT32 or INT64"),
+        ("dtype before rank", (z((2, 2, 2), np.bool_), z((2, 2, 2), i32),
+                               z((2, 2, 3), np.bool_)), osz, {}, "BOOL"),
+        ("rank 3", (z((2, 2, 2), f32), z((2, 2, 2), i32), z((2, 2, 3), f32)), osz, {},
+         "4d or 5d"),
+        ("rank 6", (z((1, *X), f32), z((1, *X), i32), z((1, *O), f32)), osz, {}, "4d or 5d"),
+        ("indices rank", (z(X, f32), z(X[1:], i32), z(O, f32)), osz, {}, "indices rank"),
+        ("indices shape", (z(X, f32), z((1, 2, 2, 2, 1), i32), z(O, f32)), osz, {},
+         "indices shape"),
+        ("C empty", (z((1, 0, 2, 2, 2), f32), z((1, 0, 2, 2, 2), i32), z((1, 0, 2, 2, 3), f32)),
+         osz, {}, "non-zero size for non-batch"),
+        ("D empty rank 4", (z((2, 0, 2, 2), f32), z((2, 0, 2, 2), i32), z((2, 2, 2, 3), f32)),
+         osz, {}, "non-zero size for non-batch"),
+        ("outputSize len 2", (z(X, f32), z(X, i32), z(O, f32)), (4, 3), {},
+         "three elements (depth, height, width) in outputSize"),
+        ("outputSize len 4", (z(X, f32), z(X, i32), z(O, f32)), (1, 2, 2, 3), {},
+         "in outputSize"),
+        ("stride len 2", (z(X, f32), z(X, i32), z(O, f32)), osz, {"stride": (1, 1)},
+         "in stride"),
+        ("padding len 4", (z(X, f32), z(X, i32), z(O, f32)), osz, {"padding": (0,) * 4},
+         "in padding"),
+        ("stride 0", (z(X, f32), z(X, i32), z(O, f32)), osz, {"stride": (1, 0, 1)},
+         "stride[1] should be greater than zero"),
+        ("stride < 0", (z(X, f32), z(X, i32), z(O, f32)), osz, {"stride": (-2, 1, 1)},
+         "stride[0]"),
+        ("outputSize 0", (z(X, f32), z(X, i32), z((1, 2, 2, 0, 3), f32)), (2, 0, 3), {},
+         "outputSize[1] should be greater than zero"),
+        ("smaller volume", (z(X, f32), z(X, i32), z((1, 2, 1, 1, 7), f32)), (1, 1, 7), {},
+         "should be greater than or equal to self of size 2 x 2 x 2"),
+        ("outRef rank", (z(X, f32), z(X, i32), z(O[1:], f32)), osz, {}, "outRef rank"),
+        ("outRef N", (z(X, f32), z(X, i32), z((2, *O[1:]), f32)), osz, {}, "outRef N and C"),
+        ("outRef C", (z(X, f32), z(X, i32), z((1, 3, *O[2:]), f32)), osz, {},
+         "outRef N and C"),
+        ("outRef C rank 4", (z(X[1:], f32), z(X[1:], i32), z((3, *O[2:]), f32)), osz, {},
+         "outRef N and C"),
+        ("outRef volume", (z(X, f32), z(X, i32), z((1, 2, 3, 2, 2), f32)), osz, {},
+         "outRef D, H, W [3, 2, 2] must equal outputSize [2, 2, 3]"),
+        ("format NCHW", (z(X, f32), z(X, i32), z(O, f32)), osz, {"fmt": NCHW},
+         "format must be ND"),
+    ]
+    _assert_refused(fc, "forward", [(n, a[:2] + (a[2] if a[2] is not None else z(O, f32),), o,
+                                     kw, w) for n, a, o, kw, w in cases])
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+    # Accepted: every listed dtype, INT32 and INT64 indices, ranks 4 and 5, any padding
+    # values (only their count is checked), a one-element outRef of any strides.
+    for dt in (np.float32, np.float16, np.int8, np.uint8, np.int16, np.int32, np.int64,
+               np.float64):
+        for it in (i32, i64):
+            for x, o in ((X, O), (X[1:], O[1:])):
+                rc, msg, _, _ = _gws3d_invalid(fc, "forward", (z(x, dt), z(x, it), z(o, dt)),
+                                               osz, padding=(-3, 9, 0))
+                assert rc == OK, (dt, it, x, msg)
+    assert fc.live_objects() == live0
+
+
+def check_3d_backward_param_invalid_161002(fc):
+    live0 = fc.baseline()
+    f32, i64 = np.float32, np.int64
+    z = np.zeros
+    G, X = (1, 2, 2, 2, 3), (1, 2, 2, 2, 2)
+    osz = (2, 2, 3)
+    obase = z((1, 2, 2, 2, 4), f32)
+
+    def ok(**over):  # a valid call's arrays with some replaced: g, x, idx, out
+        a = {"g": z(G, f32), "x": z(X, f32), "idx": z(X, i64), "out": z(X, f32), **over}
+        return (a["g"], a["x"], a["idx"], a["out"])
+
+    cases = [
+        ("out strided", ok(), osz, {"out_view": (obase[..., ::2], obase)},
+         "out must be contiguous"),
+        ("gradOutput bool", ok(g=z(G, np.bool_), x=z(X, np.bool_), out=z(X, np.bool_)), osz,
+         {}, "gradOutput dtype BOOL"),
+        ("gradOutput bf16", ok(g=z(G, np.int16), x=z(X, np.int16), out=z(X, np.int16)), osz,
+         {"dtypes": (BF16, BF16, None, BF16)}, "BF16"),
+        ("self bool", ok(x=z(X, np.bool_)), osz, {}, "self dtype BOOL"),
+        ("out uint16", ok(out=z(X, np.int16)), osz, {"dtypes": (None, None, None, 7)},
+         "out dtype UINT16"),
+        ("self dtype", ok(x=z(X, np.float64)), osz, {}, "self dtype DOUBLE (11) must equal"),
+        ("out dtype", ok(out=z(X, np.float16)), osz, {}, "out dtype FLOAT16 (1) must equal"),
+        ("indices int32", ok(idx=z(X, np.int32)), osz, {}, "must be INT64"),
+        ("indices float", ok(idx=z(X, f32)), osz, {}, "must be INT64"),
+        ("rank 3", ok(g=z(G[2:], f32), x=z(X[2:], f32), idx=z(X[2:], i64), out=z(X[2:], f32)),
+         osz, {}, "4d or 5d"),
+        ("indices rank", ok(idx=z(X[1:], i64)), osz, {}, "indices rank 4"),
+        ("out rank", ok(out=z(X[1:], f32)), osz, {}, "out rank 4"),
+        ("indices shape", ok(idx=z((1, 2, 2, 1, 2), i64)), osz, {}, "indices shape"),
+        ("out shape", ok(out=z((1, 2, 2, 1, 2), f32)), osz, {}, "out shape"),
+        ("H empty", ok(x=z((1, 2, 2, 0, 2), f32), idx=z((1, 2, 2, 0, 2), i64),
+                       out=z((1, 2, 2, 0, 2), f32)), osz, {}, "non-zero size for non-batch"),
+        ("outputSize len", ok(), (2, 6), {}, "in outputSize"),
+        ("stride len", ok(), osz, {"stride": (1, 1, 1, 1)}, "in stride"),
+        ("padding len", ok(), osz, {"padding": (0,)}, "in padding"),
+        ("stride 0", ok(), osz, {"stride": (1, 1, 0)}, "stride[2]"),
+        # Unlike the 2-D backward, the 3-D one shares the forward's volume rule.
+        ("smaller volume", ok(g=z((1, 2, 1, 1, 7), f32)), (1, 1, 7), {},
+         "greater than or equal to self"),
+        ("gradOutput rank", ok(g=z(G[1:], f32)), osz, {}, "gradOutput rank 4"),
+        ("gradOutput N", ok(g=z((2, *G[1:]), f32)), osz, {}, "gradOutput N and C"),
+        ("gradOutput C", ok(g=z((1, 1, *G[2:]), f32)), osz, {}, "gradOutput N and C"),
+        ("gradOutput volume", ok(g=z((1, 2, 3, 2, 2), f32)), osz, {}, "gradOutput D, H, W"),
+        ("format", ok(), osz, {"fmt": NCHW}, "format must be ND"),
+    ]
+    _assert_refused(fc, "backward", cases)
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+    for dt in (np.float32, np.float16, np.int8, np.uint8, np.int16, np.int32, np.int64,
+               np.float64):
+        for g, x in ((G, X), (G[1:], X[1:])):
+            arrays = (z(g, dt), z(x, dt), z(x, i64), z(x, dt))
+            rc, msg, _, _ = _gws3d_invalid(fc, "backward", arrays, osz)
+            assert rc == OK, (dt, x, msg)
+    assert fc.live_objects() == live0
+
+
+def check_3d_empty_and_workspace(fc):
+    """An empty batch: workspace 0, and the launch takes a null workspace. Otherwise the
+    size depends on the problem and differs from every other op's."""
+    live0 = fc.baseline()
+    x = np.zeros((0, 2, 2, 2, 2), np.float32)
+    rc, out = run_fwd3d(fc, x, np.zeros(x.shape, np.int64), (2, 2, 2))
+    assert rc == OK and out.shape == (0, 2, 2, 2, 2) and fc.last_workspace_size() == 0
+    g = np.zeros((0, 2, 2, 2, 2), np.float32)
+    rc, out = run_bwd3d(fc, g, np.zeros(x.shape, np.int64), x=x)
+    assert rc == OK and fc.last_workspace_size() == 0
+    sizes = set()
+    for shape in ((1, 1, 2, 2, 2), (2, 3, 2, 2, 2)):
+        x = np.ones(shape, np.float32)
+        assert run_fwd3d(fc, x, np.zeros(shape, np.int64), (2, 2, 2))[0] == OK
+        sizes.add(fc.last_workspace_size())
+        g = np.ones(shape, np.float32)
+        assert run_bwd3d(fc, g, np.zeros(shape, np.int64))[0] == OK
+        sizes.add(fc.last_workspace_size())
+    assert run_fwd(fc, SEED_SELF, SEED_IDX, (3, 3))[0] == OK
+    sizes.add(fc.last_workspace_size())
+    assert len(sizes) == 5 and 0 not in sizes, sizes
+    assert fc.live_objects() == live0
+
+
+def check_3d_index_out_of_range(fc):
+    live0 = fc.baseline()
+    x = np.arange(16, dtype=np.float32).reshape(2, 1, 2, 2, 2)
+    for bad in (18, -1):
+        idx = np.arange(16, dtype=np.int64).reshape(x.shape) % 8
+        idx[1, 0, 1, 0, 1] = bad
+        rc, out = run_fwd3d(fc, x, idx, (2, 3, 3))
+        assert rc == RUNTIME, rc
+        msg = fc.err()
+        assert f"index {bad}" in msg and "(n=1, c=0, i=5)" in msg, msg
+        assert "[0, 18) for outputSize (2, 3, 3)" in msg and (out == 77).all(), msg
+        rc, out = run_bwd3d(fc, np.ones((2, 1, 2, 3, 3), np.float32), idx)
+        assert rc == RUNTIME and f"index {bad}" in fc.err() and (out == 77).all()
+    assert fc.live_objects() == live0 and fc.live_executors() == 0
+
+
+def check_3d_executors_are_their_own(fc):
+    """A 3-D executor runs only under its own op's launch, and the reverse."""
+    live0 = fc.baseline()
+    x, idx = np.ones((1, 1, 2, 2, 2), np.float32), np.zeros((1, 1, 2, 2, 2), np.int64)
+    out = np.zeros((1, 1, 2, 2, 2), np.float32)
+    for wrong_run in (fc.fwd_run, fc.bwd3d_run):
+        ts = [fc.tensor(x), fc.tensor(idx), fc.tensor(out)]
+        ws, ex = c_uint64(), c_void_p()
+        rc = _gws3d(fc, "forward", ts, (2, 2, 2), (1, 1, 1), (0, 0, 0), ctypes.byref(ws),
+                    ctypes.byref(ex))
+        fc.destroy(*ts)
+        assert rc == OK
+        buf = np.zeros(ws.value, np.uint8)
+        assert wrong_run(buf.ctypes.data, ws.value, ex, None) == INVALID
+        assert FWD3D_GWS in fc.err() and fc.live_executors() == 0
+    ws, ex, _ = _fwd_executor(fc, [])
+    buf = np.zeros(ws, np.uint8)
+    assert fc.fwd3d_run(buf.ctypes.data, ws, ex, None) == INVALID and FWD_GWS in fc.err()
+    assert fc.live_objects() == live0
 
 
 ALL_CHECKS = [
@@ -976,6 +1385,14 @@ ALL_CHECKS = [
     check_int64_indices_only,
     check_current_context,
     check_layouts,
+    check_3d_forward_values,
+    check_3d_backward_values,
+    check_3d_nullptr_161001,
+    check_3d_forward_param_invalid_161002,
+    check_3d_backward_param_invalid_161002,
+    check_3d_empty_and_workspace,
+    check_3d_index_out_of_range,
+    check_3d_executors_are_their_own,
 ]
 
 

@@ -3,7 +3,8 @@
 // (fakecann_*), and the implementations that libascendcl.so and libopapi.so forward to.
 //
 // The emulator's purpose is to catch a wrong caller: every documented argument check of
-// the two aclnn ops is enforced with the documented status code, objects are tracked so
+// the four aclnn ops (MaxUnpool2d, MaxUnpool3d and their backwards) is enforced with the
+// documented status code, objects are tracked so
 // leaks and double destroys are visible, executors are single-use, and the workspace must
 // be exactly the size GetWorkspaceSize returned (it is overwritten with a canary).
 #include <algorithm>
@@ -35,11 +36,11 @@ struct aclIntArray {
   std::vector<int64_t> values;
 };
 
-enum class Op { kForward, kBackward };
+enum class Op { kForward, kBackward, kForward3d, kBackward3d };
 
 struct aclOpExecutor {
   Op op = Op::kForward;
-  // Forward: self, indices, out. Backward: gradOutput, self, indices, out.
+  // Forwards: self, indices, out. Backwards: gradOutput, self, indices, out.
   std::vector<aclTensor> tensors;
   std::vector<int64_t> output_size;
   uint64_t workspace_size = 0;
@@ -52,6 +53,27 @@ constexpr const char *kFwdGws = "aclnnMaxUnpool2dGetWorkspaceSize";
 constexpr const char *kFwdRun = "aclnnMaxUnpool2d";
 constexpr const char *kBwdGws = "aclnnMaxUnpool2dBackwardGetWorkspaceSize";
 constexpr const char *kBwdRun = "aclnnMaxUnpool2dBackward";
+constexpr const char *kFwd3dGws = "aclnnMaxUnpool3dGetWorkspaceSize";
+constexpr const char *kFwd3dRun = "aclnnMaxUnpool3d";
+constexpr const char *kBwd3dGws = "aclnnMaxUnpool3dBackwardGetWorkspaceSize";
+constexpr const char *kBwd3dRun = "aclnnMaxUnpool3dBackward";
+
+bool is_forward(Op op) { return op == Op::kForward || op == Op::kForward3d; }
+// 2 for the MaxUnpool2d ops, 3 for the MaxUnpool3d ones.
+int spatial_rank(Op op) { return op == Op::kForward || op == Op::kBackward ? 2 : 3; }
+const char *gws_name(Op op) {
+  switch (op) {
+    case Op::kForward:
+      return kFwdGws;
+    case Op::kBackward:
+      return kBwdGws;
+    case Op::kForward3d:
+      return kFwd3dGws;
+    case Op::kBackward3d:
+      return kBwd3dGws;
+  }
+  return "?";
+}
 
 constexpr int kMaxDims = 8;
 // Destroyed objects are kept (not freed) for this many further destroys, so a second
@@ -325,6 +347,7 @@ bool forward_dtype_ok(aclDataType dt) {
 }
 constexpr const char *kForwardDtypes = "FLOAT, FLOAT16, INT8, INT16, INT32, INT64, UINT8, DOUBLE";
 
+// Also the list of both MaxUnpool3d ops (aclnn_max_unpool3d{,_backward}.cpp).
 bool backward_dtype_ok(aclDataType dt) { return forward_dtype_ok(dt) || dt == kBool; }
 constexpr const char *kBackwardDtypes =
     "FLOAT, FLOAT16, DOUBLE, INT32, INT64, INT16, INT8, UINT8, BOOL";
@@ -498,11 +521,178 @@ Failure validate_backward(const aclTensor &grad, const aclTensor &self, const ac
       {{"gradOutput", &grad}, {"self", &self}, {"indices", &indices}, {"out", &out}});
 }
 
+// ---- the MaxUnpool3d ops ----------------------------------------------------------------
+// The checks of aclnn_max_unpool3d.cpp / aclnn_max_unpool3d_backward.cpp and
+// CheckInpuNullTensorMaxUnPool3D / CheckIntArrayShapeMaxUnPool3D (level2_base.h) of
+// hicann/ops-nn, in their order, then the emulator's own (format, memory). self is
+// (N, D, H, W) or (N, C, D, H, W): a rank-4 tensor has one channel per leading index.
+
+// op::IsContiguous of CANN's opbase: row-major strides for the view's dims, dims of size 1
+// skipped; an empty or one-element view always is. The offset is not looked at.
+bool is_contiguous(const aclTensor &t) {
+  if (numel(t.view) <= 1) return true;
+  int64_t expected = 1;
+  for (size_t i = t.view.size(); i-- > 0;) {
+    if (t.view[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.view[i];
+  }
+  return true;
+}
+
+Failure check_contiguous(const char *name, const aclTensor &t) {
+  if (is_contiguous(t)) return {};
+  return invalid(strf("%s must be contiguous, got shape %s strides %s", name,
+                      shape_str(t.view).c_str(), shape_str(t.strides).c_str()));
+}
+
+// CheckShape's rank rule, for self.
+Failure check_rank_3d(const aclTensor &self) {
+  const size_t rank = self.view.size();
+  if (rank == 4 || rank == 5) return {};
+  return invalid(strf("Input to max_unpooling3d should be a 4d or 5d Tensor, but got a tensor "
+                      "with dim %zu: self shape %s",
+                      rank, shape_str(self.view).c_str()));
+}
+
+Failure check_same_shape(const char *name, const aclTensor &t, const aclTensor &self) {
+  if (t.view.size() != self.view.size())
+    return invalid(strf("%s rank %zu must equal self rank %zu", name, t.view.size(),
+                        self.view.size()));
+  if (t.view != self.view)
+    return invalid(std::string(name) + " shape " + shape_str(t.view) + " must equal self shape " +
+                   shape_str(self.view));
+  return {};
+}
+
+// CheckInpuNullTensorMaxUnPool3D: every dim of self but the first > 0.
+Failure check_volumes_not_empty(const aclTensor &self) {
+  for (size_t i = 1; i < self.view.size(); ++i)
+    if (self.view[i] <= 0)
+      return invalid(strf("max_unpool3d(): Expected input to have non-zero size for non-batch "
+                          "dimensions, but self has shape %s with dimension %zu being empty",
+                          shape_str(self.view).c_str(), i));
+  return {};
+}
+
+// The last three dims.
+std::vector<int64_t> volume_dims(const std::vector<int64_t> &dims) {
+  return {dims.end() - 3, dims.end()};
+}
+
+// CheckIntArrayShapeMaxUnPool3D: three elements each; stride and outputSize > 0 (padding's
+// values are not looked at); the output volume at least self's.
+Failure check_int_arrays_3d(const aclTensor &self, const std::vector<int64_t> &osz,
+                            const std::vector<int64_t> &stride,
+                            const std::vector<int64_t> &padding) {
+  for (const auto &[name, a] : {std::pair<const char *, const std::vector<int64_t> *>{
+                                    "outputSize", &osz},
+                                {"stride", &stride},
+                                {"padding", &padding}})
+    if (a->size() != 3)
+      return invalid(strf("There should be exactly three elements (depth, height, width) in "
+                          "%s, but got %zu elements: %s",
+                          name, a->size(), shape_str(*a).c_str()));
+  for (size_t i = 0; i < 3; ++i) {
+    if (stride[i] <= 0)
+      return invalid(strf("stride[%zu] should be greater than zero, but got %lld", i,
+                          (long long)stride[i]));
+    if (osz[i] <= 0)
+      return invalid(strf("outputSize[%zu] should be greater than zero, but got %lld", i,
+                          (long long)osz[i]));
+  }
+  const auto v = volume_dims(self.view);
+  if (osz[0] * osz[1] * osz[2] < v[0] * v[1] * v[2])
+    return invalid(strf("The output dimensions are of size %lld x %lld x %lld, should be "
+                        "greater than or equal to self of size %lld x %lld x %lld",
+                        (long long)osz[0], (long long)osz[1], (long long)osz[2],
+                        (long long)v[0], (long long)v[1], (long long)v[2]));
+  return {};
+}
+
+// `t` (outRef, gradOutput) against self: its rank, N and C (rank 5; rank 4: the first dim)
+// and a volume of outputSize.
+Failure check_volumes_of_output_size(const char *name, const aclTensor &t, const aclTensor &self,
+                                     const std::vector<int64_t> &osz) {
+  const size_t rank = self.view.size();
+  if (t.view.size() != rank)
+    return invalid(strf("%s rank %zu must equal self rank %zu: %s shape %s", name,
+                        t.view.size(), rank, name, shape_str(t.view).c_str()));
+  const std::vector<int64_t> lead(t.view.begin(), t.view.end() - 3);
+  const std::vector<int64_t> self_lead(self.view.begin(), self.view.end() - 3);
+  if (lead != self_lead)
+    return invalid(strf("%s N and C %s must equal self's %s", name, shape_str(lead).c_str(),
+                        shape_str(self_lead).c_str()));
+  if (volume_dims(t.view) != osz)
+    return invalid(strf("%s D, H, W %s must equal outputSize %s", name,
+                        shape_str(volume_dims(t.view)).c_str(), shape_str(osz).c_str()));
+  return {};
+}
+
+Failure validate_forward_3d(const aclTensor &self, const aclTensor &indices,
+                            const std::vector<int64_t> &osz, const std::vector<int64_t> &stride,
+                            const std::vector<int64_t> &padding, const aclTensor &out) {
+  if (Failure f = check_contiguous("outRef", out)) return f;
+  if (!forward_dtype_ok(self.dtype))
+    return invalid("self dtype " + dtype_str(self.dtype) +
+                   " is not supported; supported: " + kForwardDtypes);
+  if (out.dtype != self.dtype)
+    return invalid("outRef dtype " + dtype_str(out.dtype) + " must equal self dtype " +
+                   dtype_str(self.dtype));
+  if (indices.dtype != kInt32 && indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT32 or INT64");
+  if (Failure f = check_rank_3d(self)) return f;
+  if (Failure f = check_same_shape("indices", indices, self)) return f;
+  if (Failure f = check_volumes_not_empty(self)) return f;
+  if (Failure f = check_int_arrays_3d(self, osz, stride, padding)) return f;
+  if (Failure f = check_volumes_of_output_size("outRef", out, self, osz)) return f;
+  if (Failure f = check_format({{"self", &self}, {"indices", &indices}, {"outRef", &out}}))
+    return f;
+  return check_memory({{"self", &self}, {"indices", &indices}, {"outRef", &out}});
+}
+
+Failure validate_backward_3d(const aclTensor &grad, const aclTensor &self,
+                             const aclTensor &indices, const std::vector<int64_t> &osz,
+                             const std::vector<int64_t> &stride,
+                             const std::vector<int64_t> &padding, const aclTensor &out) {
+  if (Failure f = check_contiguous("out", out)) return f;
+  for (const auto &[name, t] : {NamedTensor{"gradOutput", &grad}, NamedTensor{"self", &self},
+                                NamedTensor{"out", &out}})
+    if (!forward_dtype_ok(t->dtype))
+      return invalid(std::string(name) + " dtype " + dtype_str(t->dtype) +
+                     " is not supported; supported: " + kForwardDtypes);
+  for (const auto &[name, t] : {NamedTensor{"self", &self}, NamedTensor{"out", &out}})
+    if (t->dtype != grad.dtype)
+      return invalid(std::string(name) + " dtype " + dtype_str(t->dtype) +
+                     " must equal gradOutput dtype " + dtype_str(grad.dtype));
+  if (indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) +
+                   " must be INT64 (aclnnMaxUnpool3dBackward takes no INT32)");
+  if (Failure f = check_rank_3d(self)) return f;
+  if (indices.view.size() != self.view.size() || out.view.size() != self.view.size())
+    return invalid(strf("indices rank %zu and out rank %zu must equal self rank %zu",
+                        indices.view.size(), out.view.size(), self.view.size()));
+  if (Failure f = check_same_shape("indices", indices, self)) return f;
+  if (Failure f = check_same_shape("out", out, self)) return f;
+  if (Failure f = check_volumes_not_empty(self)) return f;
+  if (Failure f = check_int_arrays_3d(self, osz, stride, padding)) return f;
+  if (Failure f = check_volumes_of_output_size("gradOutput", grad, self, osz)) return f;
+  const std::vector<NamedTensor> all = {
+      {"gradOutput", &grad}, {"self", &self}, {"indices", &indices}, {"out", &out}};
+  if (Failure f = check_format(all)) return f;
+  return check_memory(all);
+}
+
 // Size-dependent (so a hard-coded size is caught) and different per op (so mixing up the
-// two ops' sizes is caught); capped so the canary fill stays cheap.
-uint64_t workspace_size_for(Op op, const aclTensor &indices) {
+// ops' sizes is caught); capped so the canary fill stays cheap.
+// The MaxUnpool3d ops return 0 for an empty self (forward) or gradOutput (backward), as
+// the real ones do before building any kernel.
+uint64_t workspace_size_for(Op op, const std::vector<aclTensor> &tensors) {
+  if (spatial_rank(op) == 3 && numel(tensors[0].view) == 0) return 0;
+  const aclTensor &indices = tensors[is_forward(op) ? 1 : 2];
   const uint64_t data = std::min<uint64_t>(uint64_t(numel(indices.view)) * 4, uint64_t{1} << 20);
-  return (op == Op::kForward ? 64 : 96) + (data + 31) / 32 * 32;
+  const uint64_t base[] = {64, 96, 128, 160};  // per Op
+  return base[static_cast<int>(op)] + (data + 31) / 32 * 32;
 }
 
 // ---- GetWorkspaceSize -----------------------------------------------------------------
@@ -512,10 +702,16 @@ struct TensorArg {
   const aclTensor *ptr;
 };
 
-// Shared by both ops: nullptr checks (documented order), liveness, validation, executor.
+struct IntArrayArg {
+  const char *name;
+  const aclIntArray *ptr;
+};
+
+// Shared by the ops: nullptr checks (each op's order), liveness, validation, executor.
+// `arrays`: outputSize first, then (3-D ops) stride and padding.
 int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &inputs,
-                           const aclIntArray *output_size, aclTensor *out, uint64_t *workspace_size,
-                           aclOpExecutor **executor) {
+                           const std::vector<IntArrayArg> &arrays, TensorArg out,
+                           uint64_t *workspace_size, aclOpExecutor **executor) {
   int32_t injected_status;
   if (take_injected(fn, &injected_status)) return injected_status;
   State &s = state();
@@ -529,15 +725,19 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
     if (ix != s.live.end() && ix->second == kTensor)
       s.last_indices_dtype[fn] = inputs.back().ptr->dtype;
   }
+  // The 3-D ops check these two first (OP_CHECK_COMM_INPUT), the 2-D ones last.
+  if (spatial_rank(op) == 3 && (!workspace_size || !executor))
+    return fail(fn, kErrParamNullptr, "The workspaceSize or executor is nullptr");
   for (const auto &[name, ptr] : inputs)
     if (!ptr) return fail(fn, kErrParamNullptr, strf("%s is nullptr", name));
-  if (!output_size) return fail(fn, kErrParamNullptr, "outputSize is nullptr");
-  if (!out) return fail(fn, kErrParamNullptr, "out is nullptr");
+  for (const auto &[name, ptr] : arrays)
+    if (!ptr) return fail(fn, kErrParamNullptr, strf("%s is nullptr", name));
+  if (!out.ptr) return fail(fn, kErrParamNullptr, strf("%s is nullptr", out.name));
   if (!workspace_size) return fail(fn, kErrParamNullptr, "workspaceSize is nullptr");
   if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
 
   std::vector<aclTensor> tensors;  // copies: inputs..., out
-  std::vector<int64_t> osz;
+  std::vector<std::vector<int64_t>> values;  // of `arrays`
   std::string bad;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -549,21 +749,35 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
     };
     for (const auto &[name, ptr] : inputs)
       if (live_as(ptr, kTensor, name)) tensors.push_back(*ptr);
-    if (live_as(output_size, kIntArray, "outputSize")) osz = output_size->values;
-    if (live_as(out, kTensor, "out")) tensors.push_back(*out);
+    for (const auto &[name, ptr] : arrays)
+      if (live_as(ptr, kIntArray, name)) values.push_back(ptr->values);
+    if (live_as(out.ptr, kTensor, out.name)) tensors.push_back(*out.ptr);
   }
   if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
 
-  const Failure f = op == Op::kForward
-                        ? validate_forward(tensors[0], tensors[1], osz, tensors[2])
-                        : validate_backward(tensors[0], tensors[1], tensors[2], osz, tensors[3]);
+  const auto &t = tensors;
+  Failure f;
+  switch (op) {
+    case Op::kForward:
+      f = validate_forward(t[0], t[1], values[0], t[2]);
+      break;
+    case Op::kBackward:
+      f = validate_backward(t[0], t[1], t[2], values[0], t[3]);
+      break;
+    case Op::kForward3d:
+      f = validate_forward_3d(t[0], t[1], values[0], values[1], values[2], t[2]);
+      break;
+    case Op::kBackward3d:
+      f = validate_backward_3d(t[0], t[1], t[2], values[0], values[1], values[2], t[3]);
+      break;
+  }
   if (f) return fail(fn, f.status, f.what);
 
   auto *e = new aclOpExecutor;
   e->op = op;
   e->tensors = std::move(tensors);
-  e->output_size = std::move(osz);
-  e->workspace_size = workspace_size_for(op, e->tensors[op == Op::kForward ? 1 : 2]);
+  e->output_size = std::move(values[0]);
+  e->workspace_size = workspace_size_for(op, e->tensors);
   {
     std::lock_guard<std::mutex> lock(s.mu);
     register_locked(s, e, kExecutor);
@@ -576,29 +790,34 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
 
 // ---- execution ------------------------------------------------------------------------
 
-// A 3-D or 4-D tensor seen as (N, C, H, W) planes; a 3-D tensor has N = 1.
-struct Planes {
+// A tensor of rank k + 1 or k + 2 seen as (N, C, S) with i flat over its k spatial dims
+// (S = H*W for the 2-D ops, D*H*W for the 3-D ones); rank k + 1 has N = 1.
+struct Volumes {
   char *base;
   int64_t es;
   int64_t offset;
-  int64_t n, c, h, w;
-  int64_t sn, sc, sh, sw;
+  int64_t n, c, size;
+  int64_t sn, sc;
+  std::vector<int64_t> dims, strides;  // spatial
 
-  explicit Planes(const aclTensor &t)
+  Volumes(const aclTensor &t, int k)
       : base(static_cast<char *>(t.data)), es(int64_t(element_size(t.dtype))), offset(t.offset) {
-    const size_t r = t.view.size();
-    n = r == 4 ? t.view[0] : 1;
-    sn = r == 4 ? t.strides[0] : 0;
-    c = t.view[r - 3], sc = t.strides[r - 3];
-    h = t.view[r - 2], sh = t.strides[r - 2];
-    w = t.view[r - 1], sw = t.strides[r - 1];
+    const size_t r = t.view.size(), batched = size_t(k) + 2;
+    n = r == batched ? t.view[0] : 1;
+    sn = r == batched ? t.strides[0] : 0;
+    c = t.view[r - k - 1], sc = t.strides[r - k - 1];
+    dims.assign(t.view.end() - k, t.view.end());
+    strides.assign(t.strides.end() - k, t.strides.end());
+    size = numel(dims);
   }
   char *at(int64_t in, int64_t ic, int64_t i) const {
-    return base + (offset + in * sn + ic * sc + (i / w) * sh + (i % w) * sw) * es;
+    int64_t e = offset + in * sn + ic * sc;
+    for (size_t j = dims.size(); j-- > 0; i /= dims[j]) e += (i % dims[j]) * strides[j];
+    return base + e * es;
   }
 };
 
-int64_t read_index(const Planes &p, int64_t n, int64_t c, int64_t i) {
+int64_t read_index(const Volumes &p, int64_t n, int64_t c, int64_t i) {
   if (p.es == 4) {
     int32_t v;
     std::memcpy(&v, p.at(n, c, i), 4);
@@ -609,40 +828,48 @@ int64_t read_index(const Planes &p, int64_t n, int64_t c, int64_t i) {
   return v;
 }
 
+// "(6, 7)"
+std::string tuple_str(const std::vector<int64_t> &v) {
+  std::string s = shape_str(v);
+  return "(" + s.substr(1, s.size() - 2) + ")";
+}
+
 // Returns a runtime failure naming the first out-of-range index, before anything is written.
-Failure check_indices(const Planes &idx, int64_t limit, const std::vector<int64_t> &osz) {
+Failure check_indices(const Volumes &idx, const std::vector<int64_t> &osz) {
+  const int64_t limit = numel(osz);
   for (int64_t n = 0; n < idx.n; ++n)
     for (int64_t c = 0; c < idx.c; ++c)
-      for (int64_t i = 0; i < idx.h * idx.w; ++i) {
+      for (int64_t i = 0; i < idx.size; ++i) {
         const int64_t v = read_index(idx, n, c, i);
         if (v < 0 || v >= limit)
           return {kErrRuntime,
                   strf("index %lld at position (n=%lld, c=%lld, i=%lld) is out of range "
-                       "[0, %lld) for outputSize (%lld, %lld); nothing was written",
+                       "[0, %lld) for outputSize %s; nothing was written",
                        (long long)v, (long long)n, (long long)c, (long long)i, (long long)limit,
-                       (long long)osz[0], (long long)osz[1])};
+                       tuple_str(osz).c_str())};
       }
   return {};
 }
 
 void run_forward(const aclOpExecutor &e) {
-  const Planes self(e.tensors[0]), idx(e.tensors[1]), out(e.tensors[2]);
-  const int64_t ohw = out.h * out.w;
+  const int k = spatial_rank(e.op);
+  const Volumes self(e.tensors[0], k), idx(e.tensors[1], k), out(e.tensors[2], k);
   for (int64_t n = 0; n < out.n; ++n)
     for (int64_t c = 0; c < out.c; ++c)
-      for (int64_t j = 0; j < ohw; ++j) std::memset(out.at(n, c, j), 0, size_t(out.es));
-  // Sequential in flat order per plane: the last writer of a duplicated index wins.
+      for (int64_t j = 0; j < out.size; ++j) std::memset(out.at(n, c, j), 0, size_t(out.es));
+  // Sequential in flat order per volume: the last writer of a duplicated index wins.
   for (int64_t n = 0; n < self.n; ++n)
     for (int64_t c = 0; c < self.c; ++c)
-      for (int64_t i = 0; i < self.h * self.w; ++i)
+      for (int64_t i = 0; i < self.size; ++i)
         std::memcpy(out.at(n, c, read_index(idx, n, c, i)), self.at(n, c, i), size_t(self.es));
 }
 
 void run_backward(const aclOpExecutor &e) {
-  const Planes grad(e.tensors[0]), idx(e.tensors[2]), out(e.tensors[3]);
+  const int k = spatial_rank(e.op);
+  const Volumes grad(e.tensors[0], k), idx(e.tensors[2], k), out(e.tensors[3], k);
   for (int64_t n = 0; n < out.n; ++n)
     for (int64_t c = 0; c < out.c; ++c)
-      for (int64_t i = 0; i < out.h * out.w; ++i)
+      for (int64_t i = 0; i < out.size; ++i)
         std::memcpy(out.at(n, c, i), grad.at(n, c, read_index(idx, n, c, i)), size_t(out.es));
 }
 
@@ -671,7 +898,7 @@ int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
         retire_locked(s, executor, kExecutor);  // single-use, consumed on success or failure
         consumed = true;
         s.last_dtype[fn] = e.tensors[0].dtype;
-        s.last_indices_dtype[fn] = e.tensors[op == Op::kForward ? 1 : 2].dtype;
+        s.last_indices_dtype[fn] = e.tensors[is_forward(op) ? 1 : 2].dtype;
       } else {
         not_executor = describe_locked(s, executor, kExecutor);
       }
@@ -686,7 +913,7 @@ int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
   if (!consumed)
     return fail(fn, kErrParamInvalid,
                 not_executor + " (an executor is single-use: execution consumes it)");
-  const char *made_for = e.op == Op::kForward ? kFwdGws : kBwdGws;
+  const char *made_for = gws_name(e.op);
   if (e.op != op)
     return fail(fn, kErrParamInvalid,
                 strf("executor %p was created by %s; it cannot run %s (it is consumed now)",
@@ -696,7 +923,7 @@ int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
         fn, kErrParamInvalid,
         strf("workspaceSize %llu differs from the %llu returned by %s",
              (unsigned long long)workspace_size, (unsigned long long)e.workspace_size, made_for));
-  if (!workspace)
+  if (!workspace && e.workspace_size > 0)
     return fail(fn, kErrParamInvalid,
                 strf("workspace is nullptr but %s asked for %llu bytes", made_for,
                      (unsigned long long)e.workspace_size));
@@ -712,10 +939,10 @@ int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
   for (uint64_t i = 0; i < workspace_size; ++i)
     static_cast<unsigned char *>(workspace)[i] = static_cast<unsigned char>(0xA5 ^ (i & 0xFF));
 
-  const aclTensor &idx_t = e.tensors[op == Op::kForward ? 1 : 2];
-  if (Failure f = check_indices(Planes(idx_t), e.output_size[0] * e.output_size[1], e.output_size))
+  const aclTensor &idx_t = e.tensors[is_forward(op) ? 1 : 2];
+  if (Failure f = check_indices(Volumes(idx_t, spatial_rank(op)), e.output_size))
     return fail(fn, f.status, f.what);
-  if (op == Op::kForward)
+  if (is_forward(op))
     run_forward(e);
   else
     run_backward(e);
@@ -796,7 +1023,8 @@ aclError rt_synchronize_stream(aclrtStream) {
 int32_t fwd_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
                 aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor) {
   return get_workspace_size(kFwdGws, Op::kForward, {{"self", self}, {"indices", indices}},
-                            output_size, out, workspace_size, executor);
+                            {{"outputSize", output_size}}, {"out", out}, workspace_size,
+                            executor);
 }
 
 int32_t fwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
@@ -809,12 +1037,43 @@ int32_t bwd_gws(const aclTensor *grad_output, const aclTensor *self, const aclTe
                 aclOpExecutor **executor) {
   return get_workspace_size(kBwdGws, Op::kBackward,
                             {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
-                            output_size, out, workspace_size, executor);
+                            {{"outputSize", output_size}}, {"out", out}, workspace_size,
+                            executor);
 }
 
 int32_t bwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
                 aclrtStream stream) {
   return execute(kBwdRun, Op::kBackward, workspace, workspace_size, executor, stream);
+}
+
+int32_t fwd3d_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
+                  const aclIntArray *stride, const aclIntArray *padding, aclTensor *out,
+                  uint64_t *workspace_size, aclOpExecutor **executor) {
+  return get_workspace_size(
+      kFwd3dGws, Op::kForward3d, {{"self", self}, {"indices", indices}},
+      {{"outputSize", output_size}, {"stride", stride}, {"padding", padding}}, {"outRef", out},
+      workspace_size, executor);
+}
+
+int32_t fwd3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                  aclrtStream stream) {
+  return execute(kFwd3dRun, Op::kForward3d, workspace, workspace_size, executor, stream);
+}
+
+int32_t bwd3d_gws(const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
+                  const aclIntArray *output_size, const aclIntArray *stride,
+                  const aclIntArray *padding, aclTensor *out, uint64_t *workspace_size,
+                  aclOpExecutor **executor) {
+  return get_workspace_size(
+      kBwd3dGws, Op::kBackward3d,
+      {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
+      {{"outputSize", output_size}, {"stride", stride}, {"padding", padding}}, {"out", out},
+      workspace_size, executor);
+}
+
+int32_t bwd3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                  aclrtStream stream) {
+  return execute(kBwd3dRun, Op::kBackward3d, workspace, workspace_size, executor, stream);
 }
 
 const CoreTable kCoreTable = {
@@ -828,6 +1087,10 @@ const CoreTable kCoreTable = {
     fwd_run,
     bwd_gws,
     bwd_run,
+    fwd3d_gws,
+    fwd3d_run,
+    bwd3d_gws,
+    bwd3d_run,
 };
 
 }  // namespace

@@ -73,8 +73,22 @@ struct CoreTable {
                                                           aclOpExecutor **executor);
   aclnnStatus (*max_unpool2d_backward)(void *workspace, uint64_t workspace_size,
                                        aclOpExecutor *executor, aclrtStream stream);
+  aclnnStatus (*max_unpool3d_get_workspace_size)(const aclTensor *self, const aclTensor *indices,
+                                                 const aclIntArray *output_size,
+                                                 const aclIntArray *stride,
+                                                 const aclIntArray *padding, aclTensor *out,
+                                                 uint64_t *workspace_size,
+                                                 aclOpExecutor **executor);
+  aclnnStatus (*max_unpool3d)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                              aclrtStream stream);
+  aclnnStatus (*max_unpool3d_backward_get_workspace_size)(
+      const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
+      const aclIntArray *output_size, const aclIntArray *stride, const aclIntArray *padding,
+      aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor);
+  aclnnStatus (*max_unpool3d_backward)(void *workspace, uint64_t workspace_size,
+                                       aclOpExecutor *executor, aclrtStream stream);
 };
-constexpr uint32_t kCoreAbiVersion = 2;
+constexpr uint32_t kCoreAbiVersion = 3;
 
 }  // namespace fakecann
 

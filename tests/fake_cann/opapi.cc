@@ -5,9 +5,10 @@
 using fakecann::forward_core;
 
 // build.py compiles this file once per opapi library of a layout; FAKECANN_OPS chooses
-// which entry points the library holds: bit 0 the forward, bit 1 the backward.
+// which entry points the library holds: bit 0 the 2-D forward, bit 1 the 2-D backward,
+// bit 2 the 3-D forward, bit 3 the 3-D backward.
 #ifndef FAKECANN_OPS
-#define FAKECANN_OPS 3
+#define FAKECANN_OPS 15
 #endif
 
 #if FAKECANN_OPS & 1
@@ -38,5 +39,35 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackwardGetWorkspaceSize(
 FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackward(void *workspace, uint64_t workspaceSize,
                                                      aclOpExecutor *executor, aclrtStream stream) {
   return forward_core().max_unpool2d_backward(workspace, workspaceSize, executor, stream);
+}
+#endif
+
+#if FAKECANN_OPS & 4
+FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dGetWorkspaceSize(
+    const aclTensor *self, const aclTensor *indices, const aclIntArray *outputSize,
+    const aclIntArray *stride, const aclIntArray *padding, aclTensor *outRef,
+    uint64_t *workspaceSize, aclOpExecutor **executor) {
+  return forward_core().max_unpool3d_get_workspace_size(self, indices, outputSize, stride, padding,
+                                                        outRef, workspaceSize, executor);
+}
+
+FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3d(void *workspace, uint64_t workspaceSize,
+                                             aclOpExecutor *executor, aclrtStream stream) {
+  return forward_core().max_unpool3d(workspace, workspaceSize, executor, stream);
+}
+#endif
+
+#if FAKECANN_OPS & 8
+FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackwardGetWorkspaceSize(
+    const aclTensor *gradOutput, const aclTensor *self, const aclTensor *indices,
+    const aclIntArray *outputSize, const aclIntArray *stride, const aclIntArray *padding,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor) {
+  return forward_core().max_unpool3d_backward_get_workspace_size(
+      gradOutput, self, indices, outputSize, stride, padding, out, workspaceSize, executor);
+}
+
+FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackward(void *workspace, uint64_t workspaceSize,
+                                                     aclOpExecutor *executor, aclrtStream stream) {
+  return forward_core().max_unpool3d_backward(workspace, workspaceSize, executor, stream);
 }
 #endif
