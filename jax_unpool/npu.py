@@ -1,5 +1,8 @@
 """Ascend NPU path: routes the two primitives to CANN's aclnnMaxUnpool2d and
-aclnnMaxUnpool2dBackward through the XLA FFI handlers of ffi/npu/.
+aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
+(N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
+aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
+handlers of ffi/npu/.
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
@@ -26,10 +29,12 @@ load can be retried.
 
 In the NPU lowering the indices are clamped into the output plane (CANN does not report an
 out-of-range index synchronously and its kernels would write or read out of bounds) and
-the forward's are converted to int64 (CANN before 8.0.0 took only INT64 there).
-Shapes aclnn refuses -- an empty input, or a forward whose output plane is smaller than
-its input plane (only possible with duplicated indices) -- are lowered to the jnp
-reference, which gives the same result.
+the forward's are converted to int64 (CANN before 8.0.0 took only INT64 there), as are
+the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64 only). Shapes aclnn refuses --
+an empty input, or an output plane smaller than the input plane (only possible with
+duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
+reference, which gives the same result. A CANN without the (optional) 3-D ops fails
+channels-first 3-D calls with FAILED_PRECONDITION naming the missing symbols.
 """
 
 from __future__ import annotations
@@ -275,8 +280,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     """Routes max_unpool2d_p and max_unpool2d_backward_p to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
-    MAX_UNPOOL2D_TARGET and MAX_UNPOOL2D_BACKWARD_TARGET with the platform's plugin and the
-    primitives' lowerings for it. Returns where CANN was loaded from.
+    MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET and
+    MAX_UNPOOL3D_BACKWARD_TARGET with the platform's plugin and the primitives' lowerings
+    for it. Returns where CANN was loaded from.
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
