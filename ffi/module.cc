@@ -43,4 +43,12 @@ NB_MODULE(_jax_unpool, m) {
   m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),
         nb::arg("host"));
   m.def("probe_cann", &jax_unpool::cann::ProbeCannOrThrow, nb::arg("library_dir"));
+  // Whether the loaded CANN has the (optional) aclnnMaxUnpool3d* entry points.
+  m.def("cann_has_3d_ops", []() {
+    const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
+    return cann != nullptr && cann->max_unpool3d_get_workspace_size != nullptr &&
+           cann->max_unpool3d != nullptr &&
+           cann->max_unpool3d_backward_get_workspace_size != nullptr &&
+           cann->max_unpool3d_backward != nullptr;
+  });
 }

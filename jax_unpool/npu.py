@@ -33,8 +33,9 @@ the forward's are converted to int64 (CANN before 8.0.0 took only INT64 there), 
 the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64 only). Shapes aclnn refuses --
 an empty input, or an output plane smaller than the input plane (only possible with
 duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
-reference, which gives the same result. A CANN without the (optional) 3-D ops fails
-channels-first 3-D calls with FAILED_PRECONDITION naming the missing symbols.
+reference, which gives the same result. With a CANN without the (optional) 3-D ops,
+channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
+with FAILED_PRECONDITION naming the missing symbols).
 """
 
 from __future__ import annotations
@@ -188,10 +189,11 @@ def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last)
     k = len(output_size)
     if k == 2:
         return _forward_2d(ctx, x, indices, output_size, channels_last)
-    if k == 1 or channels_last:
+    if k == 1 or channels_last or not _jax_unpool.cann_has_3d_ops():
         # 1-D runs as 2-D on (N, C, 1, W), and so does NDHWC on (N, D * H, W, C):
         # aclnnMaxUnpool3d wants a contiguous NCDHW out (CheckOutContiguous), which a
-        # channels-last buffer is not, while the 2-D ops honour strides.
+        # channels-last buffer is not, while the 2-D ops honour strides. So does NCDHW
+        # (on (N, C, D * H, W)) with a CANN that predates the 3-D ops.
         plane = (math.prod(output_size[:-1]), output_size[-1])
         return _on_planes(lambda c, a, b, channels_last: _forward_2d(c, a, b, plane,
                                                                       channels_last),
@@ -218,7 +220,7 @@ def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels
     k = spatial_rank
     if k == 2:
         return _backward_2d(ctx, grad_output, indices, channels_last)
-    if k == 1 or channels_last:  # as in the forward
+    if k == 1 or channels_last or not _jax_unpool.cann_has_3d_ops():  # as in the forward
         return _on_planes(_backward_2d, ctx, grad_output, indices, channels_last, k)
     # aclnnMaxUnpool3dBackward also refuses a gradient volume smaller than the input's
     # (CheckIntArrayShapeMaxUnPool3D, shared with the forward).

@@ -241,10 +241,21 @@ for target, result in ((ju.npu.MAX_UNPOOL3D_TARGET, (2, 3, 1, 6, 7)),
         jax.jit(f)(operand, idx[:, :, None].astype(np.int64))
     except Exception as err:
         print(err)
+# Through the public API, NCDHW runs on the 2-D ops' (N, C, D * H, W) view instead.
+x3, size = x.reshape(2, 3, 2, 2, 5), (2, 3, 7)
+idx3 = oracle.random_indices(rng, x3.shape, 42)
+g3 = rng.standard_normal((2, 3, *size)).astype(np.float32)
+fwd = jax.jit(lambda x, i: ju.max_unpool3d(x, i, output_size=size))
+bwd = jax.jit(lambda g, i: ju.max_unpool3d_backward(g, x3, i, size))
+np.testing.assert_array_equal(fwd(x3, idx3), oracle.unpool_nd(x3, idx3, size))
+np.testing.assert_array_equal(bwd(g3, idx3), oracle.gather_nd(g3, idx3, 3))
+for text in (fwd.lower(x3, idx3).as_text(), bwd.lower(g3, idx3).as_text()):
+    assert "aclnn_max_unpool2d" in text and "aclnn_max_unpool3d" not in text
+print("3-D on the 2-D view")
 """
 
 
-def test_a_cann_without_the_3d_ops_loads_and_says_what_is_missing(tmp_path):
+def test_a_cann_without_the_3d_ops_loads_says_what_is_missing_and_runs_3d_as_2d(tmp_path):
     lib_dir = build(tmp_path, layout="no3d")
     proc = run_code(WITHOUT_3D, str(lib_dir))
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -256,4 +267,5 @@ def test_a_cann_without_the_3d_ops_loads_and_says_what_is_missing(tmp_path):
          f"aclnnMaxUnpool3dGetWorkspaceSize, aclnnMaxUnpool3d: {advice}"),
         (f"FAILED_PRECONDITION: max_unpool3d_backward: the loaded CANN op library ({opapi}) "
          f"has no aclnnMaxUnpool3dBackwardGetWorkspaceSize, aclnnMaxUnpool3dBackward: {advice}"),
+        "3-D on the 2-D view",
     ]
