@@ -158,7 +158,7 @@ def _plane_shape(shape, channels_last: bool, k: int) -> tuple[int, ...]:
     return (*shape[:s], math.prod(spatial[:-1]), spatial[-1], *shape[s + k:])
 
 
-def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int, **params):
+def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
     """`lowering_2d` of a 2-D aclnn call on operands and result of spatial rank k viewed
     as 2-D planes."""
     def plane_aval(aval):
@@ -170,47 +170,56 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int, *
     avals_in = [plane_aval(a) for a in ctx.avals_in]
     plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])
     (out,) = lowering_2d(plane_ctx, reshape(values, avals_in[0]),
-                         reshape(indices, avals_in[1]), channels_last=channels_last, **params)
+                         reshape(indices, avals_in[1]), channels_last=channels_last)
     return [reshape(out, ctx.avals_out[0])]
 
 
-def _forward_2d(ctx, x, indices, output_size, channels_last):
+def _forward(ctx, x, indices, output_size, channels_last):
+    """aclnnMaxUnpool2d, or aclnnMaxUnpool3d for an NCDHW output_size of 3 sizes."""
     if not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
     # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
     # conversion is cheap next to the scatter.
     indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
+    if len(output_size) == 3:
+        return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
     # outputSize is read from the result's shape by the handler: one source of truth.
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
+def _on_2d_ops(k: int, channels_last: bool) -> bool:
+    """Whether rank k runs on the 2-D ops' view: 1-D as (N, C, 1, W), and NDHWC as
+    (N, D * H, W, C) -- aclnnMaxUnpool3d(Backward) want a contiguous NCDHW out
+    (CheckOutContiguous), which a channels-last buffer is not, while the 2-D ops honour
+    strides -- and NCDHW as (N, C, D * H, W) with a CANN that predates the 3-D ops."""
+    return k == 1 or (k == 3 and (channels_last or not _jax_unpool.cann_has_3d_ops()))
+
+
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
     k = len(output_size)
-    if k == 2:
-        return _forward_2d(ctx, x, indices, output_size, channels_last)
-    if k == 1 or channels_last or not _jax_unpool.cann_has_3d_ops():
-        # 1-D runs as 2-D on (N, C, 1, W), and so does NDHWC on (N, D * H, W, C):
-        # aclnnMaxUnpool3d wants a contiguous NCDHW out (CheckOutContiguous), which a
-        # channels-last buffer is not, while the 2-D ops honour strides. So does NCDHW
-        # (on (N, C, D * H, W)) with a CANN that predates the 3-D ops.
+    if _on_2d_ops(k, channels_last):
         plane = (math.prod(output_size[:-1]), output_size[-1])
-        return _on_planes(lambda c, a, b, channels_last: _forward_2d(c, a, b, plane,
-                                                                      channels_last),
+        return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
+                                                                   channels_last),
                           ctx, x, indices, channels_last, k)
-    if not _aclnn_takes(ctx.avals_in[0].shape, output_size, False):
-        return _forward_reference(ctx, x, indices, output_size=output_size,
-                                  channels_last=False)
-    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
-    return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
+    return _forward(ctx, x, indices, output_size, channels_last)
 
 
-def _backward_2d(ctx, grad_output, indices, channels_last):
-    if not all(d > 0 for aval in ctx.avals_in for d in aval.shape):
+def _backward(ctx, grad_output, indices, channels_last, k):
+    """aclnnMaxUnpool2dBackward (k = 2), or aclnnMaxUnpool3dBackward (NCDHW, k = 3)."""
+    g_shape, i_shape = ctx.avals_in[0].shape, ctx.avals_in[1].shape
+    s = _args.spatial_axis(len(g_shape), channels_last, k)
+    plane = math.prod(g_shape[s:s + k])
+    # aclnn refuses empty dims; aclnnMaxUnpool3dBackward also a gradient volume smaller
+    # than the input's (CheckIntArrayShapeMaxUnPool3D, shared with the forward).
+    if not (all(d > 0 for d in (*g_shape, *i_shape))
+            and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
-                                   spatial_rank=2)
-    h = _args.spatial_axis(len(ctx.avals_in[0].shape), channels_last)
-    plane = ctx.avals_in[0].shape[h] * ctx.avals_in[0].shape[h + 1]
+                                   spatial_rank=k)
+    if k == 3:  # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only
+        indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
+        return _aclnn_volume_call(MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output, indices)
     indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype)
     return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
 
@@ -218,21 +227,10 @@ def _backward_2d(ctx, grad_output, indices, channels_last):
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
                                           spatial_rank=2):
     k = spatial_rank
-    if k == 2:
-        return _backward_2d(ctx, grad_output, indices, channels_last)
-    if k == 1 or channels_last or not _jax_unpool.cann_has_3d_ops():  # as in the forward
-        return _on_planes(_backward_2d, ctx, grad_output, indices, channels_last, k)
-    # aclnnMaxUnpool3dBackward also refuses a gradient volume smaller than the input's
-    # (CheckIntArrayShapeMaxUnPool3D, shared with the forward).
-    if not (all(d > 0 for aval in ctx.avals_in for d in aval.shape)
-            and math.prod(ctx.avals_in[0].shape[-3:]) >= math.prod(ctx.avals_in[1].shape[-3:])):
-        return _backward_reference(ctx, grad_output, indices, channels_last=False,
-                                   spatial_rank=3)
-    # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only.
-    plane = math.prod(ctx.avals_in[0].shape[-3:])
-    indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
-    return _aclnn_volume_call(MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output,
-                              indices)
+    if _on_2d_ops(k, channels_last):
+        return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
+                          ctx, grad_output, indices, channels_last, k)
+    return _backward(ctx, grad_output, indices, channels_last, k)
 
 
 # --------------------------------------------------------------------------------------

@@ -75,19 +75,12 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 // Every spatial rank k: the kernels see flat planes.
 ffi::Error MaxUnpool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                      ffi::Result<ffi::AnyBuffer> out, bool channels_last, int64_t k) {
-  if (ffi::Error e = CheckSpatialRank(Op::kForward, k); !e.success()) return e;
-  const char* op = OpName(Op::kForward, k);
-  return NoThrow(op, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(op, Op::kForward, x, indices, *out, channels_last,
-                                 static_cast<int>(k));
-    if (geometry.has_error()) return geometry.error();
-    return RunPlaneKernel(op, pool, *geometry, x, indices, *out,
-                          [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
-                             int64_t c0, int64_t c1) {
-                            return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
-                                                   : ScatterPlanes(g, xs, is, os, n, c0, c1);
-                          });
-  });
+  return RunOp(Op::kForward, pool, x, indices, *out, channels_last, k,
+               [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n, int64_t c0,
+                  int64_t c1) {
+                 return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
+                                        : ScatterPlanes(g, xs, is, os, n, c0, c1);
+               });
 }
 
 // _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).

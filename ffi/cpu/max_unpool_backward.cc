@@ -58,19 +58,12 @@ BadIndex GatherImageSpan(const PlaneGeometry& g, const V* grad, const I* indices
 ffi::Error MaxUnpoolBackward(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
                              ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                              bool channels_last, int64_t k) {
-  if (ffi::Error e = CheckSpatialRank(Op::kBackward, k); !e.success()) return e;
-  const char* op = OpName(Op::kBackward, k);
-  return NoThrow(op, [&]() -> ffi::Error {
-    auto geometry = CheckBuffers(op, Op::kBackward, grad_output, indices, *out,
-                                 channels_last, static_cast<int>(k));
-    if (geometry.has_error()) return geometry.error();
-    return RunPlaneKernel(op, pool, *geometry, grad_output, indices, *out,
-                          [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n,
-                             int64_t c0, int64_t c1) {
-                            return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
-                                                   : GatherPlanes(g, gs, is, os, n, c0, c1);
-                          });
-  });
+  return RunOp(Op::kBackward, pool, grad_output, indices, *out, channels_last, k,
+               [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n, int64_t c0,
+                  int64_t c1) {
+                 return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
+                                        : GatherPlanes(g, gs, is, os, n, c0, c1);
+               });
 }
 
 // _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).

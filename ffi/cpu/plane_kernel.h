@@ -90,4 +90,20 @@ ffi::Error RunPlaneKernel(const char* op, ffi::ThreadPool& pool, const PlaneGeom
   });
 }
 
+// A whole handler call of spatial rank k: the rank attribute and the buffers checked,
+// then RunPlaneKernel with `span`; no exception escapes.
+template <typename Span>
+ffi::Error RunOp(Op kind, ffi::ThreadPool& pool, const ffi::AnyBuffer& values,
+                 const ffi::AnyBuffer& indices, ffi::AnyBuffer out, bool channels_last,
+                 int64_t k, Span span) {
+  if (ffi::Error e = CheckSpatialRank(kind, k); !e.success()) return e;
+  const char* op = OpName(kind, k);
+  return NoThrow(op, [&]() -> ffi::Error {
+    auto geometry =
+        CheckBuffers(op, kind, values, indices, out, channels_last, static_cast<int>(k));
+    if (geometry.has_error()) return geometry.error();
+    return RunPlaneKernel(op, pool, *geometry, values, indices, out, span);
+  });
+}
+
 }  // namespace jax_unpool

@@ -35,6 +35,25 @@ std::optional<aclDataType> PresentedIndexType(ffi::DataType dtype) {
   return std::nullopt;
 }
 
+std::optional<aclDataType> ValuesTypeOrAnswer(const char* op, AclnnOp kind, const char* aclnn,
+                                              const char* values_name,
+                                              const ffi::AnyBuffer& values,
+                                              const ffi::AnyBuffer& out, ffi::Error* answer) {
+  const auto type = PresentedValueType(values.element_type(), kind);
+  if (!type) {
+    *answer = ffi::Error::InvalidArgument(std::string(op) + ": unsupported value dtype " +
+                                          DataTypeName(values.element_type()));
+  } else if (out.element_count() == 0) {
+    *answer = ffi::Error::Success();
+  } else if (values.element_count() == 0) {
+    *answer = ffi::Error::InvalidArgument(std::string(op) + ": " + aclnn +
+                                          " cannot take an empty " + values_name);
+  } else {
+    return type;
+  }
+  return std::nullopt;
+}
+
 TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype) {
   const auto d = buffer.dimensions();
   TensorView v;

@@ -34,6 +34,17 @@ std::optional<aclDataType> PresentedValueType(ffi::DataType dtype, AclnnOp op);
 // INT32 or INT64, as given; nullopt for any other dtype.
 std::optional<aclDataType> PresentedIndexType(ffi::DataType dtype);
 
+// What every aclnn handler decides once its buffers are checked: the aclDataType of its
+// `values` (named `values_name`) for `kind`, or nullopt with `*answer` set to the call's
+// answer without aclnn -- INVALID_ARGUMENT for a dtype that cannot be presented, Success
+// for an empty result (nothing to write), INVALID_ARGUMENT for empty values with a
+// non-empty result (`aclnn` refuses them; the NPU lowering sends that case to the jnp
+// reference).
+std::optional<aclDataType> ValuesTypeOrAnswer(const char* op, AclnnOp kind, const char* aclnn,
+                                              const char* values_name,
+                                              const ffi::AnyBuffer& values,
+                                              const ffi::AnyBuffer& out, ffi::Error* answer);
+
 // An aclTensor description: a view (dims, strides in elements, offset) into the storage
 // `data` of shape `storage`.
 struct TensorView {

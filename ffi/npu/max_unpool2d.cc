@@ -3,7 +3,6 @@
 #include "buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
-#include "value_types.h"
 
 namespace jax_unpool::npu {
 namespace {
@@ -19,18 +18,11 @@ ffi::Error MaxUnpool2dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   if (ffi::Error e = CheckForwardBuffers(kOp, x, indices, *out, channels_last); !e.success()) {
     return e;
   }
-  const auto value_type = PresentedValueType(x.element_type(), AclnnOp::kMaxUnpool2d);
+  ffi::Error answer;  // aclnn refuses empty C, H or W
+  const auto value_type =
+      ValuesTypeOrAnswer(kOp, AclnnOp::kMaxUnpool2d, "aclnnMaxUnpool2d", "x", x, *out, &answer);
+  if (!value_type) return answer;
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
-  if (!value_type) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
-                                       DataTypeName(x.element_type()));
-  }
-  if (out->element_count() == 0) return ffi::Error::Success();
-  if (x.element_count() == 0) {
-    // aclnn refuses empty C, H or W; the NPU lowering computes this case with the reference.
-    return ffi::Error::InvalidArgument(std::string(kOp) +
-                                       ": aclnnMaxUnpool2d cannot take an empty x");
-  }
 
   AclObjects objects(lib);
   const TensorView out_view = PlanesView(*out, channels_last, *value_type);

@@ -3,7 +3,6 @@
 #include "buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
-#include "value_types.h"
 
 namespace jax_unpool::npu {
 namespace {
@@ -21,20 +20,12 @@ ffi::Error MaxUnpool2dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
       !e.success()) {
     return e;
   }
+  ffi::Error answer;  // aclnn refuses an empty gradOutput with a non-empty self
   const auto value_type =
-      PresentedValueType(grad_output.element_type(), AclnnOp::kMaxUnpool2dBackward);
+      ValuesTypeOrAnswer(kOp, AclnnOp::kMaxUnpool2dBackward, "aclnnMaxUnpool2dBackward",
+                         "grad_output", grad_output, *out, &answer);
+  if (!value_type) return answer;
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
-  if (!value_type) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
-                                       DataTypeName(grad_output.element_type()));
-  }
-  if (out->element_count() == 0) return ffi::Error::Success();
-  if (grad_output.element_count() == 0) {
-    // aclnn refuses an empty gradOutput with a non-empty self; the NPU lowering computes
-    // this case with the reference.
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": aclnnMaxUnpool2dBackward cannot take an empty grad_output");
-  }
 
   AclObjects objects(lib);
   const TensorView grad_view = PlanesView(grad_output, channels_last, *value_type);

@@ -37,19 +37,11 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
                                        ": aclnnMaxUnpool3dBackward takes int64 indices only, got " +
                                        DataTypeName(indices.element_type()));
   }
+  ffi::Error answer;  // aclnn refuses an empty gradOutput with a non-empty self
   const auto value_type =
-      PresentedValueType(grad_output.element_type(), AclnnOp::kMaxUnpool3dBackward);
-  if (!value_type) {
-    return ffi::Error::InvalidArgument(std::string(kOp) + ": unsupported value dtype " +
-                                       DataTypeName(grad_output.element_type()));
-  }
-  if (out->element_count() == 0) return ffi::Error::Success();
-  if (grad_output.element_count() == 0) {
-    // aclnn refuses an empty gradOutput with a non-empty self; the NPU lowering computes
-    // this case with the reference.
-    return ffi::Error::InvalidArgument(
-        std::string(kOp) + ": aclnnMaxUnpool3dBackward cannot take an empty grad_output");
-  }
+      ValuesTypeOrAnswer(kOp, AclnnOp::kMaxUnpool3dBackward, "aclnnMaxUnpool3dBackward",
+                         "grad_output", grad_output, *out, &answer);
+  if (!value_type) return answer;
 
   AclObjects objects(lib);
   // As the forward: the buffers as they are, contiguous as aclnn wants out.
