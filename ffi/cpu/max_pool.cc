@@ -1,0 +1,337 @@
+// CPU max pool with indices, PyTorch's semantics (aten/src/ATen/native/cpu/MaxPoolKernel.cpp):
+// each window starts from (lowest value, first in-bounds position) and an in-bounds tap
+// replaces the running max iff `val > maxval || isnan(val)`, in row-major scan order over
+// the window. So the first maximum wins ties, the last NaN wins, padding is never
+// selected, and a ceil_mode window of padding only reports the lowest value and its first
+// tap right of the left padding, past the input.
+//
+// One pass over x writes values and indices together. Work is split into output rows
+// (channels first: the W outputs of one (n, c, d, h)) or output positions (channels last:
+// the C channels of one (n, d, h, w)), across XLA's intra-op pool. Windows of 2 with
+// stride 2 (most real use) take a fast path whose loops the compiler vectorises: across
+// w (channels first) or across the contiguous channels (channels last).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/kernels.h"
+#include "cpu/output_pages.h"
+#include "cpu/planes.h"
+#include "cpu/pool_geometry.h"
+#include "cpu/pool_values.h"
+
+namespace jax_unpool {
+namespace {
+
+template <typename Order, typename I>
+class Pool {
+ public:
+  using Raw = typename Order::Raw;
+  using Key = typename Order::Key;
+
+  Pool(const PoolGeometry& g, Order order, const Raw* x, Raw* values, I* indices)
+      : g_(g), order_(order), x_(x), values_(values), indices_(indices) {}
+
+  // Channels first: output rows [u0, u1), a row being (n, c, od, oh).
+  void Rows(int64_t u0, int64_t u1) const {
+    std::vector<Key> best(static_cast<size_t>(g_.out[2]));
+    const int64_t rows_per_plane = g_.out[0] * g_.out[1];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t plane = u / rows_per_plane, od = u % rows_per_plane / g_.out[1],
+                    oh = u % g_.out[1];
+      const Raw* src = x_ + plane * g_.in_plane();
+      Raw* out = values_ + u * g_.out[2];
+      I* idx = indices_ + u * g_.out[2];
+      if (fast_ && Full(0, od) && Full(1, oh)) {
+        FastRow(src, od, oh, out, idx);
+      } else {
+        GenericRow(src, od, oh, out, idx, best.data());
+      }
+    }
+  }
+
+  // Channels last: output positions [u0, u1), a position being (n, od, oh, ow).
+  void Positions(int64_t u0, int64_t u1) const {
+    std::vector<Key> best(static_cast<size_t>(g_.C));
+    const int64_t plane = g_.out_plane();
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / plane, o = u % plane;
+      const int64_t od = o / (g_.out[1] * g_.out[2]), oh = o / g_.out[2] % g_.out[1],
+                    ow = o % g_.out[2];
+      const Raw* src = x_ + n * g_.in_plane() * g_.C;
+      if (fast_ && Full(0, od) && Full(1, oh) && Full(2, ow)) {
+        FastPosition(src, od, oh, ow, values_ + u * g_.C, indices_ + u * g_.C);
+      } else {
+        GenericPosition(src, od, oh, ow, values_ + u * g_.C, indices_ + u * g_.C, best.data());
+      }
+    }
+  }
+
+ private:
+  // Whether window o of axis a lies inside the input (always, for an axis of size 1).
+  bool Full(int a, int64_t o) const { return g_.Tap(a, o, g_.kernel[a] - 1) < g_.in[a]; }
+  bool Inside(int a, int64_t i) const { return i >= 0 && i < g_.in[a]; }
+  // Flat position of the window's initial argmax (PyTorch's, possibly past the input).
+  int64_t FirstFlat(int64_t od, int64_t oh, int64_t ow) const {
+    return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
+  }
+
+  // 2 per axis, stride 2: the taps of output w of a full row are w0 = 2 * ow and w0 + 1
+  // of each of the row's 1, 2 or 4 input rows, in scan order.
+  void FastRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx) const {
+    const int64_t full = g_.in[2] / 2;  // outputs whose window lies inside the row
+    const int rows = static_cast<int>(g_.kernel[0] * g_.kernel[1]);
+    int64_t offsets[4];
+    for (int r = 0; r < rows; ++r) {
+      const int64_t d = g_.Tap(0, od, r / g_.kernel[1]), h = g_.Tap(1, oh, r % g_.kernel[1]);
+      offsets[r] = (d * g_.in[1] + h) * g_.in[2];
+    }
+    switch (rows) {
+      case 1: FastRowOf<1>(src, offsets, full, out, idx); break;
+      case 2: FastRowOf<2>(src, offsets, full, out, idx); break;
+      default: FastRowOf<4>(src, offsets, full, out, idx); break;
+    }
+    for (int64_t ow = full; ow < g_.out[2]; ++ow)  // ceil_mode: a last window half outside
+      out[ow] = Element(src, 1, od, oh, ow, &idx[ow]);
+  }
+
+  template <int R>
+  void FastRowOf(const Raw* src, const int64_t* offsets, int64_t count, Raw* __restrict out,
+                 I* __restrict idx) const {
+    const Raw* __restrict row[R];
+    I base[R];
+    for (int r = 0; r < R; ++r) {
+      row[r] = src + offsets[r];
+      base[r] = static_cast<I>(offsets[r]);
+    }
+    for (int64_t ow = 0; ow < count; ++ow) {
+      Raw best_raw = row[0][2 * ow];
+      Key best = order_.Decode(best_raw);
+      I best_idx = base[0] + static_cast<I>(2 * ow);
+      for (int r = 0; r < R; ++r) {
+        for (int t = r == 0 ? 1 : 0; t < 2; ++t) {
+          const Raw raw = row[r][2 * ow + t];
+          const Key v = order_.Decode(raw);
+          const bool take = Replaces(v, best);
+          best = take ? v : best;
+          best_raw = take ? raw : best_raw;
+          best_idx = take ? static_cast<I>(base[r] + static_cast<I>(2 * ow + t)) : best_idx;
+        }
+      }
+      out[ow] = best_raw;
+      idx[ow] = best_idx;
+    }
+  }
+
+  // Any window: starts from (lowest, first position) and goes over the in-bounds taps of
+  // every output w at once, tap row by tap row and tap by tap, so that each output sees
+  // its taps in scan order.
+  void GenericRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx, Key* best) const {
+    const int64_t W = g_.in[2], Wo = g_.out[2], s = g_.stride[2];
+    const int64_t first_row = (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * W;
+    const Raw lowest = order_.Lowest();
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      best[ow] = order_.Decode(lowest);
+      out[ow] = lowest;
+      idx[ow] = static_cast<I>(first_row + g_.First(2, ow));
+    }
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        const int64_t offset = (d * g_.in[1] + h) * W;
+        const Raw* row = src + offset;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          // w = ow * s + shift; the outputs whose tap tw lies inside the row.
+          const int64_t shift = tw * g_.dil[2] - g_.pad[2];
+          const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+          const int64_t hi = std::min(Wo, W - 1 - shift < 0 ? 0 : (W - 1 - shift) / s + 1);
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            const int64_t w = ow * s + shift;
+            const Key v = order_.Decode(row[w]);
+            if (Replaces(v, best[ow])) {
+              best[ow] = v;
+              out[ow] = row[w];
+              idx[ow] = static_cast<I>(offset + w);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // One output of any window; element i of the plane is src[i * step].
+  Raw Element(const Raw* src, int64_t step, int64_t od, int64_t oh, int64_t ow, I* idx) const {
+    Raw best_raw = order_.Lowest();
+    Key best = order_.Decode(best_raw);
+    int64_t best_idx = FirstFlat(od, oh, ow);
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          const int64_t w = g_.Tap(2, ow, tw);
+          if (!Inside(2, w)) continue;
+          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
+          const Key v = order_.Decode(src[i * step]);
+          if (Replaces(v, best)) {
+            best = v;
+            best_raw = src[i * step];
+            best_idx = i;
+          }
+        }
+      }
+    }
+    *idx = static_cast<I>(best_idx);
+    return best_raw;
+  }
+
+  // Channels last, 2 per axis, stride 2: the 2, 4 or 8 taps of a full window are rows of
+  // C contiguous values each.
+  void FastPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out,
+                    I* idx) const {
+    int64_t flat[8];
+    int taps = 0;
+    for (int64_t td = 0; td < g_.kernel[0]; ++td)
+      for (int64_t th = 0; th < g_.kernel[1]; ++th)
+        for (int64_t tw = 0; tw < 2; ++tw)
+          flat[taps++] = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2] +
+                         g_.Tap(2, ow, tw);
+    switch (taps) {
+      case 2: FastPositionOf<2>(src, flat, out, idx); break;
+      case 4: FastPositionOf<4>(src, flat, out, idx); break;
+      default: FastPositionOf<8>(src, flat, out, idx); break;
+    }
+  }
+
+  template <int T>
+  void FastPositionOf(const Raw* src, const int64_t* flat, Raw* __restrict out,
+                      I* __restrict idx) const {
+    const Raw* __restrict tap[T];
+    I position[T];
+    for (int t = 0; t < T; ++t) {
+      tap[t] = src + flat[t] * g_.C;
+      position[t] = static_cast<I>(flat[t]);
+    }
+    for (int64_t c = 0; c < g_.C; ++c) {
+      Raw best_raw = tap[0][c];
+      Key best = order_.Decode(best_raw);
+      I best_idx = position[0];
+      for (int t = 1; t < T; ++t) {
+        const Raw raw = tap[t][c];
+        const Key v = order_.Decode(raw);
+        const bool take = Replaces(v, best);
+        best = take ? v : best;
+        best_raw = take ? raw : best_raw;
+        best_idx = take ? position[t] : best_idx;
+      }
+      out[c] = best_raw;
+      idx[c] = best_idx;
+    }
+  }
+
+  // Channels last, any window: the in-bounds taps in scan order, each a row of C values.
+  void GenericPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out, I* idx,
+                       Key* best) const {
+    const Raw lowest = order_.Lowest();
+    const I first = static_cast<I>(FirstFlat(od, oh, ow));
+    for (int64_t c = 0; c < g_.C; ++c) {
+      best[c] = order_.Decode(lowest);
+      out[c] = lowest;
+      idx[c] = first;
+    }
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          const int64_t w = g_.Tap(2, ow, tw);
+          if (!Inside(2, w)) continue;
+          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
+          const Raw* tap = src + i * g_.C;
+          for (int64_t c = 0; c < g_.C; ++c) {
+            const Key v = order_.Decode(tap[c]);
+            if (Replaces(v, best[c])) {
+              best[c] = v;
+              out[c] = tap[c];
+              idx[c] = static_cast<I>(i);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  const PoolGeometry& g_;
+  const Order order_;
+  const Raw* x_;
+  Raw* values_;
+  I* indices_;
+  const bool fast_ = g_.TwoByStrideTwo();
+};
+
+ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+                   ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
+                   ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
+                   ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
+                   bool ceil_mode) {
+  return NoThrow("max_pool", [&]() -> ffi::Error {
+    auto checked = CheckPoolCall(x, *values, *indices, channels_last, kernel_size, stride,
+                                 padding, dilation, ceil_mode);
+    if (checked.has_error()) return checked.error();
+    PoolGeometry g = *checked;
+    // One channel last is the same memory as one channel first.
+    if (g.C == 1) g.channels_last = false;
+    const int64_t units = g.channels_last ? g.N * g.out_plane()
+                                          : g.N * g.C * g.out[0] * g.out[1];
+    if (units == 0 || values->element_count() == 0) return ffi::Error::Success();
+    AdviseHugePages(values->untyped_data(), values->size_bytes());
+    AdviseHugePages(indices->untyped_data(), indices->size_bytes());
+    const int64_t bytes =
+        static_cast<int64_t>(x.size_bytes() + values->size_bytes() + indices->size_bytes());
+    return VisitPoolValueType(x.element_type(), [&](auto order) {
+      using Order = decltype(order);
+      using Raw = typename Order::Raw;
+      return VisitIndexType(indices->element_type(), [&](auto index_tag) {
+        using I = typename decltype(index_tag)::type;
+        const Pool<Order, I> kernel(g, order, static_cast<const Raw*>(x.untyped_data()),
+                                    static_cast<Raw*>(values->untyped_data()),
+                                    static_cast<I*>(indices->untyped_data()));
+        return ForEachPlaneChunk(
+            pool, units, bytes,
+            [&](int64_t u0, int64_t u1) {
+              if (g.channels_last) {
+                kernel.Positions(u0, u1);
+              } else {
+                kernel.Rows(u0, u1);
+              }
+              return BadIndex{};
+            },
+            [](const BadIndex&) { return ffi::Error::Internal("max_pool: no index to check"); });
+      });
+    });
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Ret<ffi::AnyBuffer>()  // values
+                                  .Ret<ffi::AnyBuffer>()  // indices
+                                  .Attr<bool>("channels_last")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("padding")
+                                  .Attr<ffi::Span<const int64_t>>("dilation")
+                                  .Attr<bool>("ceil_mode"));
+
+}  // namespace jax_unpool
