@@ -32,14 +32,14 @@ class Pool {
   Pool(const PoolGeometry& g, Order order, const Raw* x, Raw* values, I* indices)
       : g_(g), order_(order), x_(x), values_(values), indices_(indices) {}
 
-  // Channels first: output rows [u0, u1), a row being (n, c, od, oh).
+  // Channels first: output rows [u0, u1), a row being (plane, od, oh).
   void Rows(int64_t u0, int64_t u1) const {
     std::vector<Key> best(static_cast<size_t>(g_.out[2]));
-    const int64_t rows_per_plane = g_.out[0] * g_.out[1];
+    // The row's coordinates are counted up, not divided out of u: 64-bit divisions per
+    // row cost as much as pooling a short row.
+    int64_t oh = u0 % g_.out[1], od = u0 / g_.out[1] % g_.out[0];
+    const Raw* src = x_ + u0 / (g_.out[0] * g_.out[1]) * g_.in_plane();
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t plane = u / rows_per_plane, od = u % rows_per_plane / g_.out[1],
-                    oh = u % g_.out[1];
-      const Raw* src = x_ + plane * g_.in_plane();
       Raw* out = values_ + u * g_.out[2];
       I* idx = indices_ + u * g_.out[2];
       if (fast_ && Full(0, od) && Full(1, oh)) {
@@ -47,22 +47,39 @@ class Pool {
       } else {
         GenericRow(src, od, oh, out, idx, best.data());
       }
+      if (++oh == g_.out[1]) {
+        oh = 0;
+        if (++od == g_.out[0]) {
+          od = 0;
+          src += g_.in_plane();
+        }
+      }
     }
   }
 
   // Channels last: output positions [u0, u1), a position being (n, od, oh, ow).
   void Positions(int64_t u0, int64_t u1) const {
     std::vector<Key> best(static_cast<size_t>(g_.C));
-    const int64_t plane = g_.out_plane();
+    int64_t ow = u0 % g_.out[2], oh = u0 / g_.out[2] % g_.out[1],
+            od = u0 / (g_.out[2] * g_.out[1]) % g_.out[0];
+    const Raw* src = x_ + u0 / g_.out_plane() * g_.in_plane() * g_.C;
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t n = u / plane, o = u % plane;
-      const int64_t od = o / (g_.out[1] * g_.out[2]), oh = o / g_.out[2] % g_.out[1],
-                    ow = o % g_.out[2];
-      const Raw* src = x_ + n * g_.in_plane() * g_.C;
+      Raw* out = values_ + u * g_.C;
+      I* idx = indices_ + u * g_.C;
       if (fast_ && Full(0, od) && Full(1, oh) && Full(2, ow)) {
-        FastPosition(src, od, oh, ow, values_ + u * g_.C, indices_ + u * g_.C);
+        FastPosition(src, od, oh, ow, out, idx);
       } else {
-        GenericPosition(src, od, oh, ow, values_ + u * g_.C, indices_ + u * g_.C, best.data());
+        GenericPosition(src, od, oh, ow, out, idx, best.data());
+      }
+      if (++ow == g_.out[2]) {
+        ow = 0;
+        if (++oh == g_.out[1]) {
+          oh = 0;
+          if (++od == g_.out[0]) {
+            od = 0;
+            src += g_.in_plane() * g_.C;
+          }
+        }
       }
     }
   }
@@ -76,50 +93,63 @@ class Pool {
     return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
   }
 
-  // 2 per axis, stride 2: the taps of output w of a full row are w0 = 2 * ow and w0 + 1
-  // of each of the row's 1, 2 or 4 input rows, in scan order.
+  // 2 per axis, stride 2: the taps of output w of a full row are 2 * w and 2 * w + 1 of
+  // each of the row's 1, 2 or 4 input rows, in scan order. One pass per input row, each a
+  // loop without branches that the compiler vectorises (the output row stays in cache).
   void FastRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx) const {
     const int64_t full = g_.in[2] / 2;  // outputs whose window lies inside the row
-    const int rows = static_cast<int>(g_.kernel[0] * g_.kernel[1]);
-    int64_t offsets[4];
-    for (int r = 0; r < rows; ++r) {
-      const int64_t d = g_.Tap(0, od, r / g_.kernel[1]), h = g_.Tap(1, oh, r % g_.kernel[1]);
-      offsets[r] = (d * g_.in[1] + h) * g_.in[2];
-    }
-    switch (rows) {
-      case 1: FastRowOf<1>(src, offsets, full, out, idx); break;
-      case 2: FastRowOf<2>(src, offsets, full, out, idx); break;
-      default: FastRowOf<4>(src, offsets, full, out, idx); break;
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t offset = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2];
+        const Raw* row = src + offset;
+        const I base = static_cast<I>(offset);
+        if (td == 0 && th == 0) {
+          InBlocks(full, [&](int64_t o0, int64_t o1) { FirstPairs(row, base, o0, o1, out, idx); });
+        } else {
+          InBlocks(full, [&](int64_t o0, int64_t o1) { MorePairs(row, base, o0, o1, out, idx); });
+        }
+      }
     }
     for (int64_t ow = full; ow < g_.out[2]; ++ow)  // ceil_mode: a last window half outside
       out[ow] = Element(src, 1, od, oh, ow, &idx[ow]);
   }
 
-  template <int R>
-  void FastRowOf(const Raw* src, const int64_t* offsets, int64_t count, Raw* __restrict out,
-                 I* __restrict idx) const {
-    const Raw* __restrict row[R];
-    I base[R];
-    for (int r = 0; r < R; ++r) {
-      row[r] = src + offsets[r];
-      base[r] = static_cast<I>(offsets[r]);
+  // Runs pass(o0, o1) over [0, count) so that the vectorised loop never ends in its scalar
+  // remainder, whose float compares branch (and mispredict on data): whole blocks first,
+  // then the last block again, overlapping. A pass may repeat outputs: with PyTorch's rule
+  // a window's taps seen twice, in the same order, give the same result.
+  template <typename Pass>
+  static void InBlocks(int64_t count, const Pass& pass) {
+    constexpr int64_t kBlock = 16 / sizeof(Raw);  // values per 16-byte vector (SSE2)
+    const int64_t body = count / kBlock * kBlock;
+    pass(0, body);
+    if (body != count) pass(count >= kBlock ? count - kBlock : body, count);
+  }
+
+  // The first input row of a window row: the max of each pair.
+  void FirstPairs(const Raw* __restrict row, I base, int64_t o0, int64_t o1,
+                  Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t ow = o0; ow < o1; ++ow) {
+      const Raw a = row[2 * ow], b = row[2 * ow + 1];
+      const bool take = Replaces(order_.Decode(b), order_.Decode(a));
+      out[ow] = take ? b : a;
+      idx[ow] = base + static_cast<I>(2 * ow) + static_cast<I>(take);
     }
-    for (int64_t ow = 0; ow < count; ++ow) {
-      Raw best_raw = row[0][2 * ow];
-      Key best = order_.Decode(best_raw);
-      I best_idx = base[0] + static_cast<I>(2 * ow);
-      for (int r = 0; r < R; ++r) {
-        for (int t = r == 0 ? 1 : 0; t < 2; ++t) {
-          const Raw raw = row[r][2 * ow + t];
-          const Key v = order_.Decode(raw);
-          const bool take = Replaces(v, best);
-          best = take ? v : best;
-          best_raw = take ? raw : best_raw;
-          best_idx = take ? static_cast<I>(base[r] + static_cast<I>(2 * ow + t)) : best_idx;
-        }
-      }
-      out[ow] = best_raw;
-      idx[ow] = best_idx;
+  }
+
+  // A later input row: each pair against the running max.
+  void MorePairs(const Raw* __restrict row, I base, int64_t o0, int64_t o1,
+                 Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t ow = o0; ow < o1; ++ow) {
+      const Raw a = row[2 * ow], b = row[2 * ow + 1];
+      Raw best = out[ow];
+      I best_idx = idx[ow];
+      const bool take_a = Replaces(order_.Decode(a), order_.Decode(best));
+      best = take_a ? a : best;
+      best_idx = take_a ? base + static_cast<I>(2 * ow) : best_idx;
+      const bool take_b = Replaces(order_.Decode(b), order_.Decode(best));
+      out[ow] = take_b ? b : best;
+      idx[ow] = take_b ? base + static_cast<I>(2 * ow + 1) : best_idx;
     }
   }
 
