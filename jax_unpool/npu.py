@@ -57,6 +57,8 @@ from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, referen
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 
 __all__ = [
+    "MAX_POOL2D_TARGET",
+    "MAX_POOL3D_TARGET",
     "MAX_UNPOOL2D_BACKWARD_TARGET",
     "MAX_UNPOOL2D_TARGET",
     "MAX_UNPOOL3D_BACKWARD_TARGET",
@@ -74,6 +76,8 @@ MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
 MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
 MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
+MAX_POOL2D_TARGET = _ffi.ACLNN_MAX_POOL2D_TARGET
+MAX_POOL3D_TARGET = _ffi.ACLNN_MAX_POOL3D_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
@@ -324,7 +328,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
                                ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
                                ("max_unpool3d", MAX_UNPOOL3D_TARGET),
-                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET)):
+                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET),
+                               ("max_pool2d", MAX_POOL2D_TARGET),
+                               ("max_pool3d", MAX_POOL3D_TARGET)):
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
