@@ -1605,7 +1605,7 @@ def check_pool_empty_workspace_and_volume(fc):
     live0 = fc.baseline()
     for k, shape in ((2, (0, 2, 4, 4)), (3, (0, 2, 4, 4, 4))):
         x = np.zeros(shape, np.float32)
-        rc, out, idx = run_pool(fc, k, x, ((2,) * k, (2,) * k, (0,) * k, (1,) * k))
+        rc, out, _ = run_pool(fc, k, x, ((2,) * k, (2,) * k, (0,) * k, (1,) * k))
         assert rc == OK and fc.last_workspace_size() == 0 and out.shape[0] == 0, (k, rc)
     sizes = set()
     for k, shape in ((2, (1, 1, 4, 4)), (2, (2, 2, 4, 4)), (3, (1, 1, 4, 4, 4))):
