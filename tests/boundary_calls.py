@@ -106,7 +106,7 @@ def torch_pool(x: np.ndarray, k: int, a: dict) -> tuple[np.ndarray, np.ndarray]:
     first = np.moveaxis(x, -1, -k - 1) if a["channels_last"] else x
     pool = torch.nn.functional.max_pool2d if k == 2 else torch.nn.functional.max_pool3d
     values, indices = pool(torch.from_numpy(first.astype(np.float32)), *(
-        tuple(a[n]) for n in ("kernel", "stride", "padding", "dilation")), a["ceil_mode"],
+        tuple(a[n]) for n in ("kernel_size", "stride", "padding", "dilation")), a["ceil_mode"],
         return_indices=True)
     return layout(values.numpy().astype(x.dtype)), layout(indices.numpy())
 

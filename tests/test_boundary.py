@@ -239,14 +239,14 @@ CASES_3D = [
 def _window(k, kernel=2, stride=2, padding=0, dilation=1, ceil_mode=False, last=False):
     def listed(v):
         return list(v) if isinstance(v, (tuple, list)) else [v] * k
-    return {"kernel": listed(kernel), "stride": listed(stride), "padding": listed(padding),
+    return {"kernel_size": listed(kernel), "stride": listed(stride), "padding": listed(padding),
             "dilation": listed(dilation), "ceil_mode": ceil_mode, "channels_last": last}
 
 
 def _window_text(w):
-    t = {n: "(" + ", ".join(map(str, w[n])) + ")" for n in ("kernel", "stride", "padding",
-                                                             "dilation")}
-    return (f"kernel {t['kernel']}, stride {t['stride']}, padding {t['padding']}, dilation "
+    t = {n: "(" + ", ".join(map(str, w[n])) + ")" for n in ("kernel_size", "stride",
+                                                             "padding", "dilation")}
+    return (f"kernel_size {t['kernel_size']}, stride {t['stride']}, padding {t['padding']}, dilation "
             f"{t['dilation']}, ceil_mode={'true' if w['ceil_mode'] else 'false'}")
 
 
@@ -294,22 +294,22 @@ POOL_CASES = [
     ("pool3d float64 values", 3, [P3[0], F64], [P3_OUT, F64], [P3_OUT, I32], W3,
      "aclnnMaxPool3dWithArgmax takes float16, bfloat16 or float32 values, got float64"),
     # attributes
-    ("pool2d kernel of 3", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel": [2, 2, 2]},
-     "kernel must have 2 elements, got (2, 2, 2)"),
+    ("pool2d kernel of 3", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel_size": [2, 2, 2]},
+     "kernel_size must have 2 elements, got (2, 2, 2)"),
     ("pool3d padding of 2", 3, P3, [P3_OUT, F32], [P3_OUT, I32], {**W3, "padding": [0, 0]},
      "padding must have 3 elements, got (0, 0)"),
     ("pool2d stride 0", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "stride": [0, 2]},
      "stride elements must be >= 1, got (0, 2)"),
-    ("pool2d kernel 0", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel": [2, 0]},
-     "kernel elements must be >= 1, got (2, 0)"),
+    ("pool2d kernel 0", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel_size": [2, 0]},
+     "kernel_size elements must be >= 1, got (2, 0)"),
     ("pool2d padding -1", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "padding": [-1, 0]},
      "padding elements must be >= 0, got (-1, 0)"),
     ("pool3d dilation 0", 3, P3, [P3_OUT, F32], [P3_OUT, I32], {**W3, "dilation": [1, 0, 1]},
      "dilation elements must be >= 1, got (1, 0, 1)"),
     ("pool2d window larger than the input", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
-     {**W2, "kernel": [9, 2]},
-     (f"pooling x of shape (2, 3, 7, 6) with {_window_text({**W2, 'kernel': [9, 2]})} gives "
-      "no valid output size")),
+     {**W2, "kernel_size": [9, 2]},
+     ("pooling x of shape (2, 3, 7, 6) with "
+      f"{_window_text({**W2, 'kernel_size': [9, 2]})} gives no valid output size")),
     ("pool2d padding beyond int64 sizes", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
      {**W2, "padding": [2**62, 0], "stride": [1, 2]},
      ("pooling x of shape (2, 3, 7, 6) with "

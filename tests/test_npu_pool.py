@@ -38,7 +38,7 @@ SHAPES = {2: (2, 3, 7, 6), 3: (2, 2, 5, 4, 5)}  # channels first, batched
 def window_attributes(kernel, stride, padding, ceil_mode, *, dilation=None,
                       channels_last=False) -> dict:
     k = len(kernel)
-    return {"kernel": np.asarray(kernel, np.int64), "stride": np.asarray(stride, np.int64),
+    return {"kernel_size": np.asarray(kernel, np.int64), "stride": np.asarray(stride, np.int64),
             "padding": np.asarray(padding, np.int64),
             "dilation": np.asarray(dilation or (1,) * k, np.int64),
             "ceil_mode": ceil_mode, "channels_last": channels_last}
@@ -206,7 +206,7 @@ for k, target in ((2, ju.npu.MAX_POOL2D_TARGET), (3, ju.npu.MAX_POOL3D_TARGET)):
     f = jax.ffi.ffi_call(target, (jax.ShapeDtypeStruct((1, 1) + (2,) * k, np.float32),
                                   jax.ShapeDtypeStruct((1, 1) + (2,) * k, np.int32)))
     try:
-        jax.jit(lambda x: f(x, kernel=ones, stride=ones, padding=0 * ones, dilation=ones,
+        jax.jit(lambda x: f(x, kernel_size=ones, stride=ones, padding=0 * ones, dilation=ones,
                             ceil_mode=False, channels_last=False))(
             np.zeros((1, 1) + (2,) * k, np.float32))
     except Exception as err:

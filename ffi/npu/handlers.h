@@ -2,7 +2,7 @@
 // `channels_last` attribute, the same calling convention as the CPU handlers; the 3-D
 // ones (MaxUnpool3d*) no attribute: channels-first (C, D, H, W) or (N, C, D, H, W) buffers.
 // The pools (MaxPool2d*, MaxPool3d*): x -> (values, indices), with the window attributes
-// kernel, stride, padding, dilation (k elements each), ceil_mode and channels_last.
+// kernel_size, stride, padding, dilation (k elements each), ceil_mode and channels_last.
 // *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.
 // *Host: host-emulation mode on the CPU platform: host memory, no stream (the CPU
 // platform has none to give), for testing against an emulated CANN.

@@ -58,7 +58,7 @@ std::string Tuple(ffi::Span<const int64_t> v) {
 }
 
 std::string WindowText(const Window& w) {
-  return "kernel " + Tuple(w.kernel) + ", stride " + Tuple(w.stride) + ", padding " +
+  return "kernel_size " + Tuple(w.kernel) + ", stride " + Tuple(w.stride) + ", padding " +
          Tuple(w.padding) + ", dilation " + Tuple(w.dilation) +
          ", ceil_mode=" + (w.ceil_mode ? "true" : "false");
 }
@@ -71,7 +71,7 @@ ffi::Error CheckWindow(const PoolOp& op, const Window& w) {
     int64_t min;
   };
   for (const Attribute& a :
-       {Attribute{"kernel", w.kernel, 1}, Attribute{"stride", w.stride, 1},
+       {Attribute{"kernel_size", w.kernel, 1}, Attribute{"stride", w.stride, 1},
         Attribute{"padding", w.padding, 0}, Attribute{"dilation", w.dilation, 1}}) {
     if (a.values.size() != static_cast<size_t>(op.k)) {
       return buffer_checks::Invalid(op.name, std::string(a.name) + " must have " +
@@ -226,7 +226,7 @@ ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
 template <typename Binding>
 auto WithAttributes(Binding binding) {
   return std::move(binding)
-      .template Attr<ffi::Span<const int64_t>>("kernel")
+      .template Attr<ffi::Span<const int64_t>>("kernel_size")
       .template Attr<ffi::Span<const int64_t>>("stride")
       .template Attr<ffi::Span<const int64_t>>("padding")
       .template Attr<ffi::Span<const int64_t>>("dilation")
