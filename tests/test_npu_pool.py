@@ -3,17 +3,22 @@ aclnnMaxPool3dWithArgmax) against the emulated CANN in tests/fake_cann, in host-
 mode, called directly with jax.ffi.ffi_call: values and indices bit-exact against PyTorch
 for every dtype the ops take, both layouts, both ranks of x, ties, NaN, -inf planes,
 padding and ceil_mode; the aclDataTypes handed to aclnn; the handler's refusals and
-CANN's reaching Python; a CANN without the pool ops.
+CANN's reaching Python; a CANN without the pool ops. Then the NPU lowering of the pools
+(jax_unpool.npu.pool_lowering), on a stand-in primitive until main has the pool
+primitive: the aclnn call where the ops give PyTorch's result, the XLA ops elsewhere,
+values and indices equal to the XLA-ops path.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pool_stand_in
 import pytest
 import torch
 from dtypes import assert_bits_equal
 from fake_cann.check_fake_cann import FakeCann, build
 from fresh_process import run_code
+from jax.interpreters import mlir
 
 import jax_unpool as ju
 
@@ -191,6 +196,96 @@ def test_a_failing_status_reaches_python(emulated, rng, function):
 
 
 # --------------------------------------------------------------------------------------
+# The NPU lowering: aclnn where it gives PyTorch's result, the XLA ops elsewhere
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def npu_lowering(emulated):
+    """The stand-in pool primitive lowered for the CPU platform by npu.pool_lowering, in
+    host emulation; its XLA-ops lowering back afterwards."""
+    rule = npu.pool_lowering(pool_stand_in.xla_lowering)
+    mlir.register_lowering(pool_stand_in.stand_in_p, rule, platform="cpu")
+    yield emulated
+    mlir.register_lowering(pool_stand_in.stand_in_p, pool_stand_in.xla_lowering,
+                           platform="cpu")
+
+
+F32, BF16, F16 = "float32", "bfloat16", "float16"
+# (name, x shape, dtype, (kernel, stride, padding, dilation, ceil_mode), channels_last,
+# index dtype, the target the lowering calls or None for the XLA ops)
+ROUTES = [
+    ("2-D", (2, 3, 7, 6), F32, ((2, 2), (2, 2), (0, 0), (1, 1), False), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("2-D NHWC int64 ceil_mode", (2, 7, 6, 3), BF16, ((3, 2), (2, 1), (1, 1), (1, 1), True),
+     True, "int64", npu.MAX_POOL2D_TARGET),
+    ("2-D unbatched", (3, 7, 6), F16, ((3, 3), (2, 2), (1, 1), (1, 1), False), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("1-D", (2, 3, 9), F32, ((3,), (2,), (1,), (1,), True), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("1-D NWC int64", (2, 9, 3), F16, ((2,), (2,), (0,), (1,), False), True, "int64",
+     npu.MAX_POOL2D_TARGET),
+    ("3-D int64", (2, 2, 5, 4, 5), F16, ((2, 2, 2), (2, 2, 2), (0, 1, 1), (1, 1, 1), False),
+     False, "int64", npu.MAX_POOL3D_TARGET),
+    ("3-D NDHWC unbatched", (5, 4, 5, 2), F32,
+     ((3, 2, 3), (2, 1, 2), (1, 1, 0), (1, 1, 1), True), True, "int32", npu.MAX_POOL3D_TARGET),
+    ("dilation 2", (2, 3, 7, 6), F32, ((2, 2), (1, 1), (0, 0), (2, 1), False), False, "int32",
+     None),
+    ("int32 values", (2, 3, 7, 6), "int32", ((2, 2), (2, 2), (0, 0), (1, 1), False), False,
+     "int32", None),
+    ("float64 values", (2, 2, 5, 4, 5), "float64",
+     ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), False), False, "int32", None),
+    ("empty batch", (0, 3, 7, 6), F32, ((2, 2), (2, 2), (0, 0), (1, 1), False), False,
+     "int32", None),
+]
+
+
+def _route_input(rng, shape, dtype):
+    if jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        return hard_values(rng, shape, dtype) if 0 not in shape else np.zeros(shape, dtype)
+    return rng.integers(-3, 4, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("case", ROUTES, ids=[c[0] for c in ROUTES])
+def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(npu_lowering, rng, case):
+    _, shape, dtype, (kernel, stride, padding, dilation, ceil_mode), last, index_dtype, target \
+        = case
+    x = _route_input(rng, shape, dtype)
+
+    def pool(x):
+        return pool_stand_in.pool(x, kernel, stride, padding, dilation, ceil_mode, last,
+                                  index_dtype)
+
+    with jax.enable_x64(index_dtype == "int64" or dtype == "float64"):
+        text = jax.jit(pool).lower(x).as_text()
+        values, indices = jax.jit(pool)(x)
+        data_format = {1: "NCW", 2: "NCHW", 3: "NCDHW"}[len(kernel)]
+        if last:
+            data_format = data_format[:2].replace("C", "") + data_format[2:] + "C"
+        reference = getattr(ju.reference, f"max_pool{len(kernel)}d_with_indices")
+        want_v, want_i = reference(x, kernel, stride, padding, dilation, ceil_mode,
+                                   data_format=data_format, index_dtype=index_dtype)
+    for t in (npu.MAX_POOL2D_TARGET, npu.MAX_POOL3D_TARGET):
+        assert (t in text) == (t == target), (t, text[:3000])
+    assert_bits_equal(values, want_v)
+    assert_bits_equal(indices, want_i)
+
+
+def test_aclnn_pools_false_keeps_the_xla_ops(npu_lowering, fake_cann_dir, rng):
+    x = hard_values(rng, SHAPES[2], "float32")
+
+    def pool(x):
+        return pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0))
+
+    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+    npu.register("cpu", fake_cann_dir, aclnn_pools=False)
+    try:
+        assert npu.MAX_POOL2D_TARGET not in jax.jit(pool).lower(x).as_text()
+    finally:
+        npu.register("cpu", fake_cann_dir)
+    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+
+
+# --------------------------------------------------------------------------------------
 # A CANN without the pool ops
 # --------------------------------------------------------------------------------------
 
@@ -211,10 +306,23 @@ for k, target in ((2, ju.npu.MAX_POOL2D_TARGET), (3, ju.npu.MAX_POOL3D_TARGET)):
             np.zeros((1, 1) + (2,) * k, np.float32))
     except Exception as err:
         print(err)
+# The NPU lowering keeps the XLA ops, with their answer.
+import pool_stand_in
+from jax.interpreters import mlir
+mlir.register_lowering(pool_stand_in.stand_in_p,
+                       ju.npu.pool_lowering(pool_stand_in.xla_lowering), platform="cpu")
+x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+pool = jax.jit(lambda x: pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0)))
+text = pool.lower(x).as_text()
+assert "aclnn" not in text and "custom_call" not in text, text
+values, indices = pool(x)
+want = ju.reference.max_pool2d_with_indices(x, 2)
+assert np.array_equal(values, want[0]) and np.array_equal(indices, want[1])
+print("XLA ops")
 """
 
 
-def test_a_cann_without_the_pool_ops_loads_and_says_what_is_missing(tmp_path):
+def test_a_cann_without_the_pool_ops_loads_says_what_is_missing_and_keeps_xla_ops(tmp_path):
     lib_dir = build(tmp_path, layout="nopool")
     proc = run_code(WITHOUT_POOLS, str(lib_dir))
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -229,4 +337,5 @@ def test_a_cann_without_the_pool_ops_loads_and_says_what_is_missing(tmp_path):
         (f"FAILED_PRECONDITION: max_pool3d_with_indices: the loaded CANN op library ({opapi}) "
          f"has no aclnnMaxPool3dWithArgmaxGetWorkspaceSize, aclnnMaxPool3dWithArgmax: "
          f"{advice}"),
+        "XLA ops",
     ]
