@@ -254,7 +254,9 @@ def _aclnn_pool_takes(x_aval, k: int, window: dict, channels_last: bool) -> bool
     on every chip that has it -- values float16, bfloat16 or float32; dilation 1 (Atlas
     A2/A3 refuse any other, and the chip is unknown at trace time); padding at most half
     the kernel (PyTorch's rule, which CANN checks too); a plane or volume of at most
-    INT_MAX positions (A2/A3 index it in int32); a non-empty x."""
+    INT_MAX positions (A2/A3 index it in int32); a non-empty x of known shape."""
+    if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
+        return False
     s = _args.spatial_axis(x_aval.ndim, channels_last, k)
     return (max(k, 2) in _jax_unpool.cann_pool_ranks()
             and np.dtype(x_aval.dtype) in _POOL_VALUE_DTYPES
