@@ -38,8 +38,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `jax_unpool.nnx` needs Flax (an optional extra): import it on first use only.
-    if name == "nnx":
+    # The layer modules need optional extras (Flax, Equinox): import them on first use only.
+    if name in ("nnx", "linen", "equinox"):
         import importlib
-        return importlib.import_module("jax_unpool.nnx")
+        return importlib.import_module(f"jax_unpool.{name}")
     raise AttributeError(f"module 'jax_unpool' has no attribute {name!r}")
