@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # spatial dims per rank, as PyTorch names them
+from jax_unpool._args import SPATIAL
 
 
 def channels_last_format(k: int) -> str:
