@@ -35,7 +35,7 @@ _UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
 
 
 def _hashable(value: Any) -> Any:
-    # Static fields are part of the treedef, which jit hashes: a list becomes a tuple.
+    # An eqx.Module is Hashable (a static jit argument, a cache key): a list field is not.
     return tuple(value) if isinstance(value, list) else value
 
 
