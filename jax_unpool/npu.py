@@ -2,9 +2,10 @@
 aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
-handlers of ffi/npu/.
+handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`).
 
-    register(platform="ascend", library_dir=None, *, ffi_platform=None)
+    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes both primitives
         lower to them there. `platform` is JAX's name for the plugin's platform (none is
@@ -35,7 +36,9 @@ an empty input, or an output plane smaller than the input plane (only possible w
 duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
 channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
-with FAILED_PRECONDITION naming the missing symbols).
+with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
+without them, and for every pool they would not compute as PyTorch does, the pools keep
+their XLA ops.
 """
 
 from __future__ import annotations
