@@ -1,5 +1,7 @@
 #include "npu/aclnn_call.h"
 
+#include <string_view>
+
 #include "value_types.h"
 
 namespace jax_unpool::npu {
@@ -246,6 +248,17 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
                     std::string(op) + ": the loaded CANN op library (" + cann.opapi_path +
                         ") has no " + absent + ": this CANN predates the op; install a "
                         "newer CANN toolkit");
+}
+
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs) {
+  if (attrs.size() == 0) return ffi::Error::Success();
+  std::string names;
+  for (std::string_view name : attrs) {
+    names += (names.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  return ffi::Error::InvalidArgument(
+      std::string(op) + ": unknown attribute" + (attrs.size() > 1 ? "s " : " ") + names +
+      ": this target takes no attributes (its buffers are channels-first)");
 }
 
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {

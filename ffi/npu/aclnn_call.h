@@ -139,6 +139,12 @@ struct OptionalSymbol {
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
                           std::initializer_list<OptionalSymbol> symbols);
 
+// INVALID_ARGUMENT naming every attribute in `attrs`; Success when there is none. For the
+// targets that take no attribute: XLA checks the attribute count only for handlers that
+// bind some, so these bind them all as a dictionary and refuse any -- channels_last=True
+// would otherwise be ignored and an NDHWC buffer read as NCDHW.
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs);
+
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.
 template <typename Impl>

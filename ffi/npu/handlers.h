@@ -1,6 +1,7 @@
 // The aclnn handlers (XLA FFI, typed API): (values, indices) -> out. The 2-D ones take the
 // `channels_last` attribute, the same calling convention as the CPU handlers; the 3-D
-// ones (MaxUnpool3d*) no attribute: channels-first (C, D, H, W) or (N, C, D, H, W) buffers.
+// ones (MaxUnpool3d*) refuse any attribute: channels-first (C, D, H, W) or
+// (N, C, D, H, W) buffers.
 // *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.
 // *Host: host-emulation mode on the CPU platform: host memory, no stream (the CPU
 // platform has none to give), for testing against an emulated CANN.
