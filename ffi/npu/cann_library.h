@@ -3,8 +3,12 @@
 //
 // Search order:
 //   0. a libascendcl.so already loaded in the process (by the PJRT plugin, say; found with
-//      dlopen(RTLD_NOLOAD)): its directory, and only it. A second runtime loaded from
-//      elsewhere would have no device context. (Not in host-emulation mode.)
+//      dlopen(RTLD_NOLOAD)): only directories whose libascendcl.so is that very file (a
+//      second runtime loaded from elsewhere would have no device context) -- library_dir
+//      when given; else the directory it was loaded from, 2-5 below, its real directory.
+//      Files are compared, not directory names: CANN's latest/<arch>-linux/lib64 holds
+//      per-file symlinks into each package's versioned directory. (Not in host-emulation
+//      mode.)
 //   1. the library_dir argument, when not empty -- and then nothing else
 //   2. $ASCEND_TOOLKIT_HOME/lib64
 //   3. $ASCEND_HOME_PATH/lib64
@@ -21,9 +25,11 @@
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
 // belong to it). Later calls with no library_dir, or with one that resolves to the same
-// files, return it; one that resolves to other files is an error. A failed load installs
-// nothing and may be retried, e.g. with another library_dir. Libraries are never closed:
-// compiled executables may call into them until the process exits.
+// files, return it; one that resolves to other files is an error, and so is any call in
+// the other mode (host emulation or device) than the first load's: the emulator must never
+// get device pointers, nor a real CANN host memory. A failed load installs nothing and may
+// be retried, e.g. with another library_dir. Libraries are never closed: compiled
+// executables may call into them until the process exits.
 #pragma once
 
 #include <map>
@@ -38,6 +44,8 @@ struct CannLibrary {
   // Where each part was loaded from (resolved file paths), for messages and for comparing
   // two loads.
   std::string ascendcl_path, nnopbase_path, opapi_path;
+  // Installed for the host-emulation mode (host memory, an emulated CANN), not a device.
+  bool host = false;
 
   CreateTensorFn create_tensor = nullptr;
   DestroyTensorFn destroy_tensor = nullptr;
