@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from jax_unpool import _args
-from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool._primitives import max_unpool_backward_p, max_unpool_p
 
 IntOrPair = int | tuple[int, int]
 IntOrTuple = int | tuple[int, ...]
@@ -16,13 +16,13 @@ IntOrTuple = int | tuple[int, ...]
 
 def _unpool(fn: str, k: int, *args) -> jax.Array:
     x, indices, size, last = _args.unpool_operands(fn, k, *args)
-    return max_unpool2d_p.bind(x, indices, output_size=size, channels_last=last)
+    return max_unpool_p[k].bind(x, indices, output_size=size, channels_last=last)
 
 
 def _unpool_backward(fn: str, k: int, *args) -> jax.Array:
     grad_output, indices, last = _args.unpool_backward_operands(fn, k, *args)
-    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last,
-                                        spatial_rank=k)
+    return max_unpool_backward_p[k].bind(grad_output, indices, channels_last=last,
+                                         spatial_rank=k)
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,

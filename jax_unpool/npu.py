@@ -48,13 +48,12 @@ from collections.abc import Iterator
 
 import jax
 import numpy as np
+from jax import core
 from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
 from jax._src.lib.mlir.dialects import hlo
-from jax import core
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, reference
-from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool import _args, _ffi, _jax_unpool, _planes, _primitives, _sharding
 
 __all__ = [
     "MAX_UNPOOL2D_BACKWARD_TARGET",
@@ -114,11 +113,11 @@ def _aclnn_takes(x_shape, output_size, channels_last: bool) -> bool:
 
 
 def _scatter_reference(x, indices, *, output_size, channels_last):
-    return reference.scatter_planes(x, indices, output_size, channels_last)
+    return _planes.scatter_planes(x, indices, output_size, channels_last)
 
 
 def _gather_reference(grad_output, indices, *, channels_last, spatial_rank):
-    return reference.gather_planes(grad_output, indices, channels_last, spatial_rank)
+    return _planes.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
 _forward_reference = mlir.lower_fun(_scatter_reference, multiple_results=False)
@@ -271,13 +270,21 @@ def _with_handler(names: list[str]) -> list[str]:
     """The names under which a plugin has installed its FFI handler. A registration under
     any other name is only queued by xla_client, and compiling then fails with "no
     registered implementation for custom call ..."."""
-    handlers = xla_client._custom_callback_handler  # noqa: SLF001 -- no public query
+    handlers = xla_client._custom_callback_handler
     return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
+
+
+def _register_lowerings(platform: str, forward, backward) -> None:
+    """`forward` and `backward` as the lowerings of every rank's primitives on `platform`."""
+    for p in _primitives.max_unpool_p.values():
+        mlir.register_lowering(p, forward, platform=platform)
+    for p in _primitives.max_unpool_backward_p.values():
+        mlir.register_lowering(p, backward, platform=platform)
 
 
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
              ffi_platform: str | None = None) -> dict[str, str]:
-    """Routes max_unpool2d_p and max_unpool2d_backward_p to aclnn on `platform`.
+    """Routes the unpool primitives of every rank to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
     MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET and
@@ -330,9 +337,8 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
-        mlir.register_lowering(max_unpool2d_p, _max_unpool2d_aclnn_lowering, platform=platform)
-        mlir.register_lowering(max_unpool2d_backward_p, _max_unpool2d_backward_aclnn_lowering,
-                               platform=platform)
+        _register_lowerings(platform, _max_unpool2d_aclnn_lowering,
+                            _max_unpool2d_backward_aclnn_lowering)
         if host:
             _cpu_emulation = True
             jax.clear_caches()
@@ -346,10 +352,8 @@ def unregister_cpu_emulation() -> None:
     with _lock:
         if not _cpu_emulation:
             return
-        mlir.register_lowering(max_unpool2d_p, _primitives._max_unpool2d_cpu_lowering,
-                               platform="cpu")
-        mlir.register_lowering(max_unpool2d_backward_p,
-                               _primitives._max_unpool2d_backward_cpu_lowering, platform="cpu")
+        _register_lowerings("cpu", _primitives._forward_cpu_lowering,
+                            _primitives._backward_cpu_lowering)
         _cpu_emulation = False
         jax.clear_caches()
 

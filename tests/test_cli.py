@@ -100,7 +100,7 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
     build(tmp_path / "cann" / "lib64")  # the emulated CANN runtime, under its real names
     script = textwrap.dedent("""
         from jax_unpool import npu
-        from jax_unpool.__main__ import main
+        from jax_unpool.cli.main import main
         main(["info"])
         npu.register("cpu", npu.locate()["libascendcl"].rsplit("/", 1)[0])  # host emulation
         main(["info"])
