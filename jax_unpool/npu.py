@@ -44,6 +44,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import jax
@@ -187,17 +188,23 @@ def _forward(ctx, x, indices, output_size, channels_last):
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
-def _on_2d_ops(k: int, channels_last: bool) -> bool:
+def _on_2d_ops(k: int, channels_last: bool, op_3d: str) -> bool:
     """Whether rank k runs on the 2-D ops' view: 1-D as (N, C, 1, W), and NDHWC as
     (N, D * H, W, C) -- aclnnMaxUnpool3d(Backward) want a contiguous NCDHW out
     (CheckOutContiguous), which a channels-last buffer is not, while the 2-D ops honour
-    strides -- and NCDHW as (N, C, D * H, W) with a CANN that predates the 3-D ops."""
-    return k == 1 or (k == 3 and (channels_last or not _jax_unpool.cann_has_3d_ops()))
+    strides -- and NCDHW as (N, C, D * H, W) with a CANN that lacks `op_3d` (it predates
+    the 3-D ops)."""
+    return k == 1 or (k == 3 and (channels_last or op_3d not in _jax_unpool.cann_ops()))
 
 
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
     k = len(output_size)
-    if _on_2d_ops(k, channels_last):
+    on_2d = _on_2d_ops(k, channels_last, "max_unpool3d")
+    if (on_2d or k == 2) and "max_unpool2d" not in _jax_unpool.cann_ops():
+        # An op library without the forward op (the backwards are required; see register).
+        return _forward_reference(ctx, x, indices, output_size=output_size,
+                                  channels_last=channels_last)
+    if on_2d:
         plane = (math.prod(output_size[:-1]), output_size[-1])
         return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
                                                                    channels_last),
@@ -226,7 +233,7 @@ def _backward(ctx, grad_output, indices, channels_last, k):
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
                                           spatial_rank=2):
     k = spatial_rank
-    if _on_2d_ops(k, channels_last):
+    if _on_2d_ops(k, channels_last, "max_unpool3d_backward"):
         return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
                           ctx, grad_output, indices, channels_last, k)
     return _backward(ctx, grad_output, indices, channels_last, k)
@@ -325,6 +332,12 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
         where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
+        if "max_unpool2d" not in _jax_unpool.cann_ops():
+            warnings.warn(
+                f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "
+                f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run the "
+                f"jnp reference (XLA's scatter; channels-first 3-D runs aclnnMaxUnpool3d if "
+                f"present); the backwards run aclnn.", RuntimeWarning, stacklevel=2)
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""

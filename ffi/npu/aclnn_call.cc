@@ -238,7 +238,7 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 }
 
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols) {
+                          std::initializer_list<OptionalSymbol> symbols, const char* advice) {
   std::string absent;
   for (const OptionalSymbol& s : symbols) {
     if (!s.present) absent += (absent.empty() ? "" : ", ") + std::string(s.name);
@@ -246,8 +246,7 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
   if (absent.empty()) return ffi::Error::Success();
   return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                     std::string(op) + ": the loaded CANN op library (" + cann.opapi_path +
-                        ") has no " + absent + ": this CANN predates the op; install a "
-                        "newer CANN toolkit");
+                        ") has no " + absent + ": " + advice);
 }
 
 ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs) {

@@ -160,12 +160,12 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need(acl, "aclrtMalloc", &lib.rt_malloc);
   need(acl, "aclrtFree", &lib.rt_free);
   need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
-  need_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
-  need_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);
   // Optional (CannLibrary): left null when absent.
+  find_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
+  find_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   find_aclnn("aclnnMaxUnpool3dGetWorkspaceSize", &lib.max_unpool3d_get_workspace_size);
   find_aclnn("aclnnMaxUnpool3d", &lib.max_unpool3d);
   find_aclnn("aclnnMaxUnpool3dBackwardGetWorkspaceSize",

@@ -20,7 +20,9 @@
 // ("provider") is opened: one already loaded in the process, else the first present of
 // libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
 // libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
-// It must have the aclnnMaxUnpool2d* entry points; the aclnnMaxUnpool3d* ones are optional.
+// It must have the aclnnMaxUnpool2dBackward* entry points (every product that has any of
+// the four ops has these); aclnnMaxUnpool2d* and the aclnnMaxUnpool3d* ones are optional
+// (the forwards are not on the Atlas training series; older CANN lacks the 3-D ops).
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
@@ -57,12 +59,12 @@ struct CannLibrary {
   RtMallocFn rt_malloc = nullptr;
   RtFreeFn rt_free = nullptr;
   GetCurrentContextFn get_current_context = nullptr;
-  MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
-  AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d_backward = nullptr;
-  // Optional: a CANN without the 3-D ops still loads and serves the 2-D ones; the 3-D
-  // handlers then say which symbols are missing.
+  // Optional: a CANN without the forward or the 3-D ops still loads and serves the others;
+  // the handlers of the absent ones say which symbols are missing.
+  MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool3dGetWorkspaceSizeFn max_unpool3d_get_workspace_size = nullptr;
   AclnnRunFn max_unpool3d = nullptr;
   MaxUnpool3dBackwardGetWorkspaceSizeFn max_unpool3d_backward_get_workspace_size = nullptr;

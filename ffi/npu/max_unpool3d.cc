@@ -20,7 +20,8 @@ ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   if (ffi::Error e = RequireSymbols(
           lib, kOp,
           {{"aclnnMaxUnpool3dGetWorkspaceSize", lib.max_unpool3d_get_workspace_size != nullptr},
-           {"aclnnMaxUnpool3d", lib.max_unpool3d != nullptr}});
+           {"aclnnMaxUnpool3d", lib.max_unpool3d != nullptr}},
+          kNewerCann);
       !e.success()) {
     return e;
   }

@@ -23,7 +23,8 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
           RequireSymbols(lib, kOp,
                          {{"aclnnMaxUnpool3dBackwardGetWorkspaceSize",
                            lib.max_unpool3d_backward_get_workspace_size != nullptr},
-                          {"aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward != nullptr}});
+                          {"aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward != nullptr}},
+                         kNewerCann);
       !e.success()) {
     return e;
   }
