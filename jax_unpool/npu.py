@@ -18,14 +18,24 @@ handlers of ffi/npu/.
     locate(library_dir=None) -> dict
         Where CANN would be (or was) loaded from; raises RuntimeError like register().
 
-CANN search order: a libascendcl.so already loaded in the process (its directory only);
-else library_dir (only it, when given); else $ASCEND_TOOLKIT_HOME/lib64;
-$ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
+CANN search order: a libascendcl.so already loaded in the process (only directories whose
+libascendcl.so is that very file: library_dir when given, else the one it was loaded from,
+the search's below, its real one -- files are compared, so CANN's latest/ symlinks into
+versioned package directories load); else library_dir (only it, when given); else
+$ASCEND_TOOLKIT_HOME/lib64; $ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
 /usr/local/Ascend/cann/lib64; the dynamic loader's path. The first directory holding
 libascendcl.so, libnnopbase.so and one aclnn op library (libopapi_nn.so, else libopapi.so,
 else the libaclnn_ops_train.so + libaclnn_ops_infer.so pair) wins. Loading is once per
-process: a later register() whose library_dir resolves to other files raises; a failed
-load can be retried.
+process: a later register() whose library_dir resolves to other files raises, and so
+does one in the other mode (host emulation or NPU platform) than the first; a failed load
+can be retried.
+
+Supported chips (CANN's docs for the ops, hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
+all four ops on Atlas A2/A3 and Ascend 950; only the two backwards on the Atlas training
+series (910); none on the Atlas inference series (310P) or Atlas 200I/500 A2. The chip is
+not checked (nor by the ops): elsewhere the outcome is CANN's, a failing status a run-time
+error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
+ones, register() warns and the forward unpools lower to the jnp reference.
 
 In the NPU lowering the indices are clamped into the output plane (CANN does not report an
 out-of-range index synchronously and its kernels would write or read out of bounds) and
@@ -306,12 +316,25 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     emulated CANN; the handlers get host memory and no stream, and the CPU lowering of
     both primitives goes through them for the whole process until
     unregister_cpu_emulation(). jax's compilation caches are cleared on both transitions
-    so that no program compiled before keeps the other lowering.
+    so that no program compiled before keeps the other lowering. A process serves one mode:
+    a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
+    for an NPU platform host memory.
+
+    Supported chips, as CANN documents the ops (hicann/ops-nn
+    index/*/docs/aclnnMaxUnpool*.md): Atlas A2/A3 and Ascend 950 have all four;
+    the Atlas training series (910) only aclnnMaxUnpool2dBackward and
+    aclnnMaxUnpool3dBackward; the Atlas inference series (310P) and Atlas 200I/500 A2
+    none. The chip is not checked (nor do the ops check it): elsewhere the call is made
+    and a failing status is a run-time error. If the op library has no aclnnMaxUnpool2d
+    entry points, a RuntimeWarning says so and the forward unpools lower to the jnp
+    reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
+    aclnn.
 
     Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
-    any of the names, or if CANN cannot be loaded (the message lists every path tried and
-    the environment variables consulted).
+    any of the names, if CANN cannot be loaded (the message lists every path tried and
+    the environment variables consulted), or if it is loaded in this process in the other
+    mode.
     """
     global _cpu_emulation
     host = platform == "cpu"

@@ -741,3 +741,20 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
          f"aclnnMaxUnpool2dGetWorkspaceSize, aclnnMaxUnpool2d: this CANN has no forward "
          f"unpool op; the NPU lowering runs the jnp reference instead"),
     ]
+
+
+def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
+    # The forwards are l0op::ScatterElements(..., "none") (hicann/ops-nn
+    # aclnn_max_unpool{2,3}d.cpp): deterministic by CANN's docs, no winner named anywhere.
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    docs = {f"{f.__module__}.{f.__name__}": " ".join(f.__doc__.split())
+            for module in (ju, ju.reference) for name in dir(module)
+            if name.startswith("max_unpool") and callable(f := getattr(module, name))
+            and f.__doc__}
+    assert len(docs) >= 12, sorted(docs)  # every public unpool function of both modules
+    for name, text in {"README.md": readme, **docs}.items():
+        assert "wins, deterministically, on every backend" not in text, name
+        assert "deterministically on every backend" not in text, name
+    bullet = readme.split("- Duplicated indices in a plane:")[1].split(" - ")[0]
+    for text in (bullet, docs["jax_unpool._api.max_unpool2d"]):
+        assert "which duplicate wins is unspecified" in text, text
