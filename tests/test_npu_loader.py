@@ -2,8 +2,9 @@
 installs are (tests/fake_cann/installs.py): per-file symlinks under latest/, one versioned
 directory or one per package, the runtime preloaded (as a PJRT plugin would) by path or by
 soname through either; and its two modes: a CANN loaded for the host emulation never serves
-a device-mode load, nor the other way round. Each case runs in a fresh process with the
-extension module alone (tests/cann_loads.py), since a process loads one runtime.
+a device-mode load, nor the other way round. Each case runs in a fresh process (most with
+the extension module alone, tests/cann_loads.py): a process loads one runtime, and this
+one loads none.
 """
 
 import json
@@ -13,8 +14,6 @@ from fake_cann.installs import LAYOUTS, install
 from fresh_process import run, run_code
 
 import jax_unpool as ju
-
-npu = ju.npu
 
 
 def loads(steps, preload=None, env=None):
@@ -115,21 +114,34 @@ def test_a_device_mode_load_never_serves_the_host_emulation(cann):
         f"{_where(cann)['libascendcl']}"), answers[1]
 
 
-def test_no_device_platform_is_registered_against_the_host_emulation(fake_cann_dir,
-                                                                     monkeypatch):
-    with npu.cpu_emulation(fake_cann_dir):
-        pass  # this process's CANN is now the emulator, loaded for the host emulation
-    # A device platform whose plugin has devices and an FFI handler: only the load decides.
-    calls = []
-    monkeypatch.setattr(npu, "_require_devices", lambda platform: None)
-    monkeypatch.setattr(npu, "_with_handler", lambda names: names)
-    monkeypatch.setattr(npu.jax.ffi, "register_ffi_target", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr(npu.mlir, "register_lowering", lambda *a, **k: calls.append(a))
-    for library_dir in (None, fake_cann_dir):
-        with pytest.raises(RuntimeError, match=r"^CANN is loaded in this process for the "
-                                               r"host-emulation mode"):
-            npu.register("npu_test_device", library_dir)
-    assert calls == []  # no target, no lowering: device pointers never reach the emulator
+DEVICE_AFTER_HOST = """
+import sys
+import jax
+import jax_unpool as ju
+npu = ju.npu
+with npu.cpu_emulation(sys.argv[1]):
+    pass  # this process's CANN is now the emulator, loaded for the host emulation
+# A device platform whose plugin has devices and an FFI handler: only the load decides.
+calls = []
+npu._require_devices = lambda platform: None
+npu._with_handler = lambda names: names
+jax.ffi.register_ffi_target = lambda *a, **k: calls.append(a)
+npu.mlir.register_lowering = lambda *a, **k: calls.append(a)
+for library_dir in (None, sys.argv[1]):
+    try:
+        npu.register("npu_test_device", library_dir)
+    except RuntimeError as err:
+        print(str(err).split(" from ")[0])
+print(calls)  # no target, no lowering: device pointers never reach the emulator
+"""
+
+
+def test_no_device_platform_is_registered_against_the_host_emulation(fake_cann_dir):
+    proc = run_code(DEVICE_AFTER_HOST, str(fake_cann_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    refusal = "CANN is loaded in this process for the host-emulation mode (register('cpu', " \
+              "library_dir))"
+    assert proc.stdout.splitlines() == [refusal, refusal, "[]"]
 
 
 RUN_BOTH_OPS = """
