@@ -366,18 +366,18 @@ std::atomic<const CannLibrary*> g_loaded{nullptr};
 
 // Why a load in the other mode than `loaded`'s is refused: the two never share a runtime.
 std::string OtherMode(const CannLibrary& loaded) {
-  const std::string files =
-      loaded.ascendcl_path + ", " + loaded.nnopbase_path + ", " + loaded.opapi_path;
+  const std::string from =
+      " from " + loaded.ascendcl_path + ", " + loaded.nnopbase_path + ", " + loaded.opapi_path;
   if (loaded.host) {
     return "CANN is loaded in this process for the host-emulation mode (register('cpu', "
-           "library_dir)) from " +
-           files +
-           ": it is handed host memory, so it cannot serve "
-           "an NPU platform, and no second runtime can be loaded next to it (its libraries "
-           "would satisfy the other's dependencies). Register the NPU platform in a process "
-           "that does not use the host emulation.";
+           "library_dir))" +
+           from +
+           ": it is handed host memory, so it cannot serve an NPU platform, and no second "
+           "runtime can be loaded next to it (its libraries would satisfy the other's "
+           "dependencies). Register the NPU platform in a process that does not use the "
+           "host emulation.";
   }
-  return "CANN is loaded in this process for an NPU platform from " + files +
+  return "CANN is loaded in this process for an NPU platform" + from +
          ": the host-emulation mode would hand it host memory as device memory. Run the "
          "host emulation in a process of its own.";
 }
