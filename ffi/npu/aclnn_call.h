@@ -134,14 +134,15 @@ struct OptionalSymbol {
   bool present;
 };
 
-// FAILED_PRECONDITION naming each absent symbol, the op library looked in and `advice`;
-// Success when all are present.
-ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols, const char* advice);
-
 // RequireSymbols' advice for an op that a CANN may predate.
 inline constexpr const char* kNewerCann =
     "this CANN predates the op; install a newer CANN toolkit";
+
+// FAILED_PRECONDITION naming each absent symbol, the op library looked in and `advice`;
+// Success when all are present.
+ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
+                          std::initializer_list<OptionalSymbol> symbols,
+                          const char* advice = kNewerCann);
 
 // INVALID_ARGUMENT naming every attribute in `attrs`; Success when there is none. For the
 // targets that take no attribute: XLA checks the attribute count only for handlers that

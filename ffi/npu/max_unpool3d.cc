@@ -20,8 +20,7 @@ ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   if (ffi::Error e = RequireSymbols(
           lib, kOp,
           {{"aclnnMaxUnpool3dGetWorkspaceSize", lib.max_unpool3d_get_workspace_size != nullptr},
-           {"aclnnMaxUnpool3d", lib.max_unpool3d != nullptr}},
-          kNewerCann);
+           {"aclnnMaxUnpool3d", lib.max_unpool3d != nullptr}});
       !e.success()) {
     return e;
   }

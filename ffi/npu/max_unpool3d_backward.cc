@@ -23,8 +23,7 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
           RequireSymbols(lib, kOp,
                          {{"aclnnMaxUnpool3dBackwardGetWorkspaceSize",
                            lib.max_unpool3d_backward_get_workspace_size != nullptr},
-                          {"aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward != nullptr}},
-                         kNewerCann);
+                          {"aclnnMaxUnpool3dBackward", lib.max_unpool3d_backward != nullptr}});
       !e.success()) {
     return e;
   }
