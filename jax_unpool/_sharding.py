@@ -210,7 +210,7 @@ _per_shard_kernel.def_partition(_partition, infer_sharding_from_operands=_infer_
 # The pool (x -> values, indices), channels last: the same split, one operand and two
 # results. `window` is the FFI call's attributes as a hashable tuple of (name, value).
 
-def _pool_rule(target, k, window, mesh, operand_types, result_types):
+def _pool_rule(target, k, window, out_size, index_dtype, mesh, operand_types, result_types):
     small = " ".join(f"o{d}" for d in range(k))
     rule = f"... {' '.join(f'i{d}' for d in range(k))} c -> ... {small} c, ... {small} c"
     return rule, {"need_replication_factors": (*(f"i{d}" for d in range(k)),
