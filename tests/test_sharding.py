@@ -1,7 +1,7 @@
-"""Both ops, and the pools, on 8 devices: split along the plane dims (N, C, in either layout; 1-D and 3-D
-channels last too) the compiled step runs our CPU kernels on each device's shard with no
-communication; any split (H too) gives the numpy result; shard_map with a replicated
-operand differentiates correctly.
+"""Both ops, and the pools, on 8 devices: split along the plane dims (N, C, in either
+layout; 1-D and 3-D channels last too) the compiled step runs our CPU kernels on each
+device's shard with no communication; any split (H too) gives the numpy result; shard_map
+with a replicated operand differentiates correctly.
 
 The devices are simulated CPU devices in a fresh process (`sharded_cases.py`), because
 this process's backend already started with one device. That process saves the compiled
