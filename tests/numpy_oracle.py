@@ -151,8 +151,11 @@ def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,
     n, c, *size = xs.shape
     out_size = [pool_output_size(size[a], kernel[a], stride[a], padding[a], dilation[a],
                                  ceil_mode) for a in range(k)]
-    as_number = (lambda v: int(v)) if xs.dtype.kind in "biu" else \
-        (lambda v: float(np.asarray(v).astype(np.float64)))
+    def as_number(v):
+        if xs.dtype.kind in "biu":
+            return int(v)
+        with np.errstate(invalid="ignore"):  # a signaling NaN becomes a quiet one
+            return float(np.asarray(v).astype(np.float64))
     flat_strides = [int(np.prod(size[a + 1:])) for a in range(k)]
     values = np.empty((n, c, *out_size), xs.dtype)
     indices = np.empty((n, c, *out_size), np.int64)

@@ -159,3 +159,16 @@ def test_dtypes_the_kernel_does_not_order_keep_the_xla_ops(dtype):
     assert not re.search(r'custom_call_target="jax_unpool_max_pool', hlo)
     for a, b in zip(f(x), ju.reference.max_pool2d_with_indices(x, 2)):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_subnormal_floats_compare_as_in_torch(dtype):
+    # XLA's CPU code reads subnormals as zero; PyTorch (and the native pool) compares them.
+    tiny = float(jnp.finfo(dtype).smallest_subnormal)
+    x = np.array([0.0, tiny, -tiny, 0.0, tiny, 2 * tiny], np.float64).reshape(1, 1, 6)
+    xt = torch.from_numpy(x).to(getattr(torch, dtype))
+    t_values, t_indices = TORCH[1](xt, 2, return_indices=True)
+    with jax.enable_x64(dtype == "float64"):
+        values, indices = POOL[1](jnp.asarray(x, dtype), 2)
+    np.testing.assert_array_equal(indices, t_indices.numpy())
+    np.testing.assert_array_equal(np.asarray(values, np.float64), t_values.double().numpy())

@@ -14,6 +14,10 @@
 #include <cstdint>
 #include <vector>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "cpu/kernels.h"
 #include "cpu/output_pages.h"
 #include "cpu/planes.h"
@@ -306,6 +310,21 @@ class Pool {
   const bool fast_ = g_.TwoByStrideTwo();
 };
 
+// XLA runs its CPU code with subnormal floats read as zero (MXCSR's DAZ and FTZ flags),
+// where PyTorch compares them exactly: a chunk clears both for its compares and restores
+// them after.
+class ExactFloatCompares {
+ public:
+#if defined(__SSE__)
+  ExactFloatCompares() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~kFlushFlags); }
+  ~ExactFloatCompares() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFlushFlags = 0x8040;  // FTZ (bit 15) and DAZ (bit 6)
+  unsigned saved_;
+#endif
+};
+
 ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                    ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
                    ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
@@ -336,6 +355,7 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
         return ForEachPlaneChunk(
             pool, units, bytes,
             [&](int64_t u0, int64_t u1) {
+              const ExactFloatCompares exact;
               if (g.channels_last) {
                 kernel.Positions(u0, u1);
               } else {
