@@ -1,8 +1,9 @@
 // The order the max pool compares values in, per dtype. Unlike the unpool kernels, which
 // only move bits, the pool compares: each dtype is read as its storage type (`Raw`, what
-// is moved to the result, bit for bit) and compared as a `Key`, the value itself for
-// ints and the float types of C++, and its exact float32 value for float16, bfloat16 and
-// the float8 types, so that -0.0 == 0.0 and NaN is unordered as in PyTorch's loop.
+// is moved to the result, bit for bit) and compared as a `Key`: the value itself for
+// float32 and float64, an unsigned int ordered as the value for the integers, and the
+// exact float32 value for float16, bfloat16 and the float8 types, so that -0.0 == 0.0
+// and NaN is unordered as in PyTorch's loop.
 #pragma once
 
 #include <cmath>
@@ -16,18 +17,25 @@
 
 namespace jax_unpool {
 
-// Raw and Key are the same type: ints, bool (0/1 as uint8, ordered like it), float32,
-// float64.
+// Raw and Key are the same type: float32, float64.
 template <typename T>
 struct NativeOrder {
   using Raw = T;
   using Key = T;
   static Key Decode(Raw r) { return r; }
   // Below (or tied with) every value, never NaN: what padding counts as.
-  static Raw Lowest() {
-    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
-    return std::numeric_limits<T>::lowest();
-  }
+  static Raw Lowest() { return -std::numeric_limits<T>::infinity(); }
+};
+
+// Integers and bool (0/1, ordered like uint8), by width: a signed int compares as its
+// bits with the sign bit flipped, so that one instantiation per width serves both.
+template <typename U>
+struct IntegerOrder {
+  using Raw = U;
+  using Key = U;
+  U sign;  // the sign bit for signed ints, 0 for unsigned ones and bool
+  Key Decode(Raw r) const { return static_cast<U>(r ^ sign); }
+  Raw Lowest() const { return sign; }  // the smallest Key, 0
 };
 
 // float16 as its exact float32 value.
@@ -172,14 +180,14 @@ template <typename F>
 decltype(auto) VisitPoolValueType(ffi::DataType dtype, F&& f) {
   switch (dtype) {
     case ffi::DataType::PRED:
-    case ffi::DataType::U8: return f(NativeOrder<uint8_t>{});
-    case ffi::DataType::S8: return f(NativeOrder<int8_t>{});
-    case ffi::DataType::S16: return f(NativeOrder<int16_t>{});
-    case ffi::DataType::S32: return f(NativeOrder<int32_t>{});
-    case ffi::DataType::S64: return f(NativeOrder<int64_t>{});
-    case ffi::DataType::U16: return f(NativeOrder<uint16_t>{});
-    case ffi::DataType::U32: return f(NativeOrder<uint32_t>{});
-    case ffi::DataType::U64: return f(NativeOrder<uint64_t>{});
+    case ffi::DataType::U8: return f(IntegerOrder<uint8_t>{0});
+    case ffi::DataType::S8: return f(IntegerOrder<uint8_t>{0x80});
+    case ffi::DataType::U16: return f(IntegerOrder<uint16_t>{0});
+    case ffi::DataType::S16: return f(IntegerOrder<uint16_t>{0x8000});
+    case ffi::DataType::U32: return f(IntegerOrder<uint32_t>{0});
+    case ffi::DataType::S32: return f(IntegerOrder<uint32_t>{0x80000000u});
+    case ffi::DataType::U64: return f(IntegerOrder<uint64_t>{0});
+    case ffi::DataType::S64: return f(IntegerOrder<uint64_t>{uint64_t{1} << 63});
     case ffi::DataType::F16: return f(HalfOrder{});
     case ffi::DataType::BF16: return f(BFloat16Order{});
     case ffi::DataType::F64: return f(NativeOrder<double>{});
