@@ -13,11 +13,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE / "_ext"), str(ROOT)]  # the extension below; the source tree
 
-import jax_unpool  # noqa: E402  (after the path: the package documented is the one here)
+import jax_unpool  # after the path: the package documented is the source tree
 
 project = "jax-unpool"
 author = "the jax-unpool authors"
-copyright = "the jax-unpool authors"  # noqa: A001  (Sphinx's name)
+copyright = "the jax-unpool authors"
 release = version = jax_unpool.__version__
 
 extensions = [

@@ -2,7 +2,7 @@
 aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
-handlers of ffi/npu/.
+handlers of ffi/npu/. Its functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None)
         Loads CANN (dlopen at run time: importing this module never needs it), registers

@@ -22,7 +22,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -43,14 +43,14 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    return _number(value) if value is None else f"{value:.2f}"
+    return "-" if value is None else f"{value:.2f}"
 
 
 # Per section: its caption and its columns (heading, how to render a row).
 COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "unpool": (
-        "max_unpool, channels first: milliseconds per call; xla/ours and torch/ours are "
-        "speedups (above 1: ours is faster); GB/s of the op's least traffic",
+        ("max_unpool, channels first: milliseconds per call; xla/ours and torch/ours are "
+         "speedups (above 1: ours is faster); GB/s of the op's least traffic"),
         [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
          ("shape", lambda r: _shape(r.get("shape"))),
          ("index", lambda r: r.get("index_dtype", "-")),
@@ -63,8 +63,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("of bw", lambda r: _ratio(r.get("bandwidth_fraction")))],
     ),
     "layout": (
-        "jax_unpool in NHWC against NCHW: milliseconds per call (NHWC/NCHW above 1: "
-        "channels-last is slower)",
+        ("jax_unpool in NHWC against NCHW: milliseconds per call (NHWC/NCHW above 1: "
+         "channels-last is slower)"),
         [("op", lambda r: r["op"]), ("shape", lambda r: _shape(r.get("shape"))),
          ("index", lambda r: r.get("index_dtype", "-")),
          ("NCHW ms", lambda r: _number(r.get("nchw_ms"))),
@@ -72,8 +72,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("NHWC/NCHW", lambda r: _ratio(r.get("nhwc_vs_nchw")))],
     ),
     "pool": (
-        "max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
-        "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference",
+        ("max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
+         "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference"),
         [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
          ("shape", lambda r: _shape(r.get("shape"))),
          ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
@@ -84,8 +84,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1))],
     ),
     "step": (
-        "SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "
-        "and gradient, timed alone at the model's shapes",
+        ("SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "
+         "and gradient, timed alone at the model's shapes"),
         [("layout", lambda r: r.get("layout", "-")),
          ("batch x image x width",
           lambda r: _shape([r.get("batch"), r.get("image"), r.get("width")])),
@@ -155,7 +155,7 @@ class BenchmarkMachine(_BenchmarkDirective):
 class BenchmarkTable(_BenchmarkDirective):
     """The rows of one section (unpool, layout, pool, step) as a table."""
 
-    option_spec = {"section": directives.unchanged_required}
+    option_spec: ClassVar[dict[str, Any]] = {"section": directives.unchanged_required}
 
     def run(self) -> list[nodes.Node]:
         section = self.options.get("section", "unpool")
@@ -184,42 +184,54 @@ class BenchmarkTargets(_BenchmarkDirective):
                        "2-D shapes")]
 
 
+def speedup_figure(result: dict[str, Any]):
+    """The speedups of jax_unpool over XLA and over PyTorch per shape (float32 values, int32
+    indices), one panel per measured op; None when the run has no such rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.get("rows", [])
+            if r.get("section") in ("unpool", "pool") and r.get("index_dtype") == "int32"
+            and r.get("dtype") == "float32"]
+    panels = [(s, op) for s, op in (("unpool", "forward"), ("unpool", "backward"),
+                                    ("pool", "forward"), ("pool", "forward+grad"))
+              if any(r["section"] == s and r["op"] == op for r in rows)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, (section, op) in zip(axes[0], panels):
+        mine = [r for r in rows if r["section"] == section and r["op"] == op]
+        at = range(len(mine))
+        for offset, key, label in ((-0.2, "speedup_vs_xla", "over XLA"),
+                                   (0.2, "speedup_vs_torch", "over PyTorch")):
+            ax.bar([i + offset for i in at], [r.get(key) or math.nan for r in mine],
+                   width=0.4, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(list(at), [_shape(r.get("shape")) for r in mine], rotation=60,
+                      ha="right")
+        ax.set_title(f"{'max_unpool' if section == 'unpool' else 'max_pool'} {op}")
+    axes[0][0].set_ylabel("speedup of jax_unpool (log scale)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
 class BenchmarkPlot(_BenchmarkDirective):
     """Speedups of jax_unpool over XLA and over PyTorch per shape, as an inline SVG."""
 
     def run(self) -> list[nodes.Node]:
         import matplotlib
-
-        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        rows = [r for r in self.result().get("rows", [])
-                if r.get("section") in ("unpool", "pool") and r.get("index_dtype") == "int32"
-                and r.get("dtype") == "float32"]
-        panels = [("unpool", "forward"), ("unpool", "backward"), ("pool", "forward"),
-                  ("pool", "forward+grad")]
-        panels = [(s, op) for s, op in panels
-                  if any(r["section"] == s and r["op"] == op for r in rows)]
-        if not panels:
-            return [nodes.paragraph(text="(This run measured no unpool or pool rows.)")]
         with matplotlib.rc_context({"svg.hashsalt": "jax-unpool", "font.size": 8}):
-            fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.2),
-                                     sharey=True, squeeze=False)
-            for ax, (section, op) in zip(axes[0], panels):
-                mine = [r for r in rows if r["section"] == section and r["op"] == op]
-                names = [_shape(r.get("shape")) for r in mine]
-                at = range(len(mine))
-                for offset, key, label in ((-0.2, "speedup_vs_xla", "over XLA"),
-                                           (0.2, "speedup_vs_torch", "over PyTorch")):
-                    ax.bar([i + offset for i in at],
-                           [r.get(key) or math.nan for r in mine], width=0.4, label=label)
-                ax.axhline(1.0, color="black", linewidth=0.8)
-                ax.set_yscale("log")
-                ax.set_xticks(list(at), names, rotation=60, ha="right")
-                ax.set_title(f"{'max_unpool' if section == 'unpool' else 'max_pool'} {op}")
-            axes[0][0].set_ylabel("speedup of jax_unpool (log scale; above 1 = faster)")
-            axes[0][-1].legend(loc="upper right")
-            fig.tight_layout()
+            fig = speedup_figure(self.result())
+            if fig is None:
+                return [nodes.paragraph(text="(This run measured no unpool or pool rows.)")]
             svg = io.StringIO()
             fig.savefig(svg, format="svg", metadata={"Date": None})
             plt.close(fig)
