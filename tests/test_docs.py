@@ -50,10 +50,13 @@ def test_the_performance_page_shows_the_benchmark_json(html):
 
 def test_the_api_reference_has_every_public_name(html):
     import jax_unpool
+    import jax_unpool.equinox
+    import jax_unpool.linen
     import jax_unpool.nnx
 
     page = (html / "api.html").read_text()
-    modules = [jax_unpool, jax_unpool.reference, jax_unpool.npu, jax_unpool.nnx]
+    modules = [jax_unpool, jax_unpool.reference, jax_unpool.npu, jax_unpool.nnx,
+               jax_unpool.linen, jax_unpool.equinox]
     missing = []
     for module in modules:
         for name in module.__all__:
