@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -237,6 +238,9 @@ class BenchmarkPlot(_BenchmarkDirective):
             plt.close(fig)
         text = svg.getvalue()
         text = text[text.index("<svg"):]  # drop the XML prologue: the SVG sits in the page
+        # Scale with the column (the viewBox keeps the aspect) instead of a fixed size in pt.
+        text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"',
+                      text, count=1)
         return [nodes.raw("", f'<div class="benchmark-plot">{text}</div>', format="html")]
 
 

@@ -29,13 +29,25 @@ def _module_name(path: Path, package: Path) -> str:
     return name.removesuffix(".__init__")
 
 
-def _imports(tree: ast.Module, modules: set[str]) -> set[str]:
-    """The package modules named by the import statements of `tree`."""
+def _exports(tree: ast.Module) -> set[str]:
+    """The names a package's __init__ binds by importing them (its re-exports)."""
+    return {alias.asname or alias.name for node in tree.body
+            if isinstance(node, ast.ImportFrom | ast.Import) for alias in node.names}
+
+
+def _imports(tree: ast.Module, modules: set[str], root: str, exports: set[str]) -> set[str]:
+    """The package modules that the import statements of `tree` load: `from P import m`
+    names the module P.m when there is one, the root for a name it re-exports (the public
+    API), and nothing for anything else (the compiled extension)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub in modules:
+                    names.add(sub)
+                elif node.module != root or alias.name in exports:
+                    names.add(node.module)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return names & modules
@@ -44,17 +56,21 @@ def _imports(tree: ast.Module, modules: set[str]) -> set[str]:
 def _summary(tree: ast.Module) -> str:
     doc = ast.get_docstring(tree) or ""
     first = " ".join(doc.split("\n\n", 1)[0].split())
+    if first.endswith("::"):  # a paragraph that introduces a literal block
+        first = first[:-1]
     return first.replace("``", "`")
 
 
 def module_layers(package: Path) -> list[tuple[str, int, list[str], str]]:
     """(module, layer, package modules it imports, docstring summary) in layer order.
-    The package itself (which re-exports) and ``__main__`` are left out."""
+    The package root is one of them (it re-exports the public API; modules that import
+    that API import it); ``__main__`` is left out."""
     sources = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
     root = package.name
-    modules = set(sources) - {root, f"{root}.__main__"}
+    modules = set(sources) - {f"{root}.__main__"}
     trees = {m: ast.parse(sources[m].read_text()) for m in modules}
-    deps = {m: sorted(_imports(trees[m], modules) - {m}) for m in modules}
+    exports = _exports(trees[root])
+    deps = {m: sorted(_imports(trees[m], modules, root, exports) - {m}) for m in modules}
     layer: dict[str, int] = {}
 
     def depth(m: str, path: tuple[str, ...]) -> int:
@@ -91,33 +107,18 @@ class ModuleMap(SphinxDirective):
             raise self.error(f"module-map: {error}")
         for source in package.rglob("*.py"):
             self.env.note_dependency(str(source))
-        table = nodes.table(classes=["module-map"])
-        group = nodes.tgroup(cols=4)
-        table += group
-        group.extend(nodes.colspec(colwidth=w) for w in (3, 1, 4, 8))
-
-        def row(cells: list[nodes.Node]) -> nodes.row:
-            out = nodes.row()
-            for cell in cells:
-                out += nodes.entry("", cell)
-            return out
-
-        def code(text: str) -> nodes.paragraph:
-            return nodes.paragraph("", "", nodes.literal(text=text))
-
-        group += nodes.thead("", row([nodes.paragraph(text=t) for t in
-                                      ("module", "layer", "imports", "what it is")]))
-        body = nodes.tbody()
+        entries = nodes.definition_list(classes=["module-map"])
         for name, layer, deps, summary in rows:
-            imported = nodes.paragraph()
+            term = nodes.term("", "", nodes.literal(text=name),
+                              nodes.Text(f"  (layer {layer})"))
+            uses = nodes.paragraph("", "imports: " if deps else "imports nothing of the package")
             for i, dep in enumerate(deps):
                 if i:
-                    imported += nodes.Text(", ")
-                imported += nodes.literal(text=dep)
-            body += row([code(name), nodes.paragraph(text=str(layer)), imported,
-                         nodes.paragraph("", "", *_inline(summary))])
-        group += body
-        return [table]
+                    uses += nodes.Text(", ")
+                uses += nodes.literal(text=dep)
+            definition = nodes.definition("", nodes.paragraph("", "", *_inline(summary)), uses)
+            entries += nodes.definition_list_item("", term, definition)
+        return [entries]
 
 
 class TestMap(SphinxDirective):
