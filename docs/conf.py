@@ -43,5 +43,6 @@ napoleon_numpy_docstring = False
 html_theme = "sphinx_book_theme"
 html_title = "jax-unpool"
 html_theme_options = {"show_toc_level": 2, "use_download_button": False}
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 pygments_style = "default"
