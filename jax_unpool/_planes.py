@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args
+from jax_unpool import _args, _symbolic
 
 __all__ = ["gather_planes", "scatter_planes"]
 
@@ -61,7 +61,10 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
     xp, ip = _to_planes(x, channels_last, k), _to_planes(indices, channels_last, k)
     plane = math.prod(output_size)
     length = xp.shape[-1]
-    pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
+    # Otherwise, or when a symbolic length leaves it open, int64 (int32 without x64, to
+    # which jnp would truncate it anyway).
+    fits = _symbolic.decided(lambda: length < _args.INT32_MAX)
+    pos_dtype = jnp.int32 if fits else jax.dtypes.canonicalize_dtype(jnp.int64)
     pos = lax.broadcasted_iota(pos_dtype, ip.shape, 2) + 1
     # N and C are batching dims of the scatter: each plane scatters on its own, so XLA
     # can split planes across devices without gathering (and type explicit shardings).
@@ -94,8 +97,8 @@ def _gather(grad_output, indices, channels_last, k, exact_bits):
 def _tangent(tangent, out, move):
     # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
     # scatter, linear. Integer primals have float0 tangents.
-    if tangent.dtype == jax.dtypes.float0:
-        return np.zeros(out.shape, jax.dtypes.float0)
+    if tangent.dtype == jax.dtypes.float0:  # (symbolic shapes too: see no_tangent)
+        return lax.broadcast(np.zeros((), jax.dtypes.float0), out.shape)
     return move(tangent)
 
 

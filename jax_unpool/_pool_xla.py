@@ -133,6 +133,13 @@ def geometry(
             f"of shape {shape}"
         )
     in_size = tuple(shape[-k - 1:-1]) if channels_last else tuple(shape[-k:])
+    if any(map(jax.export.is_symbolic_dim, in_size)):
+        # The window geometry below is numpy, computed from the sizes at trace time.
+        raise ValueError(
+            f"{fn}: the spatial dims ({', '.join(names)}) must be known at trace time, got "
+            f"({', '.join(names)})=({', '.join(map(str, in_size))}), symbolic (jax.export); "
+            "only the batch and channel dims may be symbolic"
+        )
 
     kernel = _sizes(fn, kernel_size, "kernel_size", k)
     stride_ = kernel if stride is None else _sizes(fn, stride, "stride", k)
@@ -352,6 +359,12 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: Geometry) -> jax.Array:
     return out.reshape(idx.shape)
 
 
+def no_tangent(shape: tuple) -> jax.Array:
+    """The float0 tangent of an integer result; `shape` may hold symbolic dims (jax.export),
+    which np.zeros cannot take."""
+    return lax.broadcast(np.zeros((), jax.dtypes.float0), shape)
+
+
 # custom_jvp rather than differentiating the select chain: the tangent is one
 # gather at the argmax (not kh*kw selects), and integer x (float0 tangent) and
 # the indices (no gradient) are handled explicitly. `gather` is that gather: XLA's
@@ -372,10 +385,10 @@ def _pool_jvp(g: Geometry, gather: Callable, primals: tuple, tangents: tuple) ->
     (x,), (t,) = primals, tangents
     out, idx = _pool(x, g, gather)
     if t.dtype == jax.dtypes.float0:  # integer x: nothing to differentiate
-        t_out = np.zeros(out.shape, jax.dtypes.float0)
+        t_out = no_tangent(out.shape)
     else:
         t_out = gather(t, idx, g)
-    return (out, idx), (t_out, np.zeros(idx.shape, jax.dtypes.float0))
+    return (out, idx), (t_out, no_tangent(idx.shape))
 
 
 def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
