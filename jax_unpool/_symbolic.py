@@ -77,7 +77,7 @@ def _dim_values(ctx, dims: Sequence) -> list[ir.Value]:
     as its default int: int32 unless x64 is on)."""
     values = mlir.lower_fun(lambda: [jnp.asarray(d) for d in dims], multiple_results=True)(
         ctx.replace(avals_in=[]))
-    return [_i64(mlir.flatten_ir_values([v])[0]) for v in values]
+    return [_i64(v) for v in values]
 
 
 def _assert(ok: ir.Value, inputs: list[ir.Value], message: str) -> None:

@@ -166,16 +166,15 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
     def reshape(value, aval, new_aval):  # lax's: a symbolic N (jax.export) needs it
         rule = mlir.lower_fun(lambda v: jax.lax.reshape(v, new_aval.shape),
                               multiple_results=False)
-        return mlir.flatten_ir_values(rule(ctx.replace(avals_in=[aval], avals_out=[new_aval]),
-                                           value))[0]
+        (out,) = rule(ctx.replace(avals_in=[aval], avals_out=[new_aval]), value)
+        return out
 
     avals_in = [plane_aval(a) for a in ctx.avals_in]
     plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])
     (out,) = lowering_2d(plane_ctx, reshape(values, ctx.avals_in[0], avals_in[0]),
                          reshape(indices, ctx.avals_in[1], avals_in[1]),
                          channels_last=channels_last)
-    return [reshape(mlir.flatten_ir_values([out])[0], plane_ctx.avals_out[0],
-                    ctx.avals_out[0])]
+    return [reshape(out, plane_ctx.avals_out[0], ctx.avals_out[0])]
 
 
 def _forward(ctx, x, indices, output_size, channels_last):
