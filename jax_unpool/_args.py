@@ -189,7 +189,7 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
     size = output_spatial(fn, output_size, len(shape), channels_last, k)
     for d in range(k):
         lo, hi = default[d] - strides[d], default[d] + strides[d]
-        inside = _symbolic.decided(lambda: lo < size[d] < hi)
+        inside = _symbolic.decided(lambda lo=lo, v=size[d], hi=hi: lo < v < hi)
         if inside is None:
             raise ValueError(
                 f"{fn}: output_size {_symbolic.shape_text(size)} must lie within stride of "

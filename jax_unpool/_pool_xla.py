@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_unpool import _symbolic
+
 IntOrPair = int | Sequence[int]
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # the spatial dims of each rank, as PyTorch names them
@@ -359,12 +361,6 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: Geometry) -> jax.Array:
     return out.reshape(idx.shape)
 
 
-def no_tangent(shape: tuple) -> jax.Array:
-    """The float0 tangent of an integer result; `shape` may hold symbolic dims (jax.export),
-    which np.zeros cannot take."""
-    return lax.broadcast(np.zeros((), jax.dtypes.float0), shape)
-
-
 # custom_jvp rather than differentiating the select chain: the tangent is one
 # gather at the argmax (not kh*kw selects), and integer x (float0 tangent) and
 # the indices (no gradient) are handled explicitly. `gather` is that gather: XLA's
@@ -385,10 +381,10 @@ def _pool_jvp(g: Geometry, gather: Callable, primals: tuple, tangents: tuple) ->
     (x,), (t,) = primals, tangents
     out, idx = _pool(x, g, gather)
     if t.dtype == jax.dtypes.float0:  # integer x: nothing to differentiate
-        t_out = no_tangent(out.shape)
+        t_out = _symbolic.no_tangent(out.shape)
     else:
         t_out = gather(t, idx, g)
-    return (out, idx), (t_out, no_tangent(idx.shape))
+    return (out, idx), (t_out, _symbolic.no_tangent(idx.shape))
 
 
 def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,

@@ -59,6 +59,11 @@ def shape_text(dims: Sequence) -> str:
     return f"({', '.join(map(str, dims))})"
 
 
+def no_tangent(shape: Sequence) -> jax.Array:
+    """The float0 tangent of an integer result; np.zeros cannot take symbolic dims."""
+    return jax.lax.broadcast(np.zeros((), jax.dtypes.float0), tuple(shape))
+
+
 # --------------------------------------------------------------------------------------
 # Call-time assertions (in a lowering rule)
 # --------------------------------------------------------------------------------------
