@@ -254,3 +254,34 @@ def test_the_jnp_lowering_refuses_planes_jax_cannot_size():
                        r"size \(2\*h - 1, 2\*w - 1\), whose product 4\*h\*w - 2\*w - 2\*h \+ 1 "
                        r"jax cannot prove non-negative"):
         export(lambda x, i: ju.max_unpool2d(x, i, 3, 2, 1), x, i, platforms=("cuda",))
+
+
+@pytest.mark.parametrize("k, last", [(1, False), (2, True), (3, False), (3, True)])
+def test_a_symbolic_batch_reaches_aclnn_in_the_host_emulation(fake_cann_dir, k, last):
+    """The aclnn lowerings (here on the emulated CANN) with a symbolic batch: 1-D and NDHWC
+    through the 2-D ops' view, 2-D and NCDHW directly; symbolic spatial dims take the jnp
+    reference. Every call equals the numpy loops."""
+    fmt = f"N{SPATIAL[k]}C" if last else f"NC{SPATIAL[k]}"
+    s = 1 if last else 2
+
+    def run(y, idx, g):
+        return (UNPOOL[k](y, idx, 2, data_format=fmt),
+                BACKWARD[k](g, y, idx, g.shape[s:s + k], data_format=fmt))
+
+    _, _, y, idx, g = specs(k, last)
+    batch_only = jax.ShapeDtypeStruct(layout(k, last, y.shape[0], (2,) * k), jnp.float32)
+    cases = [((batch_only, batch_only.update(dtype=jnp.int32),
+               batch_only.update(shape=layout(k, last, y.shape[0], (4,) * k))), True),
+             ((y, idx, g), False)]
+    with ju.npu.cpu_emulation(fake_cann_dir):
+        for args, calls_aclnn in cases:
+            exported = export(run, *args, platforms=("cpu",))
+            assert ("custom_call @jax_unpool_aclnn_" in exported.mlir_module()) == calls_aclnn
+            restored = jax.export.deserialize(exported.serialize())
+            for c, (n, sizes) in enumerate(CALLS):
+                sizes = (2,) * k if calls_aclnn else sizes[:k]
+                *_, y_, idx_, g_ = operands(k, last, n, sizes, seed=c)
+                up, back = restored.call(y_, idx_, g_)
+                np.testing.assert_array_equal(
+                    up, oracle.unpool_nd(y_, idx_, tuple(2 * d for d in sizes), last))
+                np.testing.assert_array_equal(back, oracle.gather_nd(g_, idx_, k, last))
