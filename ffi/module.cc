@@ -38,6 +38,10 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool3d_backward"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice);
     d["max_unpool3d_host"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnHost);
     d["max_unpool3d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnHost);
+    d["max_pool2d"] = Capsule(jax_unpool::npu::MaxPool2dAclnnDevice);
+    d["max_pool2d_host"] = Capsule(jax_unpool::npu::MaxPool2dAclnnHost);
+    d["max_pool3d"] = Capsule(jax_unpool::npu::MaxPool3dAclnnDevice);
+    d["max_pool3d_host"] = Capsule(jax_unpool::npu::MaxPool3dAclnnHost);
     return d;
   });
   m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),
@@ -50,5 +54,20 @@ NB_MODULE(_jax_unpool, m) {
            cann->max_unpool3d != nullptr &&
            cann->max_unpool3d_backward_get_workspace_size != nullptr &&
            cann->max_unpool3d_backward != nullptr;
+  });
+  // The spatial ranks whose (optional) pool op the loaded CANN has: 2 for
+  // aclnnMaxPool2dWithIndices, 3 for aclnnMaxPool3dWithArgmax.
+  m.def("cann_pool_ranks", []() {
+    const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
+    nb::list ranks;
+    if (cann != nullptr && cann->max_pool2d_with_indices_get_workspace_size != nullptr &&
+        cann->max_pool2d_with_indices != nullptr) {
+      ranks.append(2);
+    }
+    if (cann != nullptr && cann->max_pool3d_with_argmax_get_workspace_size != nullptr &&
+        cann->max_pool3d_with_argmax != nullptr) {
+      ranks.append(3);
+    }
+    return ranks;
   });
 }

@@ -2,9 +2,10 @@
 aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
-handlers of ffi/npu/.
+handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`).
 
-    register(platform="ascend", library_dir=None, *, ffi_platform=None)
+    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes both primitives
         lower to them there. `platform` is JAX's name for the plugin's platform (none is
@@ -35,7 +36,9 @@ an empty input, or an output plane smaller than the input plane (only possible w
 duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
 channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
-with FAILED_PRECONDITION naming the missing symbols).
+with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
+without them, and for every pool they would not compute as PyTorch does, the pools keep
+their XLA ops.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from jax.interpreters import mlir
 from jax_unpool import _args, _ffi, _jax_unpool, _planes, _primitives, _sharding
 
 __all__ = [
+    "MAX_POOL2D_TARGET",
+    "MAX_POOL3D_TARGET",
     "MAX_UNPOOL2D_BACKWARD_TARGET",
     "MAX_UNPOOL2D_TARGET",
     "MAX_UNPOOL3D_BACKWARD_TARGET",
@@ -73,10 +78,13 @@ MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
 MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
 MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
+MAX_POOL2D_TARGET = _ffi.ACLNN_MAX_POOL2D_TARGET
+MAX_POOL3D_TARGET = _ffi.ACLNN_MAX_POOL3D_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
 _cpu_emulation = False
+_aclnn_pools = True  # register(..., aclnn_pools=False) keeps the pools' XLA ops
 
 
 def _library_dir(library_dir: str | os.PathLike | None) -> str:
@@ -252,6 +260,93 @@ def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels
 
 
 # --------------------------------------------------------------------------------------
+# The pools' forward
+# --------------------------------------------------------------------------------------
+
+_POOL_TARGETS = {2: MAX_POOL2D_TARGET, 3: MAX_POOL3D_TARGET}
+# What aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax take on every chip that has
+# them (Atlas A2/A3, Ascend 950; hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api).
+_POOL_VALUE_DTYPES = frozenset(map(np.dtype, ("float16", jax.numpy.bfloat16, "float32")))
+_INT32_MAX = 2**31 - 1
+
+
+def _aclnn_pool_takes(x_aval, k: int, window: dict, channels_last: bool) -> bool:
+    """Whether the pool of spatial rank k goes through aclnn: the loaded CANN has the op
+    (1-D runs on the 2-D op's (N, C, 1, W) view) and it gives PyTorch's values and indices
+    on every chip that has it -- values float16, bfloat16 or float32; dilation 1 (Atlas
+    A2/A3 refuse any other, and the chip is unknown at trace time); padding at most half
+    the kernel (PyTorch's rule, which CANN checks too); a plane or volume of at most
+    INT_MAX positions (A2/A3 index it in int32); a non-empty x of known shape."""
+    if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
+        return False
+    s = _args.spatial_axis(x_aval.ndim, channels_last, k)
+    return (max(k, 2) in _jax_unpool.cann_pool_ranks()
+            and np.dtype(x_aval.dtype) in _POOL_VALUE_DTYPES
+            and all(d == 1 for d in window["dilation"])
+            and all(p <= kk // 2 for p, kk in zip(window["padding"], window["kernel_size"]))
+            and math.prod(x_aval.shape[s:s + k]) <= _INT32_MAX
+            and math.prod(x_aval.shape) > 0)
+
+
+def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
+    """The aclnn pool call: 1-D on the 2-D op's view of one-row planes (its indices are
+    then w, as 1-D's); the 3-D op asked for int32 indices (Atlas A2/A3 take no other,
+    exact: the volume has at most INT_MAX positions) converted to the requested dtype."""
+    op_k = max(k, 2)
+    x_aval, v_aval, i_aval = ctx.avals_in[0], *ctx.avals_out
+    if k == 1:  # (N,) C, W -> (N,) C, 1, W; (N,) W, C -> (N,) 1, W, C
+        def plane(aval):
+            s = _args.spatial_axis(aval.ndim, channels_last, 1)
+            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]))
+
+        x_call, v_call, i_call = plane(x_aval), plane(v_aval), plane(i_aval)
+        # The added axis: kernel 1, stride 1, padding 0, dilation 1 -- an output row of 1.
+        window = {**window, "kernel_size": (1, *window["kernel_size"]),
+                  "stride": (1, *window["stride"]), "padding": (0, *window["padding"]),
+                  "dilation": (1, *window["dilation"])}
+        x = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, x_call), x)
+    else:
+        x_call, v_call, i_call = x_aval, v_aval, i_aval
+    if op_k == 3:
+        i_call = i_call.update(dtype=np.dtype(np.int32))
+    call_ctx = ctx.replace(avals_in=[x_call], avals_out=[v_call, i_call])
+    call = jax.ffi.ffi_lowering(
+        _POOL_TARGETS[op_k],
+        extra_attributes=_sharding.call_attributes(call_ctx, channels_last, op_k))
+    values, indices = call(
+        call_ctx, x, ceil_mode=bool(window["ceil_mode"]), channels_last=bool(channels_last),
+        **{n: np.asarray(window[n], np.int64)
+           for n in ("kernel_size", "stride", "padding", "dilation")})
+    if i_call.dtype != i_aval.dtype:
+        indices = hlo.convert(mlir.aval_to_ir_type(ctx.module_context,
+                                                   i_call.update(dtype=i_aval.dtype)), indices)
+    if k == 1:
+        values = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, v_aval), values)
+        indices = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, i_aval), indices)
+    return [values, indices]
+
+
+def pool_lowering(xla_lowering):
+    """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
+    spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
+    aclnnMaxPool3dWithArgmax where they give PyTorch's result (`_aclnn_pool_takes`), else
+    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
+    rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
+    dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
+    `xla_lowering`. The index dtype is the second result's."""
+    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
+                 **params):
+        window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),
+                  "padding": tuple(padding), "dilation": tuple(dilation),
+                  "ceil_mode": ceil_mode}
+        k = len(window["kernel_size"])
+        if _aclnn_pools and _aclnn_pool_takes(ctx.avals_in[0], k, window, channels_last):
+            return _aclnn_pool(ctx, x, k, window, channels_last)
+        return xla_lowering(ctx, x, channels_last=channels_last, **window, **params)
+    return lowering
+
+
+# --------------------------------------------------------------------------------------
 # Registration
 # --------------------------------------------------------------------------------------
 
@@ -302,13 +397,19 @@ def _register_lowerings(platform: str, forward, backward) -> None:
 
 
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
-             ffi_platform: str | None = None) -> dict[str, str]:
+             ffi_platform: str | None = None, aclnn_pools: bool = True) -> dict[str, str]:
     """Routes the unpool primitives of every rank to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
-    MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET and
-    MAX_UNPOOL3D_BACKWARD_TARGET with the platform's plugin and the primitives' lowerings
-    for it. Returns where CANN was loaded from.
+    MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET,
+    MAX_UNPOOL3D_BACKWARD_TARGET, MAX_POOL2D_TARGET and MAX_POOL3D_TARGET with the
+    platform's plugin and the primitives' lowerings for it. Returns where CANN was loaded
+    from.
+
+    The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
+    where the loaded CANN has them and they give PyTorch's result (see `pool_lowering`);
+    `aclnn_pools=False` keeps the XLA ops for every pool (CANN's docs say the 2-D op on
+    Atlas A2/A3 does not support NaN or -inf in its input).
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
@@ -325,7 +426,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     any of the names, or if CANN cannot be loaded (the message lists every path tried and
     the environment variables consulted).
     """
-    global _cpu_emulation
+    global _cpu_emulation, _aclnn_pools
     host = platform == "cpu"
     if host and library_dir is None:
         raise ValueError(
@@ -350,7 +451,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
                                ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
                                ("max_unpool3d", MAX_UNPOOL3D_TARGET),
-                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET)):
+                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET),
+                               ("max_pool2d", MAX_POOL2D_TARGET),
+                               ("max_pool3d", MAX_POOL3D_TARGET)):
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
@@ -360,6 +463,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                             _primitives.forward_lowering(_max_unpool2d_aclnn_lowering),
                             _primitives.backward_lowering(
                                 _max_unpool2d_backward_aclnn_lowering))
+        _aclnn_pools = bool(aclnn_pools)
         if host:
             _cpu_emulation = True
             jax.clear_caches()

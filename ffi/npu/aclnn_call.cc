@@ -1,5 +1,7 @@
 #include "npu/aclnn_call.h"
 
+#include <algorithm>
+
 #include "value_types.h"
 
 namespace jax_unpool::npu {
@@ -67,19 +69,13 @@ TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype) {
   return v;
 }
 
-TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype) {
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype, int k) {
   TensorView v = ContiguousView(buffer, dtype);
   if (!channels_last) return v;
-  const auto d = buffer.dimensions();
-  const size_t rank = d.size();
-  const int64_t h = d[rank - 3], w = d[rank - 2], c = d[rank - 1];
-  if (rank == 4) {
-    v.dims = {d[0], c, h, w};
-    v.strides = {h * w * c, 1, w * c, c};
-  } else {
-    v.dims = {c, h, w};
-    v.strides = {1, w * c, c};
-  }
+  // (N,) S1..Sk, C -> (N,) C, S1..Sk: C moves in front of the spatial dims, strides along.
+  const size_t rank = v.dims.size(), c = rank - 1, first = rank - 1 - k;
+  std::rotate(v.dims.begin() + first, v.dims.begin() + c, v.dims.end());
+  std::rotate(v.strides.begin() + first, v.strides.begin() + c, v.strides.end());
   return v;
 }
 

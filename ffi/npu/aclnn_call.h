@@ -54,12 +54,13 @@ struct TensorView {
   void* data = nullptr;
 };
 
-// A rank-3/4 buffer in the primitive's layout seen as aclnn's (N,) C, H, W. NCHW is the
-// buffer itself; NHWC is described as a strided view, (N, C, H, W) with strides
-// (H*W*C, 1, W*C, C), because aclnn honours strides (the ops document non-contiguous
-// support and make the layout copy inside their executor, sized into the workspace):
-// no transposes in the XLA program and no extra buffers for XLA to hold.
-TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype);
+// A buffer of rank k + 1 or k + 2 (k spatial dims) in the primitive's layout seen as
+// aclnn's (N,) C, spatial dims. Channels-first is the buffer itself; channels-last is
+// described as a strided view, e.g. NHWC as (N, C, H, W) with strides (H*W*C, 1, W*C, C),
+// because aclnn honours strides (the 2-D unpool ops and both pool ops document
+// non-contiguous support and make the layout copy inside their executor, sized into the
+// workspace): no transposes in the XLA program and no extra buffers for XLA to hold.
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype, int k = 2);
 
 // A buffer of any rank as itself: a contiguous (row-major) ND tensor of its dims.
 TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype);

@@ -156,6 +156,12 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   find_aclnn("aclnnMaxUnpool3dBackwardGetWorkspaceSize",
              &lib.max_unpool3d_backward_get_workspace_size);
   find_aclnn("aclnnMaxUnpool3dBackward", &lib.max_unpool3d_backward);
+  find_aclnn("aclnnMaxPool2dWithIndicesGetWorkspaceSize",
+             &lib.max_pool2d_with_indices_get_workspace_size);
+  find_aclnn("aclnnMaxPool2dWithIndices", &lib.max_pool2d_with_indices);
+  find_aclnn("aclnnMaxPool3dWithArgmaxGetWorkspaceSize",
+             &lib.max_pool3d_with_argmax_get_workspace_size);
+  find_aclnn("aclnnMaxPool3dWithArgmax", &lib.max_pool3d_with_argmax);
   if (!missing.empty()) {
     *why = "missing symbols: " + Join(missing, ", ");
     return std::nullopt;
@@ -171,7 +177,11 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
                    reinterpret_cast<void*>(lib.max_unpool3d_get_workspace_size),
                    reinterpret_cast<void*>(lib.max_unpool3d),
                    reinterpret_cast<void*>(lib.max_unpool3d_backward_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool3d_backward)}) {
+                   reinterpret_cast<void*>(lib.max_unpool3d_backward),
+                   reinterpret_cast<void*>(lib.max_pool2d_with_indices_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_pool2d_with_indices),
+                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax)}) {
     if (fn == nullptr) continue;  // an optional symbol this CANN lacks
     std::string file = FileOf(fn);
     bool seen = false;

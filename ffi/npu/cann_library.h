@@ -16,7 +16,8 @@
 // ("provider") is opened: one already loaded in the process, else the first present of
 // libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
 // libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
-// It must have the aclnnMaxUnpool2d* entry points; the aclnnMaxUnpool3d* ones are optional.
+// It must have the aclnnMaxUnpool2d* entry points; the aclnnMaxUnpool3d*,
+// aclnnMaxPool2dWithIndices* and aclnnMaxPool3dWithArgmax* ones are optional.
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
@@ -59,6 +60,11 @@ struct CannLibrary {
   AclnnRunFn max_unpool3d = nullptr;
   MaxUnpool3dBackwardGetWorkspaceSizeFn max_unpool3d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool3d_backward = nullptr;
+  // Optional too: without them the NPU lowering keeps the pools' XLA ops.
+  MaxPoolGetWorkspaceSizeFn max_pool2d_with_indices_get_workspace_size = nullptr;
+  AclnnRunFn max_pool2d_with_indices = nullptr;
+  MaxPoolGetWorkspaceSizeFn max_pool3d_with_argmax_get_workspace_size = nullptr;
+  AclnnRunFn max_pool3d_with_argmax = nullptr;
 
   // aclGetRecentErrMsg(), or a note that it had none.
   std::string RecentErrorMessage() const;
