@@ -19,14 +19,24 @@ aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`
     locate(library_dir=None) -> dict
         Where CANN would be (or was) loaded from; raises RuntimeError like register().
 
-CANN search order: a libascendcl.so already loaded in the process (its directory only);
-else library_dir (only it, when given); else $ASCEND_TOOLKIT_HOME/lib64;
-$ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
+CANN search order: a libascendcl.so already loaded in the process (only directories whose
+libascendcl.so is that very file: library_dir when given, else the one it was loaded from,
+the search's below, its real one -- files are compared, so CANN's latest/ symlinks into
+versioned package directories load); else library_dir (only it, when given); else
+$ASCEND_TOOLKIT_HOME/lib64; $ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
 /usr/local/Ascend/cann/lib64; the dynamic loader's path. The first directory holding
 libascendcl.so, libnnopbase.so and one aclnn op library (libopapi_nn.so, else libopapi.so,
 else the libaclnn_ops_train.so + libaclnn_ops_infer.so pair) wins. Loading is once per
-process: a later register() whose library_dir resolves to other files raises; a failed
-load can be retried.
+process: a later register() whose library_dir resolves to other files raises, and so
+does one in the other mode (host emulation or NPU platform) than the first; a failed load
+can be retried.
+
+Supported chips (CANN's docs for the ops, hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
+all four ops on Atlas A2/A3 and Ascend 950; only the two backwards on the Atlas training
+series (910); none on the Atlas inference series (310P) or Atlas 200I/500 A2. The chip is
+not checked (nor by the ops): elsewhere the outcome is CANN's, a failing status a run-time
+error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
+ones, register() warns and the forward unpools lower to the jnp reference.
 
 In the NPU lowering the indices are clamped into the output plane (CANN does not report an
 out-of-range index synchronously and its kernels would write or read out of bounds) and
@@ -47,6 +57,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import jax
@@ -199,12 +210,13 @@ def _forward(ctx, x, indices, output_size, channels_last):
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
-def _on_2d_ops(k: int, channels_last: bool) -> bool:
+def _on_2d_ops(k: int, channels_last: bool, op_3d: str) -> bool:
     """Whether rank k runs on the 2-D ops' view: 1-D as (N, C, 1, W), and NDHWC as
     (N, D * H, W, C) -- aclnnMaxUnpool3d(Backward) want a contiguous NCDHW out
     (CheckOutContiguous), which a channels-last buffer is not, while the 2-D ops honour
-    strides -- and NCDHW as (N, C, D * H, W) with a CANN that predates the 3-D ops."""
-    return k == 1 or (k == 3 and (channels_last or not _jax_unpool.cann_has_3d_ops()))
+    strides -- and NCDHW as (N, C, D * H, W) with a CANN that lacks `op_3d` (it predates
+    the 3-D ops)."""
+    return k == 1 or (k == 3 and (channels_last or op_3d not in _jax_unpool.cann_ops()))
 
 
 def _symbolic_planes(ctx, channels_last: bool, k: int) -> bool:
@@ -221,7 +233,12 @@ def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last)
     if _symbolic_planes(ctx, channels_last, k):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
-    if _on_2d_ops(k, channels_last):
+    on_2d = _on_2d_ops(k, channels_last, "max_unpool3d")
+    if (on_2d or k == 2) and "max_unpool2d" not in _jax_unpool.cann_ops():
+        # An op library without the forward op (the backwards are required; see register).
+        return _forward_reference(ctx, x, indices, output_size=output_size,
+                                  channels_last=channels_last)
+    if on_2d:
         plane = (math.prod(output_size[:-1]), output_size[-1])
         return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
                                                                    channels_last),
@@ -253,7 +270,7 @@ def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels
     if _symbolic_planes(ctx, channels_last, k):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
-    if _on_2d_ops(k, channels_last):
+    if _on_2d_ops(k, channels_last, "max_unpool3d_backward"):
         return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
                           ctx, grad_output, indices, channels_last, k)
     return _backward(ctx, grad_output, indices, channels_last, k)
@@ -419,12 +436,25 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     emulated CANN; the handlers get host memory and no stream, and the CPU lowering of
     both primitives goes through them for the whole process until
     unregister_cpu_emulation(). jax's compilation caches are cleared on both transitions
-    so that no program compiled before keeps the other lowering.
+    so that no program compiled before keeps the other lowering. A process serves one mode:
+    a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
+    for an NPU platform host memory.
+
+    Supported chips, as CANN documents the ops (hicann/ops-nn
+    index/*/docs/aclnnMaxUnpool*.md): Atlas A2/A3 and Ascend 950 have all four;
+    the Atlas training series (910) only aclnnMaxUnpool2dBackward and
+    aclnnMaxUnpool3dBackward; the Atlas inference series (310P) and Atlas 200I/500 A2
+    none. The chip is not checked (nor do the ops check it): elsewhere the call is made
+    and a failing status is a run-time error. If the op library has no aclnnMaxUnpool2d
+    entry points, a RuntimeWarning says so and the forward unpools lower to the jnp
+    reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
+    aclnn.
 
     Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
-    any of the names, or if CANN cannot be loaded (the message lists every path tried and
-    the environment variables consulted).
+    any of the names, if CANN cannot be loaded (the message lists every path tried and
+    the environment variables consulted), or if it is loaded in this process in the other
+    mode.
     """
     global _cpu_emulation, _aclnn_pools
     host = platform == "cpu"
@@ -445,6 +475,12 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
         where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
+        if "max_unpool2d" not in _jax_unpool.cann_ops():
+            warnings.warn(
+                f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "
+                f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run the "
+                f"jnp reference (XLA's scatter; channels-first 3-D runs aclnnMaxUnpool3d if "
+                f"present); the backwards run aclnn.", RuntimeWarning, stacklevel=2)
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""

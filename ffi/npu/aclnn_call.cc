@@ -1,6 +1,7 @@
 #include "npu/aclnn_call.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "value_types.h"
 
@@ -232,7 +233,7 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 }
 
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols) {
+                          std::initializer_list<OptionalSymbol> symbols, const char* advice) {
   std::string absent;
   for (const OptionalSymbol& s : symbols) {
     if (!s.present) absent += (absent.empty() ? "" : ", ") + std::string(s.name);
@@ -240,8 +241,18 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
   if (absent.empty()) return ffi::Error::Success();
   return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                     std::string(op) + ": the loaded CANN op library (" + cann.opapi_path +
-                        ") has no " + absent + ": this CANN predates the op; install a "
-                        "newer CANN toolkit");
+                        ") has no " + absent + ": " + advice);
+}
+
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs) {
+  if (attrs.size() == 0) return ffi::Error::Success();
+  std::string names;
+  for (std::string_view name : attrs) {
+    names += (names.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  return ffi::Error::InvalidArgument(
+      std::string(op) + ": unknown attribute" + (attrs.size() > 1 ? "s " : " ") + names +
+      ": this target takes no attributes (its buffers are channels-first)");
 }
 
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {

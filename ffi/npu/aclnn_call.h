@@ -135,10 +135,21 @@ struct OptionalSymbol {
   bool present;
 };
 
-// FAILED_PRECONDITION naming each absent symbol and the op library looked in (a CANN that
-// predates the op); Success when all are present.
+// RequireSymbols' advice for an op that a CANN may predate.
+inline constexpr const char* kNewerCann =
+    "this CANN predates the op; install a newer CANN toolkit";
+
+// FAILED_PRECONDITION naming each absent symbol, the op library looked in and `advice`;
+// Success when all are present.
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols);
+                          std::initializer_list<OptionalSymbol> symbols,
+                          const char* advice = kNewerCann);
+
+// INVALID_ARGUMENT naming every attribute in `attrs`; Success when there is none. For the
+// targets that take no attribute: XLA checks the attribute count only for handlers that
+// bind some, so these bind them all as a dictionary and refuse any -- channels_last=True
+// would otherwise be ignored and an NDHWC buffer read as NCDHW.
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs);
 
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.

@@ -1,6 +1,7 @@
 // The aclnn handlers (XLA FFI, typed API): (values, indices) -> out. The 2-D ones take the
 // `channels_last` attribute, the same calling convention as the CPU handlers; the 3-D
-// ones (MaxUnpool3d*) no attribute: channels-first (C, D, H, W) or (N, C, D, H, W) buffers.
+// ones (MaxUnpool3d*) refuse any attribute: channels-first (C, D, H, W) or
+// (N, C, D, H, W) buffers.
 // The pools (MaxPool2d*, MaxPool3d*): x -> (values, indices), with the window attributes
 // kernel_size, stride, padding, dilation (k elements each), ceil_mode and channels_last.
 // *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.

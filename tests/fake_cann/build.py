@@ -68,6 +68,8 @@ LAYOUTS = {
     # A CANN with the four unpool ops but neither aclnnMaxPool2dWithIndices nor
     # aclnnMaxPool3dWithArgmax.
     "nopool": {"libopapi.so": FWD2D | BWD2D | FWD3D | BWD3D},
+    # A CANN whose op library has the two backwards but neither forward.
+    "noforward": {"libopapi.so": BWD2D | BWD3D},
 }
 OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
 
@@ -90,8 +92,8 @@ def build(
 
     ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
     "libopapi_nn.so" to test a loader's fallback; only that one is written).
-    ``layout`` ("split", "feature", "no3d" or "nopool", see LAYOUTS) writes that packaging's
-    libraries instead.
+    ``layout`` ("split", "feature", "no3d", "nopool" or "noforward", see LAYOUTS) writes
+    that packaging's libraries instead.
     ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
     """
     if "/" in opapi_name or not opapi_name.endswith(".so"):
