@@ -3,7 +3,8 @@ aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D o
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
 handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
-aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`).
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`). Its
+functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
