@@ -16,6 +16,7 @@ JaxRuntimeError carrying the message) instead of letting XLA abort on the oversi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -124,15 +125,11 @@ def assert_at_most(ctx, dims: Sequence, bound: int, prefix: str) -> None:
 
 def assert_positive(ctx, dims: Sequence, prefix: str) -> None:
     """At call time, for each of `dims` whose sign is open now: > 0."""
-    open_ = [d for d in dims if not_positive(d) is None]
-    if not open_:
-        return
     symbolic = [d for d in dims if is_symbolic(d)]
+    if all(not_positive(d) is not None for d in symbolic):
+        return
     values = _dim_values(ctx, symbolic)
     zero = mlir.ir_constant(np.int64(0))
-    ok = None
-    for d, v in zip(symbolic, values):
-        if d in open_:
-            positive = _compare(v, zero, "GT")
-            ok = positive if ok is None else hlo.and_(ok, positive)
-    _assert(ok, values, _message(prefix, dims))
+    checks = [_compare(v, zero, "GT") for d, v in zip(symbolic, values)
+              if not_positive(d) is None]
+    _assert(functools.reduce(hlo.and_, checks), values, _message(prefix, dims))
