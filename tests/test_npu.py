@@ -27,7 +27,7 @@ import jax_unpool as ju
 from jax._src.lib import xla_client
 
 npu = ju.npu
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 
 FWD_GWS, FWD_RUN = "aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"

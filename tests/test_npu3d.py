@@ -17,7 +17,7 @@ from fresh_process import run_code
 import jax_unpool as ju
 
 npu = ju.npu
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 
 FWD_GWS, FWD_RUN = "aclnnMaxUnpool3dGetWorkspaceSize", "aclnnMaxUnpool3d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool3dBackwardGetWorkspaceSize", "aclnnMaxUnpool3dBackward"
