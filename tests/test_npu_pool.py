@@ -266,6 +266,27 @@ def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(emulated, rng, 
     assert_bits_equal(indices, want_i)
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
+    # What a user's code reaches: ju.max_pool{k}d_with_indices, jitted, and its gradient
+    # (the aclnn unpool: 2x2 stride 2 windows cannot overlap), against PyTorch.
+    x = hard_values(rng, SHAPES[k], "float32")
+    x[np.isnan(x)] = 0.5  # a finite gradient to compare
+    pool = getattr(ju, OP[k])
+    text = jax.jit(lambda x: pool(x, 2)).lower(x).as_text()
+    assert TARGET[k] in text and "jax_unpool_max_pool_v1" not in text
+    values, indices = jax.jit(lambda x: pool(x, 2))(x)
+    grad = jax.jit(jax.grad(lambda x: (pool(x, 2)[0] ** 2).sum()))(x)
+    assert emulated.call_count(RUN[k].encode()) == 2  # the forward, and again in the grad
+    t = torch.from_numpy(x).requires_grad_(True)
+    t_pool = getattr(torch.nn.functional, f"max_pool{k}d")
+    want_v, want_i = t_pool(t, 2, return_indices=True)
+    (want_g,) = torch.autograd.grad((want_v ** 2).sum(), t)
+    assert_bits_equal(values, want_v.detach().numpy())
+    assert_bits_equal(indices, want_i.numpy().astype(np.int32))
+    assert_bits_equal(grad, want_g.numpy())
+
+
 def test_aclnn_pools_false_keeps_the_xla_ops(emulated, fake_cann_dir, rng):
     x = hard_values(rng, SHAPES[2], "float32")
 
