@@ -18,7 +18,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 import jax
 import numpy as np
 
-from jax_unpool import _api, pooling
+from jax_unpool import _api, _args, pooling
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
@@ -38,7 +38,7 @@ class _MaxPool(nnx.Module):
         self.padding = padding
         self.dilation = dilation
         self.ceil_mode = ceil_mode
-        self.data_format = data_format or _channels_last_format(self.k)
+        self.data_format = _data_format(type(self).__name__, data_format, self.k)
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation,
@@ -55,7 +55,7 @@ class _MaxUnpool(nnx.Module):
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
-        self.data_format = data_format or _channels_last_format(self.k)
+        self.data_format = _data_format(type(self).__name__, data_format, self.k)
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
         return self._unpool(y, indices, self.kernel_size, self.stride, self.padding, output_size,
@@ -126,6 +126,18 @@ class MaxUnpool3d(_MaxUnpool):
 
 def _channels_last_format(k: int) -> str:
     return {1: "NWC", 2: "NHWC", 3: "NDHWC"}[k]
+
+
+def _data_format(layer: str, data_format: Any, k: int) -> str:
+    """The layer's format, checked when it is built rather than at its first call;
+    None is the channels-last default."""
+    if data_format is None:
+        return _channels_last_format(k)
+    formats = _args.layouts(k)
+    if not isinstance(data_format, str) or data_format not in formats:
+        raise ValueError(f"{layer}: data_format must be one of {sorted(formats)} or None, got "
+                         f"{_args.received(data_format)}")
+    return data_format
 
 
 def _unbatched(data_format: str, x: Any, k: int) -> str:

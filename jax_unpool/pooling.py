@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_unpool import _pool_xla
+from jax_unpool import _args, _pool_xla
 from jax_unpool._pool_xla import IntOrPair
 from jax_unpool._primitives import max_unpool_backward_p
 
@@ -21,8 +21,10 @@ def _gather_tangent(t: jax.Array, idx: jax.Array, g: _pool_xla.Geometry) -> jax.
     """t at the argmax positions. With unique argmaxes (`argmax_is_unique`) it is the
     unpool primitives' gather, whose transpose is the unpool primitive (the native kernel
     on CPU, aclnn on the NPU; second order transposes back to the gather); otherwise
-    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up)."""
-    if _pool_xla.argmax_is_unique(g):
+    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up). Packed
+    sub-byte dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take
+    XLA's gather too."""
+    if _pool_xla.argmax_is_unique(g) and _args.is_movable(t.dtype):
         return max_unpool_backward_p[g.k].bind(t, idx, channels_last=g.channels_last,
                                                spatial_rank=g.k)
     return _pool_xla.gather_at_argmax(t, idx, g)
