@@ -348,9 +348,11 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: Geometry) -> jax.Array:
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
-    # Indices of all-padding ceil_mode windows (see _first_in_bounds) behave as
-    # in PyTorch's backward: past the plane they read 0 and their cotangent is
-    # dropped; past a row's end they land on the next row's element.
+    # Indices of all-padding ceil_mode windows (see _first_in_bounds): past a row's end
+    # they land on the next row's element, as in PyTorch; past the plane they read 0,
+    # so their cotangent is dropped, where PyTorch's CPU backward adds it unchecked
+    # (cpu_max_pool_backward in aten/src/ATen/native/cpu/MaxPoolKernel.cpp) to the next
+    # plane's gradient, or past the end of its buffer.
     if g.channels_last:
         flat_t = t.reshape(n, plane, t.shape[-1])
         flat_i = idx.reshape(n, out_plane, idx.shape[-1])

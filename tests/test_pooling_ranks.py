@@ -300,6 +300,20 @@ def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
     np.testing.assert_array_equal(np.asarray(grad).ravel(), [0.0, 10.0, 20.0])
 
 
+def test_torch_backward_adds_an_index_past_the_plane_into_the_next_plane():
+    # What the docs say of PyTorch's CPU backward (cpu_max_pool_backward adds at each
+    # index unchecked), shown without writing past a buffer: plane 0 gets the indices
+    # torch's forward gives the case above (3 lies past its 3 elements), plane 1
+    # in-plane ones. Plane 0's third cotangent lands on plane 1's first element.
+    args = ((1, 3), (1, 5), (0, 1), (1, 2), True)
+    x = torch.zeros(1, 2, 3, 1)
+    assert F.max_pool2d(x, *args, return_indices=True)[1].flatten().tolist() == [1, 2, 3] * 2
+    idx = torch.tensor([1, 2, 3, 0, 1, 2]).reshape(1, 2, 3, 1)
+    ct = torch.tensor([10.0, 20.0, 30.0, 1.0, 2.0, 4.0]).reshape(1, 2, 3, 1)
+    grad = torch.ops.aten.max_pool2d_with_indices_backward(ct, x, *args, idx)
+    assert grad.flatten().tolist() == [0.0, 10.0, 20.0, 30.0 + 1.0, 2.0, 4.0]
+
+
 @pytest.mark.parametrize("case", DISJOINT[::2])
 def test_disjoint_windows_gradients_to_order_two(case):
     k, shape, *args = case
