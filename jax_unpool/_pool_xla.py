@@ -92,7 +92,10 @@ def _index_dtype(fn: str, index_dtype: object) -> np.dtype:
             f"{fn}: index_dtype must be int32 or int64, got {_args.received(index_dtype)}"
         ) from None
     if dt not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise TypeError(f"{fn}: index_dtype must be int32 or int64, got {dt.name}")
+        # A dtype's name; what np.dtype made of anything else ({} is "void") would puzzle.
+        named = isinstance(index_dtype, (str, type, np.dtype)) or hasattr(index_dtype, "dtype")
+        got = dt.name if named else _args.received(index_dtype)
+        raise TypeError(f"{fn}: index_dtype must be int32 or int64, got {got}")
     canonical = np.dtype(jax.dtypes.canonicalize_dtype(dt))
     if canonical != dt:
         # Same behaviour (and wording) as jnp functions asked for a 64-bit dtype

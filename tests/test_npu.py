@@ -427,6 +427,22 @@ def test_empty_backward_without_aclnn(emulated):
     assert emulated.call_count(BWD_GWS.encode()) == 0
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_zero_output_size_without_aclnn(emulated, k):
+    # An empty output plane (allowed, as in PyTorch): the forward's result is empty, the
+    # backward on the jnp reference reads 0 for every index (none lies in the plane).
+    shape, size = (2, 3, *[2] * k), (0, *[3] * (k - 1))
+    x, idx = np.ones(shape, np.float32), np.zeros(shape, np.int32)
+    out = jax.jit(lambda x, i: getattr(ju, f"max_unpool{k}d")(x, i, output_size=size))(x, idx)
+    assert out.shape == (2, 3, *size)
+    xs = jax.ShapeDtypeStruct(shape, jnp.float32)
+    back = jax.jit(lambda g, i: getattr(ju, f"max_unpool{k}d_backward")(g, xs, i, size))(
+        np.ones((2, 3, *size), np.float32), idx)
+    np.testing.assert_array_equal(back, np.zeros(shape, np.float32))
+    for op in (FWD_RUN, BWD_RUN, "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"):
+        assert emulated.call_count(op.encode()) == 0, op
+
+
 # 3-D (NCDHW) through aclnnMaxUnpool3d(Backward): the same lowering rules.
 SHAPE3, SIZE3 = (2, 3, 2, 3, 4), (3, 4, 5)
 
