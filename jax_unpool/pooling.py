@@ -96,10 +96,11 @@ def max_pool2d_with_indices(
     Raises (at trace time, naming the argument and the received value):
       ValueError: ``x`` not 3-D/4-D; empty H or W; kernel_size, stride or
         dilation not positive; padding negative or above ``kernel_size // 2``;
-        output size not positive; unknown ``data_format``; int32 indices too
-        narrow for the plane.
-      TypeError: kernel_size/stride/padding/dilation not ints or pairs of ints;
-        ``index_dtype`` not int32/int64; complex ``x``.
+        a size above 2**31 - 1 (PyTorch's int32 limit); output size not
+        positive; unknown ``data_format``; int32 indices too narrow for the plane.
+      TypeError: ``x`` not an array of numbers; kernel_size/stride/padding/dilation
+        not ints or pairs of ints (tuples, lists or 1-D integer numpy arrays);
+        ``ceil_mode`` not a bool; ``index_dtype`` not int32/int64; complex ``x``.
     """
     return _pool_xla.max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
                      ceil_mode, data_format, index_dtype, _gather_tangent)
