@@ -73,8 +73,8 @@ def check_movable_dtype(fn: str, name: str, dtype: Any) -> None:
 def received(value: Any) -> str:
     """A short description of a received value for messages: its repr when it is short,
     its type (and dtype) otherwise -- never a whole array."""
-    if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return f"{type(value).__name__} of dtype {value.dtype} and shape {tuple(value.shape)}"
+    if isinstance(getattr(value, "shape", None), tuple) and hasattr(value, "dtype"):
+        return f"{type(value).__name__} of dtype {value.dtype} and shape {value.shape}"
     text = repr(value)
     return text if len(text) <= 80 else f"{type(value).__name__} {text[:60]}..."
 
@@ -269,7 +269,8 @@ def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last
 def check_backward_arguments(fn: str, grad_output: Any, x: Any, indices: Any,
                              output_size: Any, data_format: str, k: int = 2) -> bool:
     """All checks of max_unpool{k}d_backward's arguments; returns channels_last."""
-    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+    # A tuple shape: a class such as np.float32 has .shape and .dtype attributes too.
+    if not (isinstance(getattr(x, "shape", None), tuple) and hasattr(x, "dtype")):
         raise TypeError(
             f"{fn}: x must be an array or have .shape and .dtype (a jax.ShapeDtypeStruct; "
             f"only its shape and dtype are used), got {type(x).__name__}")
