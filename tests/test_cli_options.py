@@ -25,8 +25,8 @@ def usage_error(argv, capsys) -> str:
 
 
 @pytest.mark.parametrize("option,value,message", [
-    ("--shapes", "abc", "argument --shapes: 'abc' is not a pooled shape: N, C and 1 to 3 "
-                        "spatial sizes, positive ints joined by 'x'"),
+    ("--shapes", "abc", ("argument --shapes: 'abc' is not a pooled shape: N, C and 1 to 3 "
+                         "spatial sizes, positive ints joined by 'x'")),
     ("--shapes", "1x1", "argument --shapes: '1x1' is not a pooled shape"),
     ("--shapes", "0x3x4x4", "argument --shapes: '0x3x4x4' is not a pooled shape"),
     ("--shapes", "1x2x3x4x5x6", "argument --shapes: '1x2x3x4x5x6' is not a pooled shape"),
@@ -34,12 +34,12 @@ def usage_error(argv, capsys) -> str:
     ("--reps", "0", "argument --reps: '0' is not a positive int"),
     ("--reps", "two", "argument --reps: 'two' is not a positive int"),
     ("--warmup", "-1", "argument --warmup: '-1' is not a non-negative int"),
-    ("--dtypes", "nonsense", "argument --dtypes: 'nonsense' is not a value dtype: a real "
-                             "dtype of 1, 2, 4 or 8 bytes"),
+    ("--dtypes", "nonsense", ("argument --dtypes: 'nonsense' is not a value dtype: a real "
+                              "dtype of 1, 2, 4 or 8 bytes")),
     ("--dtypes", "complex64", "argument --dtypes: 'complex64' is not a value dtype"),
     ("--dtypes", "int4", "argument --dtypes: 'int4' is not a value dtype"),
-    ("--json", "/nonexistent/x.json", "argument --json: cannot write '/nonexistent/x.json': "
-                                      "no directory '/nonexistent'"),
+    ("--json", "/nonexistent/x.json", ("argument --json: cannot write '/nonexistent/x.json': "
+                                       "no directory '/nonexistent'")),
 ])
 def test_bench_option_is_a_usage_error(option, value, message, capsys):
     assert message in usage_error(["bench", option, value], capsys)
@@ -61,8 +61,8 @@ def test_bench_options_parse_to_what_the_run_uses(tmp_path):
 @pytest.mark.parametrize("argv,message", [
     (["--seed", "-5"], "demo: seed must be between 0 and 9223372036853775804, got -5"),
     (["--seed", str(2**63)], "demo: seed must be between 0 and 9223372036853775804"),
-    (["--out", "/nonexistent/x.png"], "argument --out: cannot write '/nonexistent/x.png': "
-                                      "no directory '/nonexistent'"),
+    (["--out", "/nonexistent/x.png"], ("argument --out: cannot write '/nonexistent/x.png': "
+                                       "no directory '/nonexistent'")),
     (["--steps", "0"], "demo: steps, batch and width must be positive, got 0, 16, 24"),
 ])
 def test_demo_option_is_a_usage_error(argv, message, tmp_path, monkeypatch, capsys):

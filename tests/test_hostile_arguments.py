@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -49,12 +50,12 @@ def _targets() -> list[Target]:
     for k in (1, 2, 3):
         x, grad = np.ones((1, 2, *[2] * k), np.float32), np.ones((1, 2, *[4] * k), np.float32)
         idx = np.zeros(x.shape, np.int32)
-        unpool = dict(x=x, indices=idx, kernel_size=2, stride=None, padding=0,
-                      output_size=None, data_format=FORMATS[k])
-        backward = dict(grad_output=grad, x=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        indices=idx, output_size=(4,) * k, data_format=FORMATS[k])
-        pool = dict(x=grad, kernel_size=2, stride=None, padding=0, dilation=1,
-                    ceil_mode=False, data_format=FORMATS[k], index_dtype=jnp.int32)
+        unpool = {"x": x, "indices": idx, "kernel_size": 2, "stride": None, "padding": 0,
+                  "output_size": None, "data_format": FORMATS[k]}
+        backward = {"grad_output": grad, "x": jax.ShapeDtypeStruct(x.shape, x.dtype),
+                    "indices": idx, "output_size": (4,) * k, "data_format": FORMATS[k]}
+        pool = {"x": grad, "kernel_size": 2, "stride": None, "padding": 0, "dilation": 1,
+                "ceil_mode": False, "data_format": FORMATS[k], "index_dtype": jnp.int32}
         for module, where in ((ju, ""), (ju.reference, "reference.")):
             for fn, valid in ((f"max_unpool{k}d", unpool), (f"max_unpool{k}d_backward", backward),
                               (f"max_pool{k}d_with_indices", pool)):
@@ -63,9 +64,10 @@ def _targets() -> list[Target]:
         from jax_unpool import nnx
 
         pool_layer, unpool_layer = getattr(nnx, f"MaxPool{k}d"), getattr(nnx, f"MaxUnpool{k}d")
-        pool_args = dict(kernel_size=2, stride=None, padding=0, dilation=1, ceil_mode=False,
-                         data_format=FORMATS[k])
-        unpool_args = dict(kernel_size=2, stride=None, padding=0, data_format=FORMATS[k])
+        pool_args = {"kernel_size": 2, "stride": None, "padding": 0, "dilation": 1,
+                     "ceil_mode": False, "data_format": FORMATS[k]}
+        unpool_args = {"kernel_size": 2, "stride": None, "padding": 0,
+                       "data_format": FORMATS[k]}
         targets.append(Target(f"nnx.MaxPool{k}d", pool_args,
                               lambda layer=pool_layer, g=grad, **kw: layer(**kw)(g),
                               (f"MaxPool{k}d", f"max_pool{k}d_with_indices")))
