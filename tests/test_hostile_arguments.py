@@ -13,8 +13,8 @@ nested tuples and lists, jax arrays, ShapeDtypeStructs -- and valid-looking size
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
