@@ -49,10 +49,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # `jax_unpool.nnx` needs Flax (an optional extra): import it on first use only.
+    # The layer modules need optional extras (Flax, Equinox): import them on first use only.
     import importlib
-    if name == "nnx":
-        return importlib.import_module("jax_unpool.nnx")
+    if name in ("nnx", "linen", "equinox"):
+        return importlib.import_module(f"jax_unpool.{name}")
     if name in ("demo", "bench"):  # where they were before the command line had its package
         return importlib.import_module(f"jax_unpool.cli.{name}")
     raise AttributeError(f"module 'jax_unpool' has no attribute {name!r}")

@@ -47,7 +47,9 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
     Returns:
       ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
       Positions no index names are zero. Among duplicated indices in a plane the element
-      with the largest flat input position wins, deterministically on every backend.
+      with the largest flat input position wins, deterministically, on CPU and wherever
+      the jnp reference runs (GPU, TPU); on an Ascend NPU through aclnn the result is
+      deterministic but which duplicate wins is unspecified (CANN names no winner).
 
     Raises:
       ValueError / TypeError at trace time for a bad rank, shape, size or dtype. On CPU an

@@ -72,7 +72,8 @@ def info() -> int:
     print(f"jax_unpool {jax_unpool.__version__} ({jax_unpool.__file__})")
     print(f"jax {jax.__version__}, jaxlib {_version('jaxlib')}, numpy {np.__version__}, "
           f"python {platform.python_version()}")
-    print(f"flax {_version('flax')} (for jax_unpool.nnx)")
+    print(f"flax {_version('flax')} (for jax_unpool.nnx, jax_unpool.linen), "
+          f"equinox {_version('equinox')} (for jax_unpool.equinox)")
     clients = jax.extend.backend.backends()
     print(f"default backend: {jax.default_backend()}")
     print("devices:")
