@@ -246,6 +246,19 @@ def test_repeated_failing_call_keeps_the_message():
             f(X, IDX.at[0, 0, 0, 0].set(9)).block_until_ready()
 
 
+def test_a_failure_after_only_own_failures_can_take_the_value_error_form():
+    # docs/semantics.md: jit's fast path is shared by every eager call of an op with the
+    # same shapes, dtypes and parameters, so one success anywhere in the process gives
+    # later failures the ValueError form (jaxlib 0.10.2), though this caller only failed.
+    x, idx = jnp.ones((1, 1, 2, 3)), jnp.zeros((1, 1, 2, 3), jnp.int32)
+    ju.max_unpool2d(x, idx, output_size=(5, 7)).block_until_ready()  # someone else's call
+    with pytest.raises(RUNTIME_ERRORS, match=r"max_unpool2d: index 35 at \(n=0, c=0, i=0\)") \
+            as error:
+        ju.max_unpool2d(x, idx.at[0, 0, 0, 0].set(35), output_size=(5, 7)).block_until_ready()
+    if jax.__version__ == "0.10.2":
+        assert type(error.value) is ValueError
+
+
 def test_failed_call_returns_no_partial_result():
     # One jitted computation producing a good and a bad result fails as a whole.
     f = jax.jit(lambda x, good, bad: (ju.max_unpool2d(x, good, output_size=(3, 3)),
