@@ -4,10 +4,11 @@ or the documented run-time error (an index out of range). Anything else -- anoth
 exception type, jnp's or numpy's own messages, a crash -- fails.
 
 Hypothesis draws one public function (every unpool, backward and pool function of every
-rank, their `ju.reference` versions and the NNX layers), keeps most of its arguments
-valid and replaces one or two by a hostile value: None, strings, bytes, floats (NaN and
-infinities too), huge ints, numpy scalars and arrays of many dtypes, dicts, sets, types,
-nested tuples and lists, jax arrays, ShapeDtypeStructs -- and valid-looking sizes.
+rank, their `ju.reference` versions and the NNX, Linen and Equinox layers), keeps most
+of its arguments valid and replaces one or two by a hostile value: None, strings, bytes,
+floats (NaN and infinities too), huge ints, numpy scalars and arrays of many dtypes,
+dicts, sets, types, nested tuples and lists, jax arrays, ShapeDtypeStructs -- and
+valid-looking sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -60,20 +62,35 @@ def _targets() -> list[Target]:
             for fn, valid in ((f"max_unpool{k}d", unpool), (f"max_unpool{k}d_backward", backward),
                               (f"max_pool{k}d_with_indices", pool)):
                 targets.append(Target(where + fn, valid, getattr(module, fn), (fn,)))
-        # The NNX layers: built with the drawn arguments, then called on valid data.
-        from jax_unpool import nnx
+        # The layers: built with the drawn arguments, then called on valid data (Equinox's
+        # take one channels-first example and no data_format).
+        from jax_unpool import equinox, linen, nnx
 
-        pool_layer, unpool_layer = getattr(nnx, f"MaxPool{k}d"), getattr(nnx, f"MaxUnpool{k}d")
         pool_args = {"kernel_size": 2, "stride": None, "padding": 0, "dilation": 1,
                      "ceil_mode": False, "data_format": FORMATS[k]}
         unpool_args = {"kernel_size": 2, "stride": None, "padding": 0,
                        "data_format": FORMATS[k]}
-        targets.append(Target(f"nnx.MaxPool{k}d", pool_args,
-                              lambda layer=pool_layer, g=grad, **kw: layer(**kw)(g),
-                              (f"MaxPool{k}d", f"max_pool{k}d_with_indices")))
-        targets.append(Target(f"nnx.MaxUnpool{k}d", unpool_args,
-                              lambda layer=unpool_layer, x=x, i=idx, **kw: layer(**kw)(x, i),
-                              (f"MaxUnpool{k}d", f"max_unpool{k}d")))
+        pool, unpool = f"MaxPool{k}d", f"MaxUnpool{k}d"
+        calls = {  # the data bound now: the lambdas outlive this iteration
+            "nnx": (lambda layer, g=grad, **kw: layer(**kw)(g),
+                    lambda layer, x=x, i=idx, **kw: layer(**kw)(x, i)),
+            "linen": (lambda layer, g=grad, **kw: layer(**kw).apply({}, g),
+                      lambda layer, x=x, i=idx, **kw: layer(**kw).apply({}, x, i)),
+            "equinox": (lambda layer, g=grad, **kw: layer(**kw)(g[0]),
+                        lambda layer, x=x, i=idx, **kw: layer(**kw)(x[0], i[0])),
+        }
+        for module in (nnx, linen, equinox):
+            where = module.__name__.split(".")[-1]
+            call_pool, call_unpool = calls[where]
+            own = {"equinox": "jax_unpool.equinox."}.get(where, "")
+            keep = (lambda args: {n: v for n, v in args.items() if n != "data_format"}
+                    if where == "equinox" else dict(args))
+            targets.append(Target(f"{where}.{pool}", keep(pool_args),
+                                  partial(call_pool, getattr(module, pool)),
+                                  (own + pool, f"max_pool{k}d_with_indices")))
+            targets.append(Target(f"{where}.{unpool}", keep(unpool_args),
+                                  partial(call_unpool, getattr(module, unpool)),
+                                  (own + unpool, f"max_unpool{k}d")))
     return targets
 
 
@@ -218,8 +235,9 @@ def test_the_property_covers_every_public_function():
     for k in (1, 2, 3):
         for fn in (f"max_unpool{k}d", f"max_unpool{k}d_backward", f"max_pool{k}d_with_indices"):
             assert {fn, f"reference.{fn}"} <= names
-        assert {f"nnx.MaxPool{k}d", f"nnx.MaxUnpool{k}d"} <= names
-    assert len(names) == len(TARGETS) == 24
+        for module in ("nnx", "linen", "equinox"):
+            assert {f"{module}.MaxPool{k}d", f"{module}.MaxUnpool{k}d"} <= names
+    assert len(names) == len(TARGETS) == 36
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
