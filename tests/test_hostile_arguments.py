@@ -83,12 +83,13 @@ def _targets() -> list[Target]:
             where = module.__name__.split(".")[-1]
             call_pool, call_unpool = calls[where]
             own = {"equinox": "jax_unpool.equinox."}.get(where, "")
-            keep = (lambda args: {n: v for n, v in args.items() if n != "data_format"}
-                    if where == "equinox" else dict(args))
-            targets.append(Target(f"{where}.{pool}", keep(pool_args),
+            drop = {"data_format"} if where == "equinox" else set()
+            pool_kw = {n: v for n, v in pool_args.items() if n not in drop}
+            unpool_kw = {n: v for n, v in unpool_args.items() if n not in drop}
+            targets.append(Target(f"{where}.{pool}", pool_kw,
                                   partial(call_pool, getattr(module, pool)),
                                   (own + pool, f"max_pool{k}d_with_indices")))
-            targets.append(Target(f"{where}.{unpool}", keep(unpool_args),
+            targets.append(Target(f"{where}.{unpool}", unpool_kw,
                                   partial(call_unpool, getattr(module, unpool)),
                                   (own + unpool, f"max_unpool{k}d")))
     return targets
