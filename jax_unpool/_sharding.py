@@ -23,6 +23,7 @@ spatial dims (W; H, W; D, H, W) cannot, because an index addresses a whole outpu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import jax
@@ -53,15 +54,20 @@ def leading_batch_dims(ndim: int, channels_last: bool, k: int) -> int:
 
 class Primitive(core.Primitive):
     """A primitive whose operands vary over the same manual axes when it is bound, and
-    whose lowering sees the devices (custom_partitioning needs them; see below)."""
+    whose lowering sees the devices (custom_partitioning needs them; see below).
+    `check_params(**params)` runs first at every bind: before jax's caches, which hold
+    2.0 equal to 2 and 1 equal to True, so that a bad parameter fails the same way every
+    time."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, check_params: Callable[..., object]):
         super().__init__(name)
+        self._check_params = check_params
         # jax's own registry (private; its cuDNN attention does the same): without it a
         # jit lowering gets no device assignment and custom_partitioning fails.
         dispatch.prim_requires_devices_during_lowering.add(self)
 
     def bind(self, *args, **params):
+        self._check_params(**params)
         return super().bind(*_vary_to_union(args), **params)
 
 
@@ -221,7 +227,7 @@ def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,
             return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
         attributes = {"channels_last": bool(channels_last)}
         if with_spatial_rank:
-            attributes["spatial_rank"] = k
+            attributes["spatial_rank"] = int(k)  # an i64 attribute, also for np.int32(k)
         call = jax.ffi.ffi_lowering(target,
                                     extra_attributes=call_attributes(ctx, channels_last, k))
         return call(ctx, *operands, **attributes)

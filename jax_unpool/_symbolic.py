@@ -16,7 +16,6 @@ JaxRuntimeError carrying the message) instead of letting XLA abort on the oversi
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -49,11 +48,6 @@ def exceeds(dims: Sequence, bound: int) -> bool | None:
     """Whether the product of `dims` exceeds `bound`: exact for concrete dims, None when
     symbolic ones leave it open."""
     return decided(lambda: math.prod(dims) > bound)
-
-
-def not_positive(d) -> bool | None:
-    """Whether the size `d` is <= 0; None when its symbols leave it open."""
-    return decided(lambda: d <= 0)
 
 
 def shape_text(dims: Sequence) -> str:
@@ -122,14 +116,3 @@ def assert_at_most(ctx, dims: Sequence, bound: int, prefix: str) -> None:
         left = hlo.divide(left, hlo.maximum(v, one))
     _assert(hlo.or_(ok, any_zero), values, _message(prefix, dims))
 
-
-def assert_positive(ctx, dims: Sequence, prefix: str) -> None:
-    """At call time, for each of `dims` whose sign is open now: > 0."""
-    symbolic = [d for d in dims if is_symbolic(d)]
-    if all(not_positive(d) is not None for d in symbolic):
-        return
-    values = _dim_values(ctx, symbolic)
-    zero = mlir.ir_constant(np.int64(0))
-    checks = [_compare(v, zero, "GT") for d, v in zip(symbolic, values)
-              if not_positive(d) is None]
-    _assert(functools.reduce(hlo.and_, checks), values, _message(prefix, dims))

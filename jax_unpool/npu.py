@@ -99,8 +99,27 @@ _cpu_emulation = False
 _aclnn_pools = True  # register(..., aclnn_pools=False) keeps the pools' XLA ops
 
 
-def _library_dir(library_dir: str | os.PathLike | None) -> str:
-    return "" if library_dir is None else os.fspath(library_dir)
+def _library_dir(library_dir: str | os.PathLike | None, fn: str = "register") -> str:
+    """The directory as the loader takes it ("" for the default search)."""
+    if library_dir is None:
+        return ""
+    path = os.fspath(library_dir) if isinstance(library_dir, (str, os.PathLike)) else None
+    if not isinstance(path, str):  # bytes would reach the loader's str argument
+        raise TypeError(f"jax_unpool.npu.{fn}: library_dir must be a directory as a str or "
+                        f"os.PathLike of str, or None, got {library_dir!r}")
+    return path
+
+
+def _check_arguments(platform: object, ffi_platform: object, aclnn_pools: object) -> None:
+    if not isinstance(platform, str) or not platform:
+        raise TypeError("jax_unpool.npu.register: platform must be JAX's name of the NPU "
+                        f"platform, a non-empty str (e.g. 'ascend'), got {platform!r}")
+    if ffi_platform is not None and (not isinstance(ffi_platform, str) or not ffi_platform):
+        raise TypeError("jax_unpool.npu.register: ffi_platform must be a non-empty str or "
+                        f"None, got {ffi_platform!r}")
+    if not isinstance(aclnn_pools, (bool, np.bool_)):  # "no" would count as True
+        raise TypeError(f"jax_unpool.npu.register: aclnn_pools must be a bool, got "
+                        f"{aclnn_pools!r}")
 
 
 def is_available(library_dir: str | os.PathLike | None = None) -> bool:
@@ -117,7 +136,7 @@ def locate(library_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """The files CANN would be loaded from (or was, when already loaded and `library_dir`
     is None): {"libascendcl": ..., "libnnopbase": ..., "opapi": ...}. Raises RuntimeError
     listing every path tried and the environment variables consulted."""
-    return dict(_jax_unpool.probe_cann(_library_dir(library_dir)))
+    return dict(_jax_unpool.probe_cann(_library_dir(library_dir, "locate")))
 
 
 # --------------------------------------------------------------------------------------
@@ -451,13 +470,18 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
     aclnn.
 
-    Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
+    Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
+    `library_dir` that is not None, a str or a str os.PathLike (bytes are refused), or an
+    `aclnn_pools` that is not a bool; ValueError
+    for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
     any of the names, if CANN cannot be loaded (the message lists every path tried and
     the environment variables consulted), or if it is loaded in this process in the other
     mode.
     """
     global _cpu_emulation, _aclnn_pools
+    _check_arguments(platform, ffi_platform, aclnn_pools)
+    directory = _library_dir(library_dir)
     host = platform == "cpu"
     if host and library_dir is None:
         raise ValueError(
@@ -475,7 +499,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"installed no FFI handler under {' or '.join(map(repr, names))}, so the "
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
-        where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
+        where = dict(_jax_unpool.load_cann(directory, host))
         if "max_unpool2d" not in _jax_unpool.cann_ops():
             warnings.warn(
                 f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "

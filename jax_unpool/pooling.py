@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_unpool import _pool_xla
+from jax_unpool import _args, _pool_xla
 from jax_unpool._pool_xla import IntOrPair
 from jax_unpool._primitives import max_unpool_backward_p
 
@@ -21,8 +21,10 @@ def _gather_tangent(t: jax.Array, idx: jax.Array, g: _pool_xla.Geometry) -> jax.
     """t at the argmax positions. With unique argmaxes (`argmax_is_unique`) it is the
     unpool primitives' gather, whose transpose is the unpool primitive (the native kernel
     on CPU, aclnn on the NPU; second order transposes back to the gather); otherwise
-    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up)."""
-    if _pool_xla.argmax_is_unique(g):
+    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up). Packed
+    sub-byte dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take
+    XLA's gather too."""
+    if _pool_xla.argmax_is_unique(g) and _args.is_movable(t.dtype):
         return max_unpool_backward_p[g.k].bind(t, idx, channels_last=g.channels_last,
                                                spatial_rank=g.k)
     return _pool_xla.gather_at_argmax(t, idx, g)
@@ -62,7 +64,12 @@ def max_pool2d_with_indices(
       both layouts. (PyTorch quirk, kept: a ``ceil_mode`` window that contains
       only padding, possible with dilation, returns -inf, or the dtype's
       minimum, and the flat index of its first tap right of the left padding,
-      which lies past the end of a row or of the plane.)
+      which lies past the end of a row or of the plane. In the gradient an index
+      past a row's end gets its cotangent on the next row's element, as in
+      PyTorch; one past the plane has its cotangent dropped, where PyTorch's CPU
+      backward adds it unchecked into the next plane's gradient or past the end
+      of the buffer: ``cpu_max_pool_backward`` in
+      aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
 
     Args:
       x: ``(N, C, H, W)`` or ``(C, H, W)``; with ``data_format="NHWC"`` (or
@@ -89,10 +96,11 @@ def max_pool2d_with_indices(
     Raises (at trace time, naming the argument and the received value):
       ValueError: ``x`` not 3-D/4-D; empty H or W; kernel_size, stride or
         dilation not positive; padding negative or above ``kernel_size // 2``;
-        output size not positive; unknown ``data_format``; int32 indices too
-        narrow for the plane.
-      TypeError: kernel_size/stride/padding/dilation not ints or pairs of ints;
-        ``index_dtype`` not int32/int64; complex ``x``.
+        a size above 2**31 - 1 (PyTorch's int32 limit); output size not
+        positive; unknown ``data_format``; int32 indices too narrow for the plane.
+      TypeError: ``x`` not an array of numbers; kernel_size/stride/padding/dilation
+        not ints or pairs of ints (tuples, lists or 1-D integer numpy arrays);
+        ``ceil_mode`` not a bool; ``index_dtype`` not int32/int64; complex ``x``.
     """
     return _pool_xla.max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
                      ceil_mode, data_format, index_dtype, _gather_tangent)

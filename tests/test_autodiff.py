@@ -170,3 +170,34 @@ def test_reference_second_derivatives_with_duplicates_equal_the_primitives(op):
             got = outer(inner(lambda a: jnp.sum(f(ju.reference, a) ** 3)))(arg)
             np.testing.assert_array_equal(got, want, err_msg=f"{outer.__name__} of "
                                                               f"{inner.__name__}")
+
+
+@pytest.mark.parametrize("k,layout", [(1, "NCW"), (2, "NCHW"), (2, "NHWC"), (3, "NCDHW")])
+def test_reference_linear_transpose_is_the_other_op_as_for_the_primitives(rng, k, layout):
+    # jax.linear_transpose traces the reference's primal (custom_jvp rules are for
+    # differentiation only); with duplicated indices its transposes are still the
+    # primitives': the gather (every duplicate reads) and the scatter (largest position
+    # wins), which the numpy oracles compute.
+    last = layout.endswith("C")
+    n_c, size = (2, 3), (3,) * k
+    small = (2,) * k
+    shape = (2, *small, 3) if last else (*n_c, *small)
+    out_shape = (2, *size, 3) if last else (*n_c, *size)
+    idx = oracle.random_indices(rng, shape, 3**k).astype(np.int32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    ct = rng.standard_normal(out_shape).astype(np.float32)
+    fwd, bwd = f"max_unpool{k}d", f"max_unpool{k}d_backward"
+    ref_fwd_t = jax.linear_transpose(
+        lambda v: getattr(ju.reference, fwd)(v, idx, output_size=size, data_format=layout), x)
+    api_fwd_t = jax.linear_transpose(
+        lambda v: getattr(ju, fwd)(v, idx, output_size=size, data_format=layout), x)
+    want = oracle.gather_nd(ct, idx, k, last)
+    np.testing.assert_array_equal(ref_fwd_t(ct)[0], want)
+    np.testing.assert_array_equal(api_fwd_t(ct)[0], want)
+    ref_bwd_t = jax.linear_transpose(
+        lambda g: getattr(ju.reference, bwd)(g, x, idx, size, data_format=layout), ct)
+    api_bwd_t = jax.linear_transpose(
+        lambda g: getattr(ju, bwd)(g, x, idx, size, data_format=layout), ct)
+    want = oracle.unpool_nd(x, idx, size, last)
+    np.testing.assert_array_equal(jax.jit(ref_bwd_t)(x)[0], want)
+    np.testing.assert_array_equal(api_bwd_t(x)[0], want)

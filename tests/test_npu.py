@@ -427,6 +427,22 @@ def test_empty_backward_without_aclnn(emulated):
     assert emulated.call_count(BWD_GWS.encode()) == 0
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_zero_output_size_without_aclnn(emulated, k):
+    # An empty output plane (allowed, as in PyTorch): the forward's result is empty, the
+    # backward on the jnp reference reads 0 for every index (none lies in the plane).
+    shape, size = (2, 3, *[2] * k), (0, *[3] * (k - 1))
+    x, idx = np.ones(shape, np.float32), np.zeros(shape, np.int32)
+    out = jax.jit(lambda x, i: getattr(ju, f"max_unpool{k}d")(x, i, output_size=size))(x, idx)
+    assert out.shape == (2, 3, *size)
+    xs = jax.ShapeDtypeStruct(shape, jnp.float32)
+    back = jax.jit(lambda g, i: getattr(ju, f"max_unpool{k}d_backward")(g, xs, i, size))(
+        np.ones((2, 3, *size), np.float32), idx)
+    np.testing.assert_array_equal(back, np.zeros(shape, np.float32))
+    for op in (FWD_RUN, BWD_RUN, "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"):
+        assert emulated.call_count(op.encode()) == 0, op
+
+
 # 3-D (NCDHW) through aclnnMaxUnpool3d(Backward): the same lowering rules.
 SHAPE3, SIZE3 = (2, 3, 2, 3, 4), (3, 4, 5)
 
@@ -746,15 +762,17 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
 def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     # The forwards are l0op::ScatterElements(..., "none") (hicann/ops-nn
     # aclnn_max_unpool{2,3}d.cpp): deterministic by CANN's docs, no winner named anywhere.
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    root = Path(__file__).resolve().parent.parent
+    pages = {str(f.relative_to(root)): " ".join(f.read_text().split())
+             for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
     docs = {f"{f.__module__}.{f.__name__}": " ".join(f.__doc__.split())
             for module in (ju, ju.reference) for name in dir(module)
             if name.startswith("max_unpool") and callable(f := getattr(module, name))
             and f.__doc__}
     assert len(docs) >= 12, sorted(docs)  # every public unpool function of both modules
-    for name, text in {"README.md": readme, **docs}.items():
+    for name, text in {**pages, **docs}.items():
         assert "wins, deterministically, on every backend" not in text, name
         assert "deterministically on every backend" not in text, name
-    bullet = readme.split("- Duplicated indices in a plane:")[1].split(" - ")[0]
+    bullet = pages["docs/semantics.md"].split("- Duplicated indices in a plane:")[1].split(" - ")[0]
     for text in (bullet, docs["jax_unpool._api.max_unpool2d"]):
         assert "which duplicate wins is unspecified" in text, text

@@ -300,6 +300,41 @@ def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
     np.testing.assert_array_equal(np.asarray(grad).ravel(), [0.0, 10.0, 20.0])
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_float4_gradient_with_disjoint_windows(k):
+    # The unpool kernels move whole bytes only: packed float4 takes XLA's gather instead.
+    x = normal(GRID_SHAPES[k], seed=7).astype(jnp.float4_e2m1fn)
+    (out, idx), vjp = jax.vjp(lambda v: POOL_ALL[k](v, 2), x)
+    ct = normal(out.shape, seed=8).astype(jnp.float4_e2m1fn)
+    (grad,) = vjp((ct, np.zeros(idx.shape, jax.dtypes.float0)))
+    # Oracle: each cotangent at its window's argmax (distinct positions: disjoint windows).
+    n, c = x.shape[:2]
+    want = np.zeros((n, c, x[0, 0].size), np.float32)
+    flat_idx, flat_ct = np.asarray(idx).reshape(n, c, -1), np.asarray(ct, np.float32)
+    np.put_along_axis(want, flat_idx, flat_ct.reshape(n, c, -1), axis=2)
+    assert grad.dtype == jnp.float4_e2m1fn
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), want.reshape(x.shape))
+    ref_pool = getattr(ju.reference, f"max_pool{k}d_with_indices")
+    _, ref_vjp = jax.vjp(lambda v: ref_pool(v, 2), x)
+    np.testing.assert_array_equal(np.asarray(ref_vjp((ct, np.zeros(idx.shape,
+                                                                   jax.dtypes.float0)))[0],
+                                             np.float32), want.reshape(x.shape))
+
+
+def test_torch_backward_adds_an_index_past_the_plane_into_the_next_plane():
+    # What the docs say of PyTorch's CPU backward (cpu_max_pool_backward adds at each
+    # index unchecked), shown without writing past a buffer: plane 0 gets the indices
+    # torch's forward gives the case above (3 lies past its 3 elements), plane 1
+    # in-plane ones. Plane 0's third cotangent lands on plane 1's first element.
+    args = ((1, 3), (1, 5), (0, 1), (1, 2), True)
+    x = torch.zeros(1, 2, 3, 1)
+    assert F.max_pool2d(x, *args, return_indices=True)[1].flatten().tolist() == [1, 2, 3] * 2
+    idx = torch.tensor([1, 2, 3, 0, 1, 2]).reshape(1, 2, 3, 1)
+    ct = torch.tensor([10.0, 20.0, 30.0, 1.0, 2.0, 4.0]).reshape(1, 2, 3, 1)
+    grad = torch.ops.aten.max_pool2d_with_indices_backward(ct, x, *args, idx)
+    assert grad.flatten().tolist() == [0.0, 10.0, 20.0, 30.0 + 1.0, 2.0, 4.0]
+
+
 @pytest.mark.parametrize("case", DISJOINT[::2])
 def test_disjoint_windows_gradients_to_order_two(case):
     k, shape, *args = case

@@ -192,10 +192,9 @@ def python_threads(rng) -> None:
 def main() -> int:
     print(f"extension: {extension.__file__}", flush=True)
     rng = np.random.default_rng(0)
-    small_cases(rng)
-    zero_size_cases(rng)
-    threaded_pool_cases(rng)
-    python_threads(rng)
+    for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads):
+        phase(rng)
+        print(f"{phase.__name__}: done", flush=True)  # progress: the parent watches for it
     print(f"exercise_kernels: {checks} checks passed")
     return 0
 
