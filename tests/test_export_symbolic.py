@@ -243,11 +243,11 @@ def test_an_output_size_the_symbols_leave_open_is_refused_at_export():
 
 @pytest.mark.parametrize("fn, message", [
     (lambda x, i: ju.max_unpool2d(x, i, 2, padding=2),
-     r"max_unpool2d: the default output size \(2\*h - 4, 2\*w - 4\) must be non-negative for "
-     r"every value of the symbolic dims, which their bounds do not decide; state it"),
+     (r"max_unpool2d: the default output size \(2\*h - 4, 2\*w - 4\) must be non-negative for "
+      r"every value of the symbolic dims, which their bounds do not decide; state it")),
     (lambda x, i: ju.max_unpool2d(x, i, output_size=(x.shape[2] - 3, x.shape[3])),
-     r"max_unpool2d: output_size \(h - 3, w\) must be non-negative for every value of the "
-     r"symbolic dims"),
+     (r"max_unpool2d: output_size \(h - 3, w\) must be non-negative for every value of the "
+      r"symbolic dims")),
 ])
 def test_an_output_size_whose_sign_the_symbols_leave_open_is_refused_at_export(fn, message):
     # A negative dim would fail jax's shape refinement at call time with MLIR's "invalid

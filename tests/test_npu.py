@@ -22,9 +22,9 @@ import numpy_oracle as oracle
 import pytest
 from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 from fake_cann.check_fake_cann import FakeCann, build
+from jax._src.lib import xla_client
 
 import jax_unpool as ju
-from jax._src.lib import xla_client
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
