@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _ffi, _sharding, reference
+from jax_unpool import _args, _compat, _ffi, _sharding, reference
 
 __all__ = ["max_unpool2d_backward_p", "max_unpool2d_p"]
 
@@ -48,7 +48,7 @@ def _fold_batch(args, dims, k):
 
 def _tangent_or_zero(tangent, out, bind):
     if type(tangent) is ad.Zero:
-        return ad.Zero.from_primal_value(out)
+        return _compat.zero_tangent(out)
     return bind(tangent)
 
 

@@ -48,12 +48,11 @@ from collections.abc import Iterator
 
 import jax
 import numpy as np
-from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
-from jax._src.lib.mlir.dialects import hlo
 from jax import core
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _ffi, _jax_unpool, _primitives, _sharding, reference
+from jax_unpool import _args, _compat, _ffi, _jax_unpool, _primitives, _sharding, reference
 from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
 
 __all__ = [
@@ -267,14 +266,6 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     return list(dict.fromkeys([platform, platform.upper()]))
 
 
-def _with_handler(names: list[str]) -> list[str]:
-    """The names under which a plugin has installed its FFI handler. A registration under
-    any other name is only queued by xla_client, and compiling then fails with "no
-    registered implementation for custom call ..."."""
-    handlers = xla_client._custom_callback_handler  # noqa: SLF001 -- no public query
-    return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
-
-
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
              ffi_platform: str | None = None) -> dict[str, str]:
     """Routes max_unpool2d_p and max_unpool2d_backward_p to aclnn on `platform`.
@@ -310,7 +301,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     with _lock:
         _require_devices(platform)
         names = _ffi_platforms(platform, ffi_platform)
-        targets = _with_handler(names)
+        targets = _compat.platforms_with_ffi_handler(names)
         if not targets:
             raise RuntimeError(
                 f"jax_unpool.npu.register: the PJRT plugin of platform {platform!r} has "

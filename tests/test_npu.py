@@ -24,7 +24,7 @@ from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, ran
 from fake_cann.check_fake_cann import FakeCann, build
 
 import jax_unpool as ju
-from jax._src.lib import xla_client
+from jax_unpool import _compat
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
@@ -569,10 +569,11 @@ def test_gpu_and_tpu_platforms_are_never_routed_to_cann(fake_cann_dir, platform)
 def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     # A plugin following the CUDA plugin installs its handler under XLA's upper-case name.
     seen = []
-    xla_client.register_custom_call_handler(
+    _compat.install_ffi_handler(
         "NPU_TEST_XLA", lambda name, fn, platform, *args: seen.append((name, platform)))
-    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", None)) == ["NPU_TEST_XLA"]
-    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
+    assert _compat.platforms_with_ffi_handler(npu._ffi_platforms("npu_test_xla", None)) == \
+        ["NPU_TEST_XLA"]
+    assert _compat.platforms_with_ffi_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
     monkeypatch.setattr(npu, "_require_devices", lambda platform: None)
     monkeypatch.setattr(npu, "_targets_registered", set())
     monkeypatch.setattr(npu.mlir, "register_lowering", lambda *args, **kwargs: None)

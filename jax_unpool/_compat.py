@@ -1,0 +1,123 @@
+"""The supported jax window, every difference between its releases that we meet, and every
+use of a private jax API: in this one module, so that a new jax release is adapted here.
+
+`import jax_unpool` imports this module first: a jax outside the window is an ImportError
+before any FFI handler is registered (a handler that jaxlib refuses takes its whole CPU
+backend down with it). The extension is built against the oldest jaxlib's FFI headers
+(`[build-system] requires` in pyproject.toml): XLA accepts handlers of an older FFI API
+version, never a newer one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jaxlib.version
+
+# Keep equal to `dependencies` in pyproject.toml (tests/test_jax_window.py checks).
+JAX_WINDOW = ">=0.7.0,<0.11"
+_OLDEST, _FIRST_UNSUPPORTED = (0, 7, 0), (0, 11)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string: "0.10.2" -> (0, 10, 2), "0.9.0.1" ->
+    (0, 9, 0, 1), "0.11.0.dev20260101" -> (0, 11, 0)."""
+    return tuple(int(part) for part in re.match(r"\d+(\.\d+)*", version).group(0).split("."))
+
+
+def check_window(jax_version: str, jaxlib_version: str) -> None:
+    """Raises ImportError, naming the window, unless both versions are inside it."""
+    outside = [f"{name} {version}" for name, version in (("jax", jax_version),
+                                                         ("jaxlib", jaxlib_version))
+               if not _OLDEST <= _release(version) < _FIRST_UNSUPPORTED]
+    if outside:
+        raise ImportError(
+            f"jax_unpool supports jax and jaxlib {JAX_WINDOW} (0.7 to 0.10), but this "
+            f"environment has {' and '.join(outside)}. Install a supported release, e.g. "
+            f"pip install 'jax{JAX_WINDOW}' 'jaxlib{JAX_WINDOW}'.")
+
+
+check_window(jax.__version__, jaxlib.version.__version__)
+
+# Imported only once the window is known to be right: these modules moved between releases.
+from jax._src import dispatch  # noqa: E402
+from jax._src.lib import xla_client  # noqa: E402
+from jax.interpreters import ad  # noqa: E402
+
+# --------------------------------------------------------------------------------------
+# Varying manual axes (shard_map)
+# --------------------------------------------------------------------------------------
+
+# jax 0.10 keeps an aval's varying manual axes in `aval.mat.varying` (a ManualAxisType);
+# 0.7 to 0.9 in `aval.vma`. Both are what `jax.typeof(x)` shows; there is no accessor
+# that spans the window.
+_MANUAL_AXIS_TYPE = hasattr(jax.core.ShapedArray, "mat")
+
+
+def varying_axes(aval) -> frozenset:
+    """The manual mesh axes `aval` varies over (empty outside shard_map)."""
+    return aval.mat.varying if _MANUAL_AXIS_TYPE else aval.vma
+
+
+def with_varying(aval, varying: frozenset) -> dict:
+    """Keyword arguments of `aval.update` that give the result these varying axes."""
+    if _MANUAL_AXIS_TYPE:
+        return {"manual_axis_type": aval.mat.update(varying=varying)}
+    return {"vma": varying}
+
+
+def cast_to_varying(x, axes: tuple):
+    """`x` made varying over the manual `axes`: `jax.lax.pcast(x, axes, to="varying")`,
+    which jax 0.7 has as `jax.lax.pvary(x, axes)` (deprecated in 0.8.2, removed in 0.10)."""
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, axes, to="varying")
+    return jax.lax.pvary(x, axes)
+
+
+# --------------------------------------------------------------------------------------
+# Autodiff
+# --------------------------------------------------------------------------------------
+
+def zero_tangent(primal) -> ad.Zero:
+    """The symbolic zero tangent of `primal` (`ad.Zero.from_primal_value`, which jax 0.9
+    removed: this is what it did)."""
+    return ad.Zero(jax.typeof(primal).to_tangent_aval())
+
+
+# --------------------------------------------------------------------------------------
+# Lowering (private: no public API says these)
+# --------------------------------------------------------------------------------------
+
+def require_devices_during_lowering(primitive) -> None:
+    """Makes a jit lowering of `primitive` see its device assignment, without which
+    `jax.experimental.custom_partitioning` inside its lowering fails. jax's own registry
+    (`jax._src.dispatch`; its cuDNN attention registers there too); no public API."""
+    dispatch.prim_requires_devices_during_lowering.add(primitive)
+
+
+def lowering_for_export(ctx) -> bool:
+    """Whether this lowering is for `jax.export` (a custom_partitioning callback lives in
+    the tracing process and cannot be serialized). `LoweringRuleContext.module_context`
+    is jax-internal; no public API says it."""
+    return ctx.module_context.lowering_parameters.for_export
+
+
+# --------------------------------------------------------------------------------------
+# FFI handlers of PJRT plugins (private: jax.ffi registers targets but cannot be asked)
+# --------------------------------------------------------------------------------------
+
+def platforms_with_ffi_handler(names: list[str]) -> list[str]:
+    """Those of `names` under which a PJRT plugin has installed its FFI handler: a target
+    registered under any other name is only queued by xla_client, and compiling then
+    fails with "no registered implementation for custom call". Reads xla_client's
+    handler registry (`jax._src.lib.xla_client`); no public query exists."""
+    handlers = xla_client._custom_callback_handler  # noqa: SLF001
+    return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
+
+
+def install_ffi_handler(platform: str, handler) -> None:
+    """What a PJRT plugin does when it loads (`xla_client.register_custom_call_handler`,
+    private): `handler(name, capsule, platform, api_version, traits)` receives every FFI
+    target registered for `platform`. For tests that stand in for a plugin."""
+    xla_client.register_custom_call_handler(platform, handler)
