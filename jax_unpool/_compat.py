@@ -41,9 +41,9 @@ def check_window(jax_version: str, jaxlib_version: str) -> None:
 check_window(jax.__version__, jaxlib.version.__version__)
 
 # Imported only once the window is known to be right: these modules moved between releases.
-from jax._src import dispatch  # noqa: E402
-from jax._src.lib import xla_client  # noqa: E402
-from jax.interpreters import ad  # noqa: E402
+from jax._src import dispatch
+from jax._src.lib import xla_client
+from jax.interpreters import ad
 
 # --------------------------------------------------------------------------------------
 # Varying manual axes (shard_map)
@@ -73,6 +73,20 @@ def cast_to_varying(x, axes: tuple):
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axes, to="varying")
     return jax.lax.pvary(x, axes)
+
+
+# --------------------------------------------------------------------------------------
+# 64-bit types
+# --------------------------------------------------------------------------------------
+
+def enable_x64(enabled: bool = True):
+    """A context manager that turns 64-bit types on (or off) inside it: `jax.enable_x64`
+    from jax 0.8; 0.7 has it as `jax.experimental.enable_x64` (removed in 0.9)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(enabled)
+    from jax.experimental import enable_x64 as experimental_enable_x64
+
+    return experimental_enable_x64(enabled)
 
 
 # --------------------------------------------------------------------------------------
@@ -112,7 +126,7 @@ def platforms_with_ffi_handler(names: list[str]) -> list[str]:
     registered under any other name is only queued by xla_client, and compiling then
     fails with "no registered implementation for custom call". Reads xla_client's
     handler registry (`jax._src.lib.xla_client`); no public query exists."""
-    handlers = xla_client._custom_callback_handler  # noqa: SLF001
+    handlers = xla_client._custom_callback_handler
     return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
 
 

@@ -25,6 +25,7 @@ from fake_cann.check_fake_cann import FakeCann, build
 
 import jax_unpool as ju
 from jax_unpool import _compat
+from jax_unpool._compat import enable_x64
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
@@ -123,7 +124,7 @@ def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dt
     shape = _shape(rank, layout)
     x = random_values(rng, shape, dtype)
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)  # with duplicates
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = _forward(layout)(x, idx)
     assert_bits_equal(out, oracle.unpool(x, idx, HW, layout == "NHWC"))
     assert emulated.call_count(FWD_RUN.encode()) == 1
@@ -142,7 +143,7 @@ def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_d
     shape = _shape(rank, layout)
     g = random_values(rng, _grad_shape(shape, layout), dtype)
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = _backward(shape, g.dtype, layout)(g, idx)
     assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
     assert emulated.call_count(BWD_RUN.encode()) == 1
@@ -156,7 +157,7 @@ def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_d
 def test_dtypes_beyond_the_lists_move_as_integers_of_their_width(emulated, rng, op, dtype):
     shape = SHAPES[4]
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
-    with jax.enable_x64(needs_x64(dtype)):
+    with enable_x64(needs_x64(dtype)):
         if op == "forward":
             x = random_values(rng, shape, dtype)
             out, expected = _forward()(x, idx), oracle.unpool(x, idx, HW)
