@@ -10,6 +10,7 @@ version, never a newer one.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import jax
@@ -43,7 +44,7 @@ check_window(jax.__version__, jaxlib.version.__version__)
 # Imported only once the window is known to be right: these modules moved between releases.
 from jax._src import dispatch
 from jax._src.lib import xla_client
-from jax.interpreters import ad
+from jax.interpreters import ad, mlir
 
 # --------------------------------------------------------------------------------------
 # Varying manual axes (shard_map)
@@ -102,6 +103,17 @@ def zero_tangent(primal) -> ad.Zero:
 # --------------------------------------------------------------------------------------
 # Lowering (private: no public API says these)
 # --------------------------------------------------------------------------------------
+
+# jax 0.10's mlir.aval_to_ir_type takes the lowering's module context first.
+_IR_TYPE_TAKES_CONTEXT = "ctx" in inspect.signature(mlir.aval_to_ir_type).parameters
+
+
+def ir_type(ctx, aval):
+    """The MLIR type of `aval` in the lowering `ctx` (a LoweringRuleContext)."""
+    if _IR_TYPE_TAKES_CONTEXT:
+        return mlir.aval_to_ir_type(ctx.module_context, aval)
+    return mlir.aval_to_ir_type(aval)
+
 
 def require_devices_during_lowering(primitive) -> None:
     """Makes a jit lowering of `primitive` see its device assignment, without which

@@ -142,7 +142,7 @@ def _indices_into_plane(ctx, indices, plane: int, dtype):
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
     if aval.dtype != new_aval.dtype:
-        value = hlo.convert(mlir.aval_to_ir_type(ctx.module_context, new_aval), value)
+        value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
     value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
                       mlir.ir_constant(np.array(plane - 1, dtype)))
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
@@ -164,7 +164,7 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
         return core.ShapedArray(_plane_shape(aval.shape, channels_last, k), aval.dtype)
 
     def reshape(value, aval):
-        return hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, aval), value)
+        return hlo.reshape(_compat.ir_type(ctx, aval), value)
 
     avals_in = [plane_aval(a) for a in ctx.avals_in]
     plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])

@@ -110,6 +110,7 @@ def artifact(tmp_path_factory, operands):
     return path
 
 
+@pytest.mark.jax_window
 def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operands):
     fresh_process.run_ok("exported_run.py", str(artifact / "step.bin"),
                          str(artifact / "operands.npz"), str(artifact / "results.npz"))
@@ -123,6 +124,7 @@ def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operand
     np.testing.assert_array_equal(results["out1"], oracle.gather(weight, indices))
 
 
+@pytest.mark.jax_window
 def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
     proc = fresh_process.run("exported_run.py", str(artifact / "step.bin"),
                              str(artifact / "operands.npz"), str(artifact / "unused.npz"),

@@ -181,6 +181,7 @@ def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
 FWD3_RUN, BWD3_RUN = "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"
 
 
+@pytest.mark.jax_window
 @pytest.mark.parametrize("fmt", ["NCW", "NWC", "CW", "NCDHW", "NDHWC", "CDHW", "DHWC"])
 def test_1d_and_3d_reach_aclnn(emulated, rng, fmt):
     # Issue 13: channels-first 3-D unpooling (and its gradient) goes through
@@ -222,6 +223,7 @@ def test_1d_and_3d_reach_aclnn(emulated, rng, fmt):
 # Autodiff and batching through aclnn
 # --------------------------------------------------------------------------------------
 
+@pytest.mark.jax_window
 def test_grad_runs_both_aclnn_ops(emulated, rng):
     x = random_values(rng, SHAPES[4], "float32")
     idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
@@ -250,6 +252,7 @@ def test_second_order_grad_runs_aclnn_forward(emulated, rng):
     assert emulated.call_count(FWD_RUN.encode()) == 1
 
 
+@pytest.mark.jax_window
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_vmap_is_one_aclnn_call(emulated, rng, op):
     batch, shape = 4, SHAPES[3]
@@ -567,6 +570,7 @@ def test_gpu_and_tpu_platforms_are_never_routed_to_cann(fake_cann_dir, platform)
     assert npu.MAX_UNPOOL2D_TARGET not in text
 
 
+@pytest.mark.jax_window
 def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     # A plugin following the CUDA plugin installs its handler under XLA's upper-case name.
     seen = []

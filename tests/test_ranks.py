@@ -284,32 +284,3 @@ def test_export_round_trip_of_3d_in_a_fresh_process(tmp_path, rng):
                          str(tmp_path / "out.npz"))
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["out0"],
                                   oracle.unpool_nd(x, idx, (4, 4, 6)))
-
-
-COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
-
-
-@pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharded_ranks")
-    fresh_process.run_ok("sharded_ranks.py", str(out))
-    return out
-
-
-@pytest.mark.parametrize("case", ["NCW-N", "NCW-NC", "NWC-N", "NCDHW-N", "NCDHW-NC",
-                                  "NDHWC-N"])
-def test_split_along_n_and_c_runs_the_kernels_per_shard(sharded, case):
-    hlo = (sharded / f"{case}.hlo.txt").read_text()
-    assert {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo)) for op in COLLECTIVES} == \
-        dict.fromkeys(COLLECTIVES, 0), hlo
-    assert set(re.findall(r'custom_call_target="([^"]+)"', hlo)) == {
-        "jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2"}
-    saved = np.load(sharded / f"{case}.npz")
-    fmt = case.split("-")[0]
-    k = len(fmt) - 2
-    size = (10,) if k == 1 else (4, 6, 4)
-    y = oracle.unpool_nd(saved["x"], saved["indices"], size, is_last(fmt))
-    np.testing.assert_array_equal(saved["y"], y)
-    np.testing.assert_array_equal(saved["g"], oracle.gather_nd(2 * y, saved["indices"], k,
-                                                               is_last(fmt)))
-    assert saved["same_sharding"]
