@@ -124,7 +124,6 @@ def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operand
     np.testing.assert_array_equal(results["out1"], oracle.gather(weight, indices))
 
 
-@pytest.mark.jax_window
 def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
     proc = fresh_process.run("exported_run.py", str(artifact / "step.bin"),
                              str(artifact / "operands.npz"), str(artifact / "unused.npz"),
