@@ -4,6 +4,8 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 
+#include <utility>
+
 #include "cpu/kernels.h"
 #include "npu/cann_library.h"
 #include "npu/handlers.h"
@@ -38,17 +40,46 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool3d_backward"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice);
     d["max_unpool3d_host"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnHost);
     d["max_unpool3d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnHost);
+    d["max_pool2d"] = Capsule(jax_unpool::npu::MaxPool2dAclnnDevice);
+    d["max_pool2d_host"] = Capsule(jax_unpool::npu::MaxPool2dAclnnHost);
+    d["max_pool3d"] = Capsule(jax_unpool::npu::MaxPool3dAclnnDevice);
+    d["max_pool3d_host"] = Capsule(jax_unpool::npu::MaxPool3dAclnnHost);
     return d;
   });
   m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),
         nb::arg("host"));
   m.def("probe_cann", &jax_unpool::cann::ProbeCannOrThrow, nb::arg("library_dir"));
-  // Whether the loaded CANN has the (optional) aclnnMaxUnpool3d* entry points.
-  m.def("cann_has_3d_ops", []() {
+  // The unpool ops whose entry points (both) the loaded CANN has: max_unpool2d,
+  // max_unpool2d_backward, max_unpool3d, max_unpool3d_backward; [] when none is loaded.
+  m.def("cann_ops", []() {
     const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
-    return cann != nullptr && cann->max_unpool3d_get_workspace_size != nullptr &&
-           cann->max_unpool3d != nullptr &&
-           cann->max_unpool3d_backward_get_workspace_size != nullptr &&
-           cann->max_unpool3d_backward != nullptr;
+    nb::list ops;
+    if (cann == nullptr) return ops;
+    const std::pair<const char*, bool> all[] = {
+        {"max_unpool2d", cann->max_unpool2d_get_workspace_size && cann->max_unpool2d},
+        {"max_unpool2d_backward",
+         cann->max_unpool2d_backward_get_workspace_size && cann->max_unpool2d_backward},
+        {"max_unpool3d", cann->max_unpool3d_get_workspace_size && cann->max_unpool3d},
+        {"max_unpool3d_backward",
+         cann->max_unpool3d_backward_get_workspace_size && cann->max_unpool3d_backward}};
+    for (const auto& [name, present] : all) {
+      if (present) ops.append(name);
+    }
+    return ops;
+  });
+  // The spatial ranks whose (optional) pool op the loaded CANN has: 2 for
+  // aclnnMaxPool2dWithIndices, 3 for aclnnMaxPool3dWithArgmax.
+  m.def("cann_pool_ranks", []() {
+    const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
+    nb::list ranks;
+    if (cann != nullptr && cann->max_pool2d_with_indices_get_workspace_size != nullptr &&
+        cann->max_pool2d_with_indices != nullptr) {
+      ranks.append(2);
+    }
+    if (cann != nullptr && cann->max_pool3d_with_argmax_get_workspace_size != nullptr &&
+        cann->max_pool3d_with_argmax != nullptr) {
+      ranks.append(3);
+    }
+    return ranks;
   });
 }

@@ -13,7 +13,14 @@ from jax_unpool._api import (
     max_unpool3d_backward,
 )
 from jax_unpool._ffi import export_safety_checks
-from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool._primitives import (
+    max_unpool1d_backward_p,
+    max_unpool1d_p,
+    max_unpool2d_backward_p,
+    max_unpool2d_p,
+    max_unpool3d_backward_p,
+    max_unpool3d_p,
+)
 from jax_unpool.pooling import (
     max_pool1d_with_indices,
     max_pool2d_with_indices,
@@ -29,20 +36,26 @@ __all__ = [
     "max_pool3d_with_indices",
     "max_unpool1d",
     "max_unpool1d_backward",
+    "max_unpool1d_backward_p",
+    "max_unpool1d_p",
     "max_unpool2d",
     "max_unpool2d_backward",
-    "max_unpool3d",
-    "max_unpool3d_backward",
     "max_unpool2d_backward_p",
     "max_unpool2d_p",
+    "max_unpool3d",
+    "max_unpool3d_backward",
+    "max_unpool3d_backward_p",
+    "max_unpool3d_p",
     "npu",
     "reference",
 ]
 
 
 def __getattr__(name: str):
-    # `jax_unpool.nnx` needs Flax (an optional extra): import it on first use only.
-    if name == "nnx":
-        import importlib
-        return importlib.import_module("jax_unpool.nnx")
+    # The layer modules need optional extras (Flax, Equinox): import them on first use only.
+    import importlib
+    if name in ("nnx", "linen", "equinox"):
+        return importlib.import_module(f"jax_unpool.{name}")
+    if name in ("demo", "bench"):  # where they were before the command line had its package
+        return importlib.import_module(f"jax_unpool.cli.{name}")
     raise AttributeError(f"module 'jax_unpool' has no attribute {name!r}")

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from jax_unpool import _args
-from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool._primitives import max_unpool_backward_p, max_unpool_p
 
 IntOrPair = int | tuple[int, int]
 IntOrTuple = int | tuple[int, ...]
@@ -16,13 +16,13 @@ IntOrTuple = int | tuple[int, ...]
 
 def _unpool(fn: str, k: int, *args) -> jax.Array:
     x, indices, size, last = _args.unpool_operands(fn, k, *args)
-    return max_unpool2d_p.bind(x, indices, output_size=size, channels_last=last)
+    return max_unpool_p[k].bind(x, indices, output_size=size, channels_last=last)
 
 
 def _unpool_backward(fn: str, k: int, *args) -> jax.Array:
     grad_output, indices, last = _args.unpool_backward_operands(fn, k, *args)
-    return max_unpool2d_backward_p.bind(grad_output, indices, channels_last=last,
-                                        spatial_rank=k)
+    return max_unpool_backward_p[k].bind(grad_output, indices, channels_last=last,
+                                         spatial_rank=k)
 
 
 def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
@@ -46,7 +46,9 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
     Returns:
       ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
       Positions no index names are zero. Among duplicated indices in a plane the element
-      with the largest flat input position wins, deterministically on every backend.
+      with the largest flat input position wins, deterministically, on CPU and wherever
+      the jnp reference runs (GPU, TPU); on an Ascend NPU through aclnn the result is
+      deterministic but which duplicate wins is unspecified (CANN names no winner).
 
     Raises:
       ValueError / TypeError at trace time for a bad rank, shape, size or dtype. On CPU an

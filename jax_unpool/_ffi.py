@@ -35,10 +35,15 @@ ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_v1"
 # aclnnMaxUnpool3d(Backward): channels-first (C, D, H, W) or (N, C, D, H, W), no attributes.
 ACLNN_MAX_UNPOOL3D_TARGET = "jax_unpool_aclnn_max_unpool3d_v1"
 ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
+# aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax: x -> (values, indices), attributes
+# kernel_size, stride, padding, dilation (int64 arrays of 2 or 3), ceil_mode, channels_last.
+ACLNN_MAX_POOL2D_TARGET = "jax_unpool_aclnn_max_pool2d_with_indices_v1"
+ACLNN_MAX_POOL3D_TARGET = "jax_unpool_aclnn_max_pool3d_with_argmax_v1"
 STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET,
                   MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL2D_TARGET, ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET,
-                  ACLNN_MAX_UNPOOL3D_TARGET, ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET)
+                  ACLNN_MAX_UNPOOL3D_TARGET, ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET,
+                  ACLNN_MAX_POOL2D_TARGET, ACLNN_MAX_POOL3D_TARGET)
 
 _CPU_TARGETS = {
     "max_unpool": MAX_UNPOOL_TARGET,

@@ -1,12 +1,19 @@
-"""The two primitives, each followed by its rules: abstract evaluation, JVP, transpose
-(each binds the other), batching, the reference lowering and the CPU FFI lowering. They
-serve every spatial rank k (1, 2, 3); their names keep the 2-D ones they were born with.
+"""The two operations, each followed by its rules: abstract evaluation, JVP, transpose
+(each binds the other), batching, the reference lowering and the CPU FFI lowering.
 
-max_unpool2d_p(x, indices; output_size, channels_last) -> out
+Each operation has one primitive per spatial rank k, so that a jaxpr names its rank
+(`max_unpool3d[...]`), and one set of rank-generic rules that all of them share:
+
+max_unpool{k}d_p(x, indices; output_size, channels_last) -> out
     scatter: zeros of x's shape with its k spatial dims -> output_size (k = its length),
     then out[n, c, idx] = x.
-max_unpool2d_backward_p(grad_output, indices; channels_last, spatial_rank=2) -> out
+max_unpool{k}d_backward_p(grad_output, indices; channels_last, spatial_rank) -> out
     gather: out[n, c, i] = grad_output[n, c, indices[n, c, i]]; out has indices' shape.
+
+The rank is in the parameters (len(output_size), spatial_rank), not in the primitive:
+`max_unpool2d_p` and `max_unpool2d_backward_p`, which served every rank before the
+per-rank ones existed, still accept binds of any rank (spatial_rank defaults to 2), and
+their rules bind the primitives of the bound rank.
 
 Operands have rank k + 1 (unbatched) or k + 2, channels-first (NCHW, NCW, NCDHW;
 channels_last=False) or channels-last (NHWC, ...). Indices are flat positions inside one
@@ -21,9 +28,11 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _compat, _ffi, _sharding, reference
+from jax_unpool import _args, _compat, _ffi, _planes, _sharding
 
-__all__ = ["max_unpool2d_backward_p", "max_unpool2d_p"]
+RANKS = (1, 2, 3)
+
+__all__ = [f"max_unpool{k}d{op}_p" for k in RANKS for op in ("", "_backward")]
 
 
 def _fold_batch(args, dims, k):
@@ -53,18 +62,18 @@ def _tangent_or_zero(tangent, out, bind):
 
 
 # --------------------------------------------------------------------------------------
-# max_unpool2d_p: the scatter
+# max_unpool{k}d_p: the scatter
 # --------------------------------------------------------------------------------------
 
-max_unpool2d_p = _sharding.Primitive("max_unpool2d")
-max_unpool2d_p.def_impl(partial(xla.apply_primitive, max_unpool2d_p))
+max_unpool_p = {k: _sharding.Primitive(f"max_unpool{k}d") for k in RANKS}
+max_unpool1d_p, max_unpool2d_p, max_unpool3d_p = max_unpool_p.values()
 
 
 def _forward_rank(output_size) -> int:
     """The forward's spatial rank: the length of output_size."""
     k = len(output_size) if isinstance(output_size, tuple) else 0
     if k not in (1, 2, 3):
-        raise ValueError(f"max_unpool2d_p: output_size must be a tuple of 1, 2 or 3 sizes "
+        raise ValueError(f"max_unpool_p: output_size must be a tuple of 1, 2 or 3 sizes "
                          f"(the spatial rank), got {output_size!r}")
     return k
 
@@ -72,11 +81,11 @@ def _forward_rank(output_size) -> int:
 def _backward_rank(spatial_rank) -> int:
     if spatial_rank not in (1, 2, 3) or isinstance(spatial_rank, bool):
         raise ValueError(
-            f"max_unpool2d_backward_p: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
+            f"max_unpool_backward_p: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
     return spatial_rank
 
 
-def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
+def _forward_abstract_eval(x, indices, *, output_size, channels_last):
     k = _forward_rank(output_size)
     fn = f"max_unpool{k}d"
     _args.check_unpool_operands(fn, x, indices, k)
@@ -86,58 +95,62 @@ def _max_unpool2d_abstract_eval(x, indices, *, output_size, channels_last):
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
 
 
-def _max_unpool2d_jvp(primals, tangents, *, output_size, channels_last):
+def _forward_jvp(primals, tangents, *, output_size, channels_last):
     x, indices = primals
     def bind(values):
-        return max_unpool2d_p.bind(values, indices, output_size=output_size,
-                                   channels_last=channels_last)
+        return max_unpool_p[len(output_size)].bind(values, indices, output_size=output_size,
+                                                   channels_last=channels_last)
 
     out = bind(x)
     return out, _tangent_or_zero(tangents[0], out, bind)  # indices get no tangent
 
 
-def _max_unpool2d_transpose(ct, x, indices, *, output_size, channels_last):
+def _forward_transpose(ct, x, indices, *, output_size, channels_last):
     # Linear in x only: its cotangent gathers ct at the indices.
     assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(indices)
     if type(ct) is ad.Zero:
         return ad.Zero(x.aval), None
-    return max_unpool2d_backward_p.bind(ct, indices, channels_last=channels_last,
-                                        spatial_rank=len(output_size)), None
+    k = len(output_size)
+    return max_unpool_backward_p[k].bind(ct, indices, channels_last=channels_last,
+                                         spatial_rank=k), None
 
 
-def _max_unpool2d_batch(args, dims, *, output_size, channels_last):
-    (x, indices), unfold = _fold_batch(args, dims, len(output_size))
-    out = max_unpool2d_p.bind(x, indices, output_size=output_size, channels_last=channels_last)
+def _forward_batch(args, dims, *, output_size, channels_last):
+    k = len(output_size)
+    (x, indices), unfold = _fold_batch(args, dims, k)
+    out = max_unpool_p[k].bind(x, indices, output_size=output_size, channels_last=channels_last)
     return unfold(out)
 
 
-def _max_unpool2d_reference(x, indices, *, output_size, channels_last):
-    return reference.scatter_planes(x, indices, output_size, channels_last)
+def _forward_reference(x, indices, *, output_size, channels_last):
+    return _planes.scatter_planes(x, indices, output_size, channels_last)
 
 
-_max_unpool2d_cpu_lowering = _sharding.ffi_call_lowering(
+_forward_cpu_lowering = _sharding.ffi_call_lowering(
     _ffi.MAX_UNPOOL_TARGET, with_spatial_rank=True, split_channels_last=True)
 
 
-max_unpool2d_p.def_abstract_eval(_max_unpool2d_abstract_eval)
-ad.primitive_jvps[max_unpool2d_p] = _max_unpool2d_jvp
-ad.primitive_transposes[max_unpool2d_p] = _max_unpool2d_transpose
-batching.primitive_batchers[max_unpool2d_p] = _max_unpool2d_batch
-mlir.register_lowering(max_unpool2d_p, mlir.lower_fun(_max_unpool2d_reference,
-                                                      multiple_results=False))
-mlir.register_lowering(max_unpool2d_p, _max_unpool2d_cpu_lowering, platform="cpu")
+for _p in max_unpool_p.values():
+    _p.def_impl(partial(xla.apply_primitive, _p))
+    _p.def_abstract_eval(_forward_abstract_eval)
+    ad.primitive_jvps[_p] = _forward_jvp
+    ad.primitive_transposes[_p] = _forward_transpose
+    batching.primitive_batchers[_p] = _forward_batch
+    mlir.register_lowering(_p, mlir.lower_fun(_forward_reference, multiple_results=False))
+    mlir.register_lowering(_p, _forward_cpu_lowering, platform="cpu")
 
 
 # --------------------------------------------------------------------------------------
-# max_unpool2d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
+# max_unpool{k}d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
 # --------------------------------------------------------------------------------------
 
-max_unpool2d_backward_p = _sharding.Primitive("max_unpool2d_backward")
-max_unpool2d_backward_p.def_impl(partial(xla.apply_primitive, max_unpool2d_backward_p))
+max_unpool_backward_p = {k: _sharding.Primitive(f"max_unpool{k}d_backward") for k in RANKS}
+max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
+    max_unpool_backward_p.values())
 
 
 # spatial_rank defaults to 2 in every rule: binds written before 1-D and 3-D omit it.
-def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last,
+def _backward_abstract_eval(grad_output, indices, *, channels_last,
                                          spatial_rank=2):
     k = _backward_rank(spatial_rank)
     fn = f"max_unpool{k}d_backward"
@@ -148,17 +161,17 @@ def _max_unpool2d_backward_abstract_eval(grad_output, indices, *, channels_last,
                                  grad_output.dtype, channels_last, k)
 
 
-def _max_unpool2d_backward_jvp(primals, tangents, *, channels_last, spatial_rank=2):
+def _backward_jvp(primals, tangents, *, channels_last, spatial_rank=2):
     grad_output, indices = primals
     def bind(values):
-        return max_unpool2d_backward_p.bind(values, indices, channels_last=channels_last,
-                                            spatial_rank=spatial_rank)
+        return max_unpool_backward_p[spatial_rank].bind(
+            values, indices, channels_last=channels_last, spatial_rank=spatial_rank)
 
     out = bind(grad_output)
     return out, _tangent_or_zero(tangents[0], out, bind)
 
 
-def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last,
+def _backward_transpose(ct, grad_output, indices, *, channels_last,
                                      spatial_rank=2):
     # Linear in grad_output only: its cotangent scatters ct to the indices.
     assert ad.is_undefined_primal(grad_output) and not ad.is_undefined_primal(indices)
@@ -166,30 +179,32 @@ def _max_unpool2d_backward_transpose(ct, grad_output, indices, *, channels_last,
         return ad.Zero(grad_output.aval), None
     s = _args.spatial_axis(grad_output.aval.ndim, channels_last, spatial_rank)
     output_size = tuple(grad_output.aval.shape[s:s + spatial_rank])
-    return max_unpool2d_p.bind(ct, indices, output_size=output_size,
-                               channels_last=channels_last), None
+    return max_unpool_p[spatial_rank].bind(ct, indices, output_size=output_size,
+                                           channels_last=channels_last), None
 
 
-def _max_unpool2d_backward_batch(args, dims, *, channels_last, spatial_rank=2):
+def _backward_batch(args, dims, *, channels_last, spatial_rank=2):
     (grad_output, indices), unfold = _fold_batch(args, dims, spatial_rank)
-    out = max_unpool2d_backward_p.bind(grad_output, indices, channels_last=channels_last,
-                                       spatial_rank=spatial_rank)
+    out = max_unpool_backward_p[spatial_rank].bind(grad_output, indices,
+                                                   channels_last=channels_last,
+                                                   spatial_rank=spatial_rank)
     return unfold(out)
 
 
-def _max_unpool2d_backward_reference(grad_output, indices, *, channels_last, spatial_rank=2):
-    return reference.gather_planes(grad_output, indices, channels_last, spatial_rank)
+def _backward_reference(grad_output, indices, *, channels_last, spatial_rank=2):
+    return _planes.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
-_max_unpool2d_backward_cpu_lowering = _sharding.ffi_call_lowering(
+_backward_cpu_lowering = _sharding.ffi_call_lowering(
     _ffi.MAX_UNPOOL_BACKWARD_TARGET, with_spatial_rank=True, split_channels_last=True)
 
 
-max_unpool2d_backward_p.def_abstract_eval(_max_unpool2d_backward_abstract_eval)
-ad.primitive_jvps[max_unpool2d_backward_p] = _max_unpool2d_backward_jvp
-ad.primitive_transposes[max_unpool2d_backward_p] = _max_unpool2d_backward_transpose
-batching.primitive_batchers[max_unpool2d_backward_p] = _max_unpool2d_backward_batch
-mlir.register_lowering(max_unpool2d_backward_p,
-                       mlir.lower_fun(_max_unpool2d_backward_reference, multiple_results=False))
-mlir.register_lowering(max_unpool2d_backward_p, _max_unpool2d_backward_cpu_lowering,
-                       platform="cpu")
+for _p in max_unpool_backward_p.values():
+    _p.def_impl(partial(xla.apply_primitive, _p))
+    _p.def_abstract_eval(_backward_abstract_eval)
+    ad.primitive_jvps[_p] = _backward_jvp
+    ad.primitive_transposes[_p] = _backward_transpose
+    batching.primitive_batchers[_p] = _backward_batch
+    mlir.register_lowering(_p, mlir.lower_fun(_backward_reference,
+                                              multiple_results=False))
+    mlir.register_lowering(_p, _backward_cpu_lowering, platform="cpu")

@@ -16,9 +16,9 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
-import numpy as np
 
 from jax_unpool import _api, pooling
+from jax_unpool._layers import channels_last_format, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
@@ -38,11 +38,11 @@ class _MaxPool(nnx.Module):
         self.padding = padding
         self.dilation = dilation
         self.ceil_mode = ceil_mode
-        self.data_format = data_format or _channels_last_format(self.k)
+        self.data_format = data_format or channels_last_format(self.k)
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                          self.ceil_mode, data_format=_unbatched(self.data_format, x, self.k))
+                          self.ceil_mode, data_format=unbatched(self.data_format, x, self.k))
 
 
 class _MaxUnpool(nnx.Module):
@@ -55,11 +55,11 @@ class _MaxUnpool(nnx.Module):
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
-        self.data_format = data_format or _channels_last_format(self.k)
+        self.data_format = data_format or channels_last_format(self.k)
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
         return self._unpool(y, indices, self.kernel_size, self.stride, self.padding, output_size,
-                            data_format=_unbatched(self.data_format, y, self.k))
+                            data_format=unbatched(self.data_format, y, self.k))
 
 
 class MaxPool2d(_MaxPool):
@@ -123,13 +123,3 @@ class MaxUnpool3d(_MaxUnpool):
     k = 3
     _unpool = staticmethod(_api.max_unpool3d)
 
-
-def _channels_last_format(k: int) -> str:
-    return {1: "NWC", 2: "NHWC", 3: "NDHWC"}[k]
-
-
-def _unbatched(data_format: str, x: Any, k: int) -> str:
-    """A layer built for batches also takes one example: NHWC -> HWC, NCHW -> CHW."""
-    if len(data_format) == k + 2 and np.ndim(x) == k + 1:
-        return data_format[1:]
-    return data_format

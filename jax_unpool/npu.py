@@ -2,9 +2,10 @@
 aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
-handlers of ffi/npu/.
+handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`).
 
-    register(platform="ascend", library_dir=None, *, ffi_platform=None)
+    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes both primitives
         lower to them there. `platform` is JAX's name for the plugin's platform (none is
@@ -18,14 +19,24 @@ handlers of ffi/npu/.
     locate(library_dir=None) -> dict
         Where CANN would be (or was) loaded from; raises RuntimeError like register().
 
-CANN search order: a libascendcl.so already loaded in the process (its directory only);
-else library_dir (only it, when given); else $ASCEND_TOOLKIT_HOME/lib64;
-$ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
+CANN search order: a libascendcl.so already loaded in the process (only directories whose
+libascendcl.so is that very file: library_dir when given, else the one it was loaded from,
+the search's below, its real one -- files are compared, so CANN's latest/ symlinks into
+versioned package directories load); else library_dir (only it, when given); else
+$ASCEND_TOOLKIT_HOME/lib64; $ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
 /usr/local/Ascend/cann/lib64; the dynamic loader's path. The first directory holding
 libascendcl.so, libnnopbase.so and one aclnn op library (libopapi_nn.so, else libopapi.so,
 else the libaclnn_ops_train.so + libaclnn_ops_infer.so pair) wins. Loading is once per
-process: a later register() whose library_dir resolves to other files raises; a failed
-load can be retried.
+process: a later register() whose library_dir resolves to other files raises, and so
+does one in the other mode (host emulation or NPU platform) than the first; a failed load
+can be retried.
+
+Supported chips (CANN's docs for the ops, hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
+all four ops on Atlas A2/A3 and Ascend 950; only the two backwards on the Atlas training
+series (910); none on the Atlas inference series (310P) or Atlas 200I/500 A2. The chip is
+not checked (nor by the ops): elsewhere the outcome is CANN's, a failing status a run-time
+error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
+ones, register() warns and the forward unpools lower to the jnp reference.
 
 In the NPU lowering the indices are clamped into the output plane (CANN does not report an
 out-of-range index synchronously and its kernels would write or read out of bounds) and
@@ -35,7 +46,9 @@ an empty input, or an output plane smaller than the input plane (only possible w
 duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
 channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
-with FAILED_PRECONDITION naming the missing symbols).
+with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
+without them, and for every pool they would not compute as PyTorch does, the pools keep
+their XLA ops.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import contextlib
 import math
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import jax
@@ -52,10 +66,11 @@ from jax import core
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _compat, _ffi, _jax_unpool, _primitives, _sharding, reference
-from jax_unpool._primitives import max_unpool2d_backward_p, max_unpool2d_p
+from jax_unpool import _args, _compat, _ffi, _jax_unpool, _planes, _primitives, _sharding
 
 __all__ = [
+    "MAX_POOL2D_TARGET",
+    "MAX_POOL3D_TARGET",
     "MAX_UNPOOL2D_BACKWARD_TARGET",
     "MAX_UNPOOL2D_TARGET",
     "MAX_UNPOOL3D_BACKWARD_TARGET",
@@ -73,10 +88,13 @@ MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
 MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
 MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
+MAX_POOL2D_TARGET = _ffi.ACLNN_MAX_POOL2D_TARGET
+MAX_POOL3D_TARGET = _ffi.ACLNN_MAX_POOL3D_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
 _cpu_emulation = False
+_aclnn_pools = True  # register(..., aclnn_pools=False) keeps the pools' XLA ops
 
 
 def _library_dir(library_dir: str | os.PathLike | None) -> str:
@@ -113,11 +131,11 @@ def _aclnn_takes(x_shape, output_size, channels_last: bool) -> bool:
 
 
 def _scatter_reference(x, indices, *, output_size, channels_last):
-    return reference.scatter_planes(x, indices, output_size, channels_last)
+    return _planes.scatter_planes(x, indices, output_size, channels_last)
 
 
 def _gather_reference(grad_output, indices, *, channels_last, spatial_rank):
-    return reference.gather_planes(grad_output, indices, channels_last, spatial_rank)
+    return _planes.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
 _forward_reference = mlir.lower_fun(_scatter_reference, multiple_results=False)
@@ -187,17 +205,23 @@ def _forward(ctx, x, indices, output_size, channels_last):
     return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
 
 
-def _on_2d_ops(k: int, channels_last: bool) -> bool:
+def _on_2d_ops(k: int, channels_last: bool, op_3d: str) -> bool:
     """Whether rank k runs on the 2-D ops' view: 1-D as (N, C, 1, W), and NDHWC as
     (N, D * H, W, C) -- aclnnMaxUnpool3d(Backward) want a contiguous NCDHW out
     (CheckOutContiguous), which a channels-last buffer is not, while the 2-D ops honour
-    strides -- and NCDHW as (N, C, D * H, W) with a CANN that predates the 3-D ops."""
-    return k == 1 or (k == 3 and (channels_last or not _jax_unpool.cann_has_3d_ops()))
+    strides -- and NCDHW as (N, C, D * H, W) with a CANN that lacks `op_3d` (it predates
+    the 3-D ops)."""
+    return k == 1 or (k == 3 and (channels_last or op_3d not in _jax_unpool.cann_ops()))
 
 
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
     k = len(output_size)
-    if _on_2d_ops(k, channels_last):
+    on_2d = _on_2d_ops(k, channels_last, "max_unpool3d")
+    if (on_2d or k == 2) and "max_unpool2d" not in _jax_unpool.cann_ops():
+        # An op library without the forward op (the backwards are required; see register).
+        return _forward_reference(ctx, x, indices, output_size=output_size,
+                                  channels_last=channels_last)
+    if on_2d:
         plane = (math.prod(output_size[:-1]), output_size[-1])
         return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
                                                                    channels_last),
@@ -226,10 +250,96 @@ def _backward(ctx, grad_output, indices, channels_last, k):
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
                                           spatial_rank=2):
     k = spatial_rank
-    if _on_2d_ops(k, channels_last):
+    if _on_2d_ops(k, channels_last, "max_unpool3d_backward"):
         return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
                           ctx, grad_output, indices, channels_last, k)
     return _backward(ctx, grad_output, indices, channels_last, k)
+
+
+# --------------------------------------------------------------------------------------
+# The pools' forward
+# --------------------------------------------------------------------------------------
+
+_POOL_TARGETS = {2: MAX_POOL2D_TARGET, 3: MAX_POOL3D_TARGET}
+# What aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax take on every chip that has
+# them (Atlas A2/A3, Ascend 950; hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api).
+_POOL_VALUE_DTYPES = frozenset(map(np.dtype, ("float16", jax.numpy.bfloat16, "float32")))
+_INT32_MAX = 2**31 - 1
+
+
+def _aclnn_pool_takes(x_aval, k: int, window: dict, channels_last: bool) -> bool:
+    """Whether the pool of spatial rank k goes through aclnn: the loaded CANN has the op
+    (1-D runs on the 2-D op's (N, C, 1, W) view) and it gives PyTorch's values and indices
+    on every chip that has it -- values float16, bfloat16 or float32; dilation 1 (Atlas
+    A2/A3 refuse any other, and the chip is unknown at trace time); padding at most half
+    the kernel (PyTorch's rule, which CANN checks too); a plane or volume of at most
+    INT_MAX positions (A2/A3 index it in int32); a non-empty x of known shape."""
+    if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
+        return False
+    s = _args.spatial_axis(x_aval.ndim, channels_last, k)
+    return (max(k, 2) in _jax_unpool.cann_pool_ranks()
+            and np.dtype(x_aval.dtype) in _POOL_VALUE_DTYPES
+            and all(d == 1 for d in window["dilation"])
+            and all(p <= kk // 2 for p, kk in zip(window["padding"], window["kernel_size"]))
+            and math.prod(x_aval.shape[s:s + k]) <= _INT32_MAX
+            and math.prod(x_aval.shape) > 0)
+
+
+def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
+    """The aclnn pool call: 1-D on the 2-D op's view of one-row planes (its indices are
+    then w, as 1-D's); the 3-D op asked for int32 indices (Atlas A2/A3 take no other,
+    exact: the volume has at most INT_MAX positions) converted to the requested dtype."""
+    op_k = max(k, 2)
+    x_aval, v_aval, i_aval = ctx.avals_in[0], *ctx.avals_out
+    if k == 1:  # (N,) C, W -> (N,) C, 1, W; (N,) W, C -> (N,) 1, W, C
+        def plane(aval):
+            s = _args.spatial_axis(aval.ndim, channels_last, 1)
+            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]))
+
+        x_call, v_call, i_call = plane(x_aval), plane(v_aval), plane(i_aval)
+        # The added axis: kernel 1, stride 1, padding 0, dilation 1 -- an output row of 1.
+        window = {**window, "kernel_size": (1, *window["kernel_size"]),
+                  "stride": (1, *window["stride"]), "padding": (0, *window["padding"]),
+                  "dilation": (1, *window["dilation"])}
+        x = hlo.reshape(_compat.ir_type(ctx, x_call), x)
+    else:
+        x_call, v_call, i_call = x_aval, v_aval, i_aval
+    if op_k == 3:
+        i_call = i_call.update(dtype=np.dtype(np.int32))
+    call_ctx = ctx.replace(avals_in=[x_call], avals_out=[v_call, i_call])
+    call = jax.ffi.ffi_lowering(
+        _POOL_TARGETS[op_k],
+        extra_attributes=_sharding.call_attributes(call_ctx, channels_last, op_k))
+    values, indices = call(
+        call_ctx, x, ceil_mode=bool(window["ceil_mode"]), channels_last=bool(channels_last),
+        **{n: np.asarray(window[n], np.int64)
+           for n in ("kernel_size", "stride", "padding", "dilation")})
+    if i_call.dtype != i_aval.dtype:
+        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)), indices)
+    if k == 1:
+        values = hlo.reshape(_compat.ir_type(ctx, v_aval), values)
+        indices = hlo.reshape(_compat.ir_type(ctx, i_aval), indices)
+    return [values, indices]
+
+
+def pool_lowering(xla_lowering):
+    """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
+    spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
+    aclnnMaxPool3dWithArgmax where they give PyTorch's result (`_aclnn_pool_takes`), else
+    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
+    rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
+    dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
+    `xla_lowering`. The index dtype is the second result's."""
+    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
+                 **params):
+        window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),
+                  "padding": tuple(padding), "dilation": tuple(dilation),
+                  "ceil_mode": ceil_mode}
+        k = len(window["kernel_size"])
+        if _aclnn_pools and _aclnn_pool_takes(ctx.avals_in[0], k, window, channels_last):
+            return _aclnn_pool(ctx, x, k, window, channels_last)
+        return xla_lowering(ctx, x, channels_last=channels_last, **window, **params)
+    return lowering
 
 
 # --------------------------------------------------------------------------------------
@@ -266,14 +376,28 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     return list(dict.fromkeys([platform, platform.upper()]))
 
 
+def _register_lowerings(platform: str, forward, backward) -> None:
+    """`forward` and `backward` as the lowerings of every rank's primitives on `platform`."""
+    for p in _primitives.max_unpool_p.values():
+        mlir.register_lowering(p, forward, platform=platform)
+    for p in _primitives.max_unpool_backward_p.values():
+        mlir.register_lowering(p, backward, platform=platform)
+
+
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
-             ffi_platform: str | None = None) -> dict[str, str]:
-    """Routes max_unpool2d_p and max_unpool2d_backward_p to aclnn on `platform`.
+             ffi_platform: str | None = None, aclnn_pools: bool = True) -> dict[str, str]:
+    """Routes the unpool primitives of every rank to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
-    MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET and
-    MAX_UNPOOL3D_BACKWARD_TARGET with the platform's plugin and the primitives' lowerings
-    for it. Returns where CANN was loaded from.
+    MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET,
+    MAX_UNPOOL3D_BACKWARD_TARGET, MAX_POOL2D_TARGET and MAX_POOL3D_TARGET with the
+    platform's plugin and the primitives' lowerings for it. Returns where CANN was loaded
+    from.
+
+    The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
+    where the loaded CANN has them and they give PyTorch's result (see `pool_lowering`);
+    `aclnn_pools=False` keeps the XLA ops for every pool (CANN's docs say the 2-D op on
+    Atlas A2/A3 does not support NaN or -inf in its input).
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
@@ -283,14 +407,27 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     emulated CANN; the handlers get host memory and no stream, and the CPU lowering of
     both primitives goes through them for the whole process until
     unregister_cpu_emulation(). jax's compilation caches are cleared on both transitions
-    so that no program compiled before keeps the other lowering.
+    so that no program compiled before keeps the other lowering. A process serves one mode:
+    a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
+    for an NPU platform host memory.
+
+    Supported chips, as CANN documents the ops (hicann/ops-nn
+    index/*/docs/aclnnMaxUnpool*.md): Atlas A2/A3 and Ascend 950 have all four;
+    the Atlas training series (910) only aclnnMaxUnpool2dBackward and
+    aclnnMaxUnpool3dBackward; the Atlas inference series (310P) and Atlas 200I/500 A2
+    none. The chip is not checked (nor do the ops check it): elsewhere the call is made
+    and a failing status is a run-time error. If the op library has no aclnnMaxUnpool2d
+    entry points, a RuntimeWarning says so and the forward unpools lower to the jnp
+    reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
+    aclnn.
 
     Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
-    any of the names, or if CANN cannot be loaded (the message lists every path tried and
-    the environment variables consulted).
+    any of the names, if CANN cannot be loaded (the message lists every path tried and
+    the environment variables consulted), or if it is loaded in this process in the other
+    mode.
     """
-    global _cpu_emulation
+    global _cpu_emulation, _aclnn_pools
     host = platform == "cpu"
     if host and library_dir is None:
         raise ValueError(
@@ -309,21 +446,29 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
         where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
+        if "max_unpool2d" not in _jax_unpool.cann_ops():
+            warnings.warn(
+                f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "
+                f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run the "
+                f"jnp reference (XLA's scatter; channels-first 3-D runs aclnnMaxUnpool3d if "
+                f"present); the backwards run aclnn.", RuntimeWarning, stacklevel=2)
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""
             for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
                                ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
                                ("max_unpool3d", MAX_UNPOOL3D_TARGET),
-                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET)):
+                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET),
+                               ("max_pool2d", MAX_POOL2D_TARGET),
+                               ("max_pool3d", MAX_POOL3D_TARGET)):
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
-        mlir.register_lowering(max_unpool2d_p, _max_unpool2d_aclnn_lowering, platform=platform)
-        mlir.register_lowering(max_unpool2d_backward_p, _max_unpool2d_backward_aclnn_lowering,
-                               platform=platform)
+        _register_lowerings(platform, _max_unpool2d_aclnn_lowering,
+                            _max_unpool2d_backward_aclnn_lowering)
+        _aclnn_pools = bool(aclnn_pools)
         if host:
             _cpu_emulation = True
             jax.clear_caches()
@@ -337,10 +482,8 @@ def unregister_cpu_emulation() -> None:
     with _lock:
         if not _cpu_emulation:
             return
-        mlir.register_lowering(max_unpool2d_p, _primitives._max_unpool2d_cpu_lowering,
-                               platform="cpu")
-        mlir.register_lowering(max_unpool2d_backward_p,
-                               _primitives._max_unpool2d_backward_cpu_lowering, platform="cpu")
+        _register_lowerings("cpu", _primitives._forward_cpu_lowering,
+                            _primitives._backward_cpu_lowering)
         _cpu_emulation = False
         jax.clear_caches()
 

@@ -27,9 +27,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run(script: str, *args: str) -> subprocess.CompletedProcess:
-    """`python tests/<script> args...`, with this process's jax_unpool first on the path."""
-    return subprocess.run([sys.executable, str(TESTS / script), *args], env=_env(),
+def run(script: str, *args: str, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess:
+    """`python tests/<script> args...`, with this process's jax_unpool first on the path
+    and `env` over this environment."""
+    return subprocess.run([sys.executable, str(TESTS / script), *args],
+                          env={**_env(), **(env or {})},
                           capture_output=True, text=True, timeout=600, check=False)
 
 

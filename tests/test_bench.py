@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jax_unpool import bench
+from jax_unpool.cli import bench
 
 UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_vs_xla",
                  "speedup_vs_torch", "vs_roofline", "bytes", "jax_unpool_gbps",
@@ -101,7 +101,7 @@ def test_segnet_step_is_the_same_with_jax_unpool_and_the_xla_reference(fmt):
     import jax
     import jax.numpy as jnp
     import jax_unpool as ju
-    from jax_unpool import bench_step
+    from jax_unpool.cli import bench_step
 
     sh = bench_step.shapes(fmt, 2, 16, 4)
     rng = np.random.default_rng(1)

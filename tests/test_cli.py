@@ -4,6 +4,7 @@ The subprocess starts in a temporary directory, so it imports the installed pack
 whatever PYTHONPATH names), never the source tree by accident.
 """
 
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -44,6 +45,8 @@ def test_info(tmp_path):
     out = result.stdout
     assert f"jax_unpool {jax_unpool.__version__}" in out
     assert f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}" in out
+    assert (f"flax {importlib.metadata.version('flax')} (for jax_unpool.nnx, jax_unpool.linen), "
+            f"equinox {importlib.metadata.version('equinox')} (for jax_unpool.equinox)") in out
     # One row per op of every rank, a column per platform: on CPU the unpool ops lower to
     # our FFI kernels, the poolings to XLA ops.
     assert re.search(r"^  op +cpu$", out, re.MULTILINE), out
@@ -100,7 +103,7 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
     build(tmp_path / "cann" / "lib64")  # the emulated CANN runtime, under its real names
     script = textwrap.dedent("""
         from jax_unpool import npu
-        from jax_unpool.__main__ import main
+        from jax_unpool.cli.main import main
         main(["info"])
         npu.register("cpu", npu.locate()["libascendcl"].rsplit("/", 1)[0])  # host emulation
         main(["info"])

@@ -11,7 +11,7 @@ import optax
 import pytest
 from matplotlib import image
 
-from jax_unpool import demo
+from jax_unpool.cli import demo
 
 
 def test_mean_iou_against_hand_counts():
@@ -76,14 +76,14 @@ def test_demo_runs_without_any_optional_library(tmp_path):
         "import sys\n"
         "for name in ('optax', 'tqdm', 'rich', 'PIL'):\n"
         "    sys.modules[name] = None\n"
-        "from jax_unpool.__main__ import main\n"
+        "from jax_unpool.cli.main import main\n"
         "sys.exit(main(['demo', '--steps', '10', '--size', '16', '--batch', '4', "
         "'--width', '4', '--out', 'p.png']))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "optimiser: Adam (jax_unpool.demo)" in out
+    assert "optimiser: Adam (jax_unpool.cli.demo)" in out
     assert "training: step 10/10" in out
     assert "no picture: it needs Pillow (pip install 'jax-unpool[demo]')" in out
     assert not (tmp_path / "p.png").exists()

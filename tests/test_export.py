@@ -69,7 +69,9 @@ def case_branch_targets(module_text: str) -> list[list[set[str]]]:
 
 def test_safety_checks_name_the_stable_targets():
     aclnn = ("jax_unpool_aclnn_max_unpool2d_v1", "jax_unpool_aclnn_max_unpool2d_backward_v1",
-             "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1")
+             "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1",
+             "jax_unpool_aclnn_max_pool2d_with_indices_v1",
+             "jax_unpool_aclnn_max_pool3d_with_argmax_v1")
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
                                               for t in (*STABLE_TARGETS, *V1_TARGETS, *aclnn)}
 

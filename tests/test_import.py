@@ -24,3 +24,41 @@ def test_unbuilt_source_tree_names_the_missing_module_and_the_command(tmp_path):
                     f"_jax_unpool (this is a source tree that was not built): run `pip "
                     f"install .` in {tmp_path}"), done.stderr
     assert "circular import" not in done.stderr
+
+
+def _package_imports(module: Path, package: Path) -> set[str]:
+    """The package's own modules that `module` imports, at module level or inside a
+    function (a deferred import is a circle all the same)."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                "jax_unpool"):
+            base = node.module.split(".")
+            names.update(".".join(base + [a.name]) for a in node.names)
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("jax_unpool"))
+    modules = {".".join(p.relative_to(package.parent).with_suffix("").parts)
+               for p in package.rglob("*.py")}
+    return {n.removesuffix(".__init__") for n in names} & {
+        m.removesuffix(".__init__") for m in modules}
+
+
+def test_the_package_has_no_import_circle():
+    package = Path(jax_unpool.__file__).parent
+    graph = {}
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        graph[name.removesuffix(".__init__")] = _package_imports(path, package) - {"jax_unpool"}
+    graph.pop("jax_unpool")  # the package re-exports everything: its imports are the roots
+
+    def visit(name, path):
+        assert name not in path, f"import circle: {' -> '.join([*path, name])}"
+        for dep in graph.get(name, ()):
+            visit(dep, [*path, name])
+
+    assert len(graph) > 10
+    for name in graph:
+        visit(name, [])

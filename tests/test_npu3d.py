@@ -147,6 +147,26 @@ def test_backward_refuses_int32_indices(emulated, rng):
     assert emulated.call_count(BWD_GWS.encode()) == 0
 
 
+@pytest.mark.parametrize("attributes", [{"channels_last": True}, {"bogus": 3},
+                                        {"channels_last": False, "bogus": 3}])
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_attributes_are_refused_and_named(emulated, rng, op, attributes):
+    # The 3-D targets take none: channels_last=True must not read an NDHWC buffer as NCDHW.
+    x, idx = _volumes(rng, 5, "float32")
+    target, result, values = ((npu.MAX_UNPOOL3D_TARGET, _out_shape(x.shape), x) if op == "forward"
+                              else (npu.MAX_UNPOOL3D_BACKWARD_TARGET, x.shape,
+                                    random_values(rng, _out_shape(x.shape), "float32")))
+    f = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(result, np.float32))
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+        jax.jit(lambda v, i: f(v, i, **attributes))(values, idx)
+    names = ", ".join(f"'{name}'" for name in sorted(attributes))
+    plural = "s" if len(attributes) > 1 else ""
+    name = "max_unpool3d" if op == "forward" else "max_unpool3d_backward"
+    assert str(err.value) == (f"INVALID_ARGUMENT: {name}: unknown attribute{plural} {names}: "
+                              f"this target takes no attributes (its buffers are channels-first)")
+    assert emulated.call_count((FWD_GWS if op == "forward" else BWD_GWS).encode()) == 0
+
+
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_an_empty_input_with_a_non_empty_result_is_refused(emulated, op):
     empty, full = (1, 2, 0, 2, 2), (1, 2, 2, 2, 2)

@@ -156,7 +156,7 @@ def test_vmap_is_one_primitive_and_equals_the_loop(rng, fmt):
     idx = oracle.random_indices(rng, (4, *shape), int(np.prod(size_out)))
     f = jax.vmap(lambda x, i: FWD[k](x, i, output_size=size_out, data_format=fmt))
     jaxpr = str(jax.make_jaxpr(f)(x, idx))
-    assert jaxpr.count("max_unpool2d[") == 1 and "while" not in jaxpr
+    assert jaxpr.count(f"max_unpool{k}d[") == 1 and "while" not in jaxpr
     expected = np.stack([oracle.unpool_nd(x[b], idx[b], size_out, is_last(fmt))
                          for b in range(4)])
     np.testing.assert_array_equal(f(x, idx), expected)
@@ -284,3 +284,27 @@ def test_export_round_trip_of_3d_in_a_fresh_process(tmp_path, rng):
                          str(tmp_path / "out.npz"))
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["out0"],
                                   oracle.unpool_nd(x, idx, (4, 4, 6)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_jaxpr_names_the_rank_of_its_primitives(k):
+    size = (4,) * k
+    x = jnp.ones((1, 1, *(2,) * k))
+    idx = jnp.zeros(x.shape, jnp.int32)
+    unpool = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}[k]
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda x: unpool(x, idx, output_size=size).sum()))(x))
+    assert f"max_unpool{k}d[" in jaxpr and f"max_unpool{k}d_backward[" in jaxpr
+    assert all(f"max_unpool{r}d" not in jaxpr for r in (1, 2, 3) if r != k)
+
+
+def test_the_2d_primitives_still_take_binds_of_any_rank(rng):
+    # Binds written when one pair served every rank keep working, with their rules.
+    x = rng.standard_normal((1, 2, 2, 2, 2)).astype(np.float32)
+    idx = oracle.random_indices(rng, x.shape, 64)
+    out = ju.max_unpool2d_p.bind(jnp.asarray(x), jnp.asarray(idx), output_size=(4, 4, 4),
+                                 channels_last=False)
+    np.testing.assert_array_equal(out, oracle.unpool_nd(x, idx, (4, 4, 4), False))
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    back = ju.max_unpool2d_backward_p.bind(jnp.asarray(g), jnp.asarray(idx),
+                                           channels_last=False, spatial_rank=3)
+    np.testing.assert_array_equal(back, oracle.gather_nd(g, idx, 3, False))

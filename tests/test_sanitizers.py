@@ -113,7 +113,8 @@ def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, tool
 # inherit the preloaded runtimes and the sanitized package),
 # concurrency, deterministic errors, and the bitwise properties on random shapes.
 SANITIZED_TESTS = [
-    "test_cpu_kernels.py", "test_npu.py", "test_npu3d.py", "test_concurrency.py",
+    "test_cpu_kernels.py", "test_npu.py", "test_npu3d.py", "test_npu_pool.py",
+    "test_concurrency.py",
     "test_determinism.py",
     "test_boundary.py",
     "test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",

@@ -1,5 +1,8 @@
 #include "npu/aclnn_call.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "value_types.h"
 
 namespace jax_unpool::npu {
@@ -67,19 +70,13 @@ TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype) {
   return v;
 }
 
-TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype) {
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype, int k) {
   TensorView v = ContiguousView(buffer, dtype);
   if (!channels_last) return v;
-  const auto d = buffer.dimensions();
-  const size_t rank = d.size();
-  const int64_t h = d[rank - 3], w = d[rank - 2], c = d[rank - 1];
-  if (rank == 4) {
-    v.dims = {d[0], c, h, w};
-    v.strides = {h * w * c, 1, w * c, c};
-  } else {
-    v.dims = {c, h, w};
-    v.strides = {1, w * c, c};
-  }
+  // (N,) S1..Sk, C -> (N,) C, S1..Sk: C moves in front of the spatial dims, strides along.
+  const size_t rank = v.dims.size(), c = rank - 1, first = rank - 1 - k;
+  std::rotate(v.dims.begin() + first, v.dims.begin() + c, v.dims.end());
+  std::rotate(v.strides.begin() + first, v.strides.begin() + c, v.strides.end());
   return v;
 }
 
@@ -236,7 +233,7 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
 }
 
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols) {
+                          std::initializer_list<OptionalSymbol> symbols, const char* advice) {
   std::string absent;
   for (const OptionalSymbol& s : symbols) {
     if (!s.present) absent += (absent.empty() ? "" : ", ") + std::string(s.name);
@@ -244,8 +241,18 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
   if (absent.empty()) return ffi::Error::Success();
   return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                     std::string(op) + ": the loaded CANN op library (" + cann.opapi_path +
-                        ") has no " + absent + ": this CANN predates the op; install a "
-                        "newer CANN toolkit");
+                        ") has no " + absent + ": " + advice);
+}
+
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs) {
+  if (attrs.size() == 0) return ffi::Error::Success();
+  std::string names;
+  for (std::string_view name : attrs) {
+    names += (names.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  return ffi::Error::InvalidArgument(
+      std::string(op) + ": unknown attribute" + (attrs.size() > 1 ? "s " : " ") + names +
+      ": this target takes no attributes (its buffers are channels-first)");
 }
 
 ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {

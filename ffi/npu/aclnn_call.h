@@ -54,12 +54,13 @@ struct TensorView {
   void* data = nullptr;
 };
 
-// A rank-3/4 buffer in the primitive's layout seen as aclnn's (N,) C, H, W. NCHW is the
-// buffer itself; NHWC is described as a strided view, (N, C, H, W) with strides
-// (H*W*C, 1, W*C, C), because aclnn honours strides (the ops document non-contiguous
-// support and make the layout copy inside their executor, sized into the workspace):
-// no transposes in the XLA program and no extra buffers for XLA to hold.
-TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype);
+// A buffer of rank k + 1 or k + 2 (k spatial dims) in the primitive's layout seen as
+// aclnn's (N,) C, spatial dims. Channels-first is the buffer itself; channels-last is
+// described as a strided view, e.g. NHWC as (N, C, H, W) with strides (H*W*C, 1, W*C, C),
+// because aclnn honours strides (the 2-D unpool ops and both pool ops document
+// non-contiguous support and make the layout copy inside their executor, sized into the
+// workspace): no transposes in the XLA program and no extra buffers for XLA to hold.
+TensorView PlanesView(ffi::AnyBuffer buffer, bool channels_last, aclDataType dtype, int k = 2);
 
 // A buffer of any rank as itself: a contiguous (row-major) ND tensor of its dims.
 TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype);
@@ -134,10 +135,21 @@ struct OptionalSymbol {
   bool present;
 };
 
-// FAILED_PRECONDITION naming each absent symbol and the op library looked in (a CANN that
-// predates the op); Success when all are present.
+// RequireSymbols' advice for an op that a CANN may predate.
+inline constexpr const char* kNewerCann =
+    "this CANN predates the op; install a newer CANN toolkit";
+
+// FAILED_PRECONDITION naming each absent symbol, the op library looked in and `advice`;
+// Success when all are present.
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
-                          std::initializer_list<OptionalSymbol> symbols);
+                          std::initializer_list<OptionalSymbol> symbols,
+                          const char* advice = kNewerCann);
+
+// INVALID_ARGUMENT naming every attribute in `attrs`; Success when there is none. For the
+// targets that take no attribute: XLA checks the attribute count only for handlers that
+// bind some, so these bind them all as a dictionary and refuse any -- channels_last=True
+// would otherwise be ignored and an NDHWC buffer read as NCDHW.
+ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs);
 
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.

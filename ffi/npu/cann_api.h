@@ -1,5 +1,6 @@
 // The slice of the CANN C API the aclnn handlers use, declared from the public headers'
-// signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool{2,3}d*.h) so that
+// signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool{2,3}d*.h,
+// aclnnop/aclnn_max_pool2d_with_indices.h, aclnnop/aclnn_max_pool3d_with_argmax.h) so that
 // the package builds without a CANN toolkit: the functions are resolved with dlsym at run
 // time (cann_library.cc). The enums are C enums in CANN, hence int-sized here.
 #pragma once
@@ -30,6 +31,7 @@ enum : aclDataType {
   ACL_INT16 = 6,
   ACL_INT64 = 9,
   ACL_DOUBLE = 11,
+  ACL_BF16 = 27,
 };
 
 // aclFormat values.
@@ -112,6 +114,12 @@ using MaxUnpool3dBackwardGetWorkspaceSizeFn = aclnnStatus (*)(
     const aclTensor* grad_output, const aclTensor* self, const aclTensor* indices,
     const aclIntArray* output_size, const aclIntArray* stride, const aclIntArray* padding,
     aclTensor* out, uint64_t* workspace_size, aclOpExecutor** executor);
+// aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax: the same signature; kernelSize,
+// stride, padding and dilation of 1 or k elements (stride also 0: the kernel's).
+using MaxPoolGetWorkspaceSizeFn = aclnnStatus (*)(
+    const aclTensor* self, const aclIntArray* kernel_size, const aclIntArray* stride,
+    const aclIntArray* padding, const aclIntArray* dilation, bool ceil_mode, aclTensor* out,
+    aclTensor* indices, uint64_t* workspace_size, aclOpExecutor** executor);
 using AclnnRunFn = aclnnStatus (*)(void* workspace, uint64_t workspace_size,
                                    aclOpExecutor* executor, aclrtStream stream);
 

@@ -75,12 +75,27 @@ std::string DlError() {
   return e ? e : "unknown dlopen error";
 }
 
+// The path of the loaded object that defines `symbol`, as it was loaded (through
+// whatever symlinks), or "" if unknown.
+std::string LoadedPathOf(void* symbol) {
+  Dl_info info{};
+  if (dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
+}
+
 // The resolved path of the file that defines `symbol`.
 std::string FileOf(void* symbol) {
-  Dl_info info{};
-  if (dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "(unknown file)";
-  char buf[PATH_MAX];
-  return realpath(info.dli_fname, buf) ? buf : info.dli_fname;
+  const std::string path = LoadedPathOf(symbol);
+  return path.empty() ? "(unknown file)" : RealPath(path);
+}
+
+// Whether two paths name one file: CANN's latest/ holds per-file symlinks into versioned
+// directories (hicann/ops-nn scripts/package/ops_nn/scripts/opp_common.sh), so one
+// library is reached through several directories.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return stat(a.c_str(), &sa) == 0 && stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 template <typename Fn>
@@ -145,17 +160,23 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need(acl, "aclrtMalloc", &lib.rt_malloc);
   need(acl, "aclrtFree", &lib.rt_free);
   need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
-  need_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
-  need_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);
   // Optional (CannLibrary): left null when absent.
+  find_aclnn("aclnnMaxUnpool2dGetWorkspaceSize", &lib.max_unpool2d_get_workspace_size);
+  find_aclnn("aclnnMaxUnpool2d", &lib.max_unpool2d);
   find_aclnn("aclnnMaxUnpool3dGetWorkspaceSize", &lib.max_unpool3d_get_workspace_size);
   find_aclnn("aclnnMaxUnpool3d", &lib.max_unpool3d);
   find_aclnn("aclnnMaxUnpool3dBackwardGetWorkspaceSize",
              &lib.max_unpool3d_backward_get_workspace_size);
   find_aclnn("aclnnMaxUnpool3dBackward", &lib.max_unpool3d_backward);
+  find_aclnn("aclnnMaxPool2dWithIndicesGetWorkspaceSize",
+             &lib.max_pool2d_with_indices_get_workspace_size);
+  find_aclnn("aclnnMaxPool2dWithIndices", &lib.max_pool2d_with_indices);
+  find_aclnn("aclnnMaxPool3dWithArgmaxGetWorkspaceSize",
+             &lib.max_pool3d_with_argmax_get_workspace_size);
+  find_aclnn("aclnnMaxPool3dWithArgmax", &lib.max_pool3d_with_argmax);
   if (!missing.empty()) {
     *why = "missing symbols: " + Join(missing, ", ");
     return std::nullopt;
@@ -171,7 +192,11 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
                    reinterpret_cast<void*>(lib.max_unpool3d_get_workspace_size),
                    reinterpret_cast<void*>(lib.max_unpool3d),
                    reinterpret_cast<void*>(lib.max_unpool3d_backward_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool3d_backward)}) {
+                   reinterpret_cast<void*>(lib.max_unpool3d_backward),
+                   reinterpret_cast<void*>(lib.max_pool2d_with_indices_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_pool2d_with_indices),
+                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax_get_workspace_size),
+                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax)}) {
     if (fn == nullptr) continue;  // an optional symbol this CANN lacks
     std::string file = FileOf(fn);
     bool seen = false;
@@ -228,49 +253,31 @@ std::string EnvironmentText() {
   return Join(env, ", ");
 }
 
-std::string CannotLoad(const std::vector<std::string>& lines) {
+std::string CannotLoad(const std::vector<std::string>& lines,
+                       const std::string& context = "Tried") {
   return "cannot load the CANN runtime (libascendcl.so, libnnopbase.so, and " +
-         std::string(kProvidersText) + "). Tried, in order:\n  " + Join(lines, "\n  ") +
+         std::string(kProvidersText) + "). " + context + ", in order:\n  " + Join(lines, "\n  ") +
          "\nEnvironment variables consulted: " + EnvironmentText() +
          ".\nInstall the CANN toolkit and source its set_env.sh (it sets "
          "ASCEND_TOOLKIT_HOME), or pass library_dir=<toolkit>/lib64.";
 }
 
-// The directory of the libascendcl.so already loaded in the process (by a PJRT plugin,
-// say), or "" if none is.
-std::string LoadedRuntimeDir() {
+// The path (as loaded) of the libascendcl.so already loaded in the process (by a PJRT
+// plugin, say), or "" if none is.
+std::string LoadedRuntime() {
   void* h = dlopen(kAscendcl, RTLD_NOW | RTLD_NOLOAD);
   if (h == nullptr) return "";
   void* symbol = dlsym(h, "aclrtMalloc");
   dlclose(h);
-  return symbol ? DirOf(FileOf(symbol)) : "";
+  return symbol ? LoadedPathOf(symbol) : "";
 }
 
-// Finds and opens CANN (see the search order in the header). `reuse`: a runtime already
-// loaded in the process wins over the search, and library_dir must name its directory.
-LoadResult Locate(const std::string& library_dir, bool reuse) {
-  std::string why;
-  if (reuse) {
-    if (const std::string dir = LoadedRuntimeDir(); !dir.empty()) {
-      if (!library_dir.empty() && RealPath(library_dir) != dir) {
-        return {std::nullopt,
-                "libascendcl.so is already loaded in this process from " + dir +
-                    " (by the PJRT plugin?); library_dir='" + library_dir +
-                    "' would load a second CANN runtime, whose calls see no device context. "
-                    "Pass library_dir=None or '" + dir + "'."};
-      }
-      if (auto lib = OpenDir(dir, true, &why)) return {std::move(lib), ""};
-      return {std::nullopt, CannotLoad({dir + " (the libascendcl.so already loaded): " + why})};
-    }
-  }
-  if (!library_dir.empty()) {
-    // An explicit directory is the only place looked at: never a CANN found elsewhere.
-    if (auto lib = OpenDir(library_dir, reuse, &why)) return {std::move(lib), ""};
-    return {std::nullopt, CannotLoad({library_dir + " (library_dir argument): " + why})};
-  }
-  struct Candidate {
-    std::string dir, origin, unset;  // `unset`: the env var naming it is not set
-  };
+struct Candidate {
+  std::string dir, origin, unset;  // `unset`: the env var naming it is not set
+};
+
+// The directories of the default search (header, 2-5).
+std::vector<Candidate> SearchDirs() {
   std::vector<Candidate> candidates;
   for (const char* var : kEnvVars) {
     const std::string value = Env(var);
@@ -279,9 +286,72 @@ LoadResult Locate(const std::string& library_dir, bool reuse) {
   }
   candidates.push_back({"/usr/local/Ascend/ascend-toolkit/latest/lib64", "default location", ""});
   candidates.push_back({"/usr/local/Ascend/cann/lib64", "default location, newer packages", ""});
+  return candidates;
+}
 
-  std::vector<std::string> lines;
+// Opens CANN around the already loaded runtime `runtime`: from library_dir, which must
+// hold that very file, or from the first directory that holds it and the other libraries
+// -- the one it was loaded from, the search's, its real one. Files, not directory names,
+// are compared: through latest/ each library is a symlink into its package's versioned
+// directory, so the runtime's real directory may hold nothing else.
+LoadResult LocateAround(const std::string& runtime, const std::string& library_dir) {
+  std::string why;
+  if (!library_dir.empty()) {
+    if (!SameFile(library_dir + "/" + kAscendcl, runtime)) {
+      return {std::nullopt,
+              "libascendcl.so is already loaded in this process from " + runtime +
+                  " (by the PJRT plugin?); library_dir='" + library_dir + "' holds " +
+                  (IsFile(library_dir + "/" + kAscendcl) ? "another" : "no") +
+                  " libascendcl.so and would load a second CANN runtime, whose calls see no "
+                  "device context. Pass library_dir=None, or a directory whose "
+                  "libascendcl.so is that file."};
+    }
+    if (auto lib = OpenDir(library_dir, true, &why)) return {std::move(lib), ""};
+    return {std::nullopt, CannotLoad({library_dir + " (library_dir argument): " + why})};
+  }
+  std::vector<Candidate> candidates = {
+      {DirOf(runtime), "the directory libascendcl.so was loaded from", ""}};
+  for (const Candidate& c : SearchDirs()) candidates.push_back(c);
+  candidates.push_back({DirOf(RealPath(runtime)), "libascendcl.so's real directory", ""});
+  std::vector<std::string> lines, looked;
   for (const Candidate& c : candidates) {
+    if (!c.unset.empty()) {
+      lines.push_back(c.unset + ": not set");
+      continue;
+    }
+    bool seen = false;
+    for (const std::string& d : looked) seen = seen || d == c.dir;
+    if (seen) continue;
+    looked.push_back(c.dir);
+    if (!SameFile(c.dir + "/" + kAscendcl, runtime)) {
+      lines.push_back(
+          c.dir + " (" + c.origin + "): " +
+          (IsFile(c.dir + "/" + kAscendcl) ? "another libascendcl.so" : "no libascendcl.so"));
+      continue;
+    }
+    if (auto lib = OpenDir(c.dir, true, &why)) return {std::move(lib), ""};
+    lines.push_back(c.dir + " (" + c.origin + "): " + why);
+  }
+  return {std::nullopt, CannotLoad(lines, "libascendcl.so is already loaded in this process from " +
+                                              runtime + "; looked for its install")};
+}
+
+// Finds and opens CANN (see the search order in the header). `reuse`: a runtime already
+// loaded in the process wins over the search (LocateAround).
+LoadResult Locate(const std::string& library_dir, bool reuse) {
+  std::string why;
+  if (reuse) {
+    if (const std::string runtime = LoadedRuntime(); !runtime.empty()) {
+      return LocateAround(runtime, library_dir);
+    }
+  }
+  if (!library_dir.empty()) {
+    // An explicit directory is the only place looked at: never a CANN found elsewhere.
+    if (auto lib = OpenDir(library_dir, reuse, &why)) return {std::move(lib), ""};
+    return {std::nullopt, CannotLoad({library_dir + " (library_dir argument): " + why})};
+  }
+  std::vector<std::string> lines;
+  for (const Candidate& c : SearchDirs()) {
     if (!c.unset.empty()) {
       lines.push_back(c.unset + ": not set");
       continue;
@@ -303,6 +373,24 @@ LoadResult Locate(const std::string& library_dir, bool reuse) {
 
 std::mutex g_load_mutex;
 std::atomic<const CannLibrary*> g_loaded{nullptr};
+
+// Why a load in the other mode than `loaded`'s is refused: the two never share a runtime.
+std::string OtherMode(const CannLibrary& loaded) {
+  const std::string from =
+      " from " + loaded.ascendcl_path + ", " + loaded.nnopbase_path + ", " + loaded.opapi_path;
+  if (loaded.host) {
+    return "CANN is loaded in this process for the host-emulation mode (register('cpu', "
+           "library_dir))" +
+           from +
+           ": it is handed host memory, so it cannot serve an NPU platform, and no second "
+           "runtime can be loaded next to it (its libraries would satisfy the other's "
+           "dependencies). Register the NPU platform in a process that does not use the "
+           "host emulation.";
+  }
+  return "CANN is loaded in this process for an NPU platform" + from +
+         ": the host-emulation mode would hand it host memory as device memory. Run the "
+         "host emulation in a process of its own.";
+}
 
 bool SameFiles(const CannLibrary& a, const CannLibrary& b) {
   return a.ascendcl_path == b.ascendcl_path && a.nnopbase_path == b.nnopbase_path &&
@@ -337,6 +425,7 @@ LoadResult LoadCann(const std::string& library_dir, bool host) {
   }
   std::lock_guard<std::mutex> lock(g_load_mutex);
   const CannLibrary* loaded = g_loaded.load(std::memory_order_acquire);
+  if (loaded != nullptr && loaded->host != host) return {std::nullopt, OtherMode(*loaded)};
   if (loaded != nullptr && library_dir.empty()) return {*loaded, ""};
   LoadResult found = Locate(library_dir, /*reuse=*/!host);
   if (!found.library) return found;
@@ -349,7 +438,8 @@ LoadResult LoadCann(const std::string& library_dir, bool host) {
                 ", ...). A process uses one CANN runtime: restart it to switch."};
   }
   // Never freed: compiled executables may call the handlers until the process exits.
-  const CannLibrary* installed = new CannLibrary(*found.library);
+  CannLibrary* installed = new CannLibrary(*found.library);
+  installed->host = host;
   g_loaded.store(installed, std::memory_order_release);
   return {*installed, ""};
 }

@@ -3,8 +3,12 @@
 //
 // Search order:
 //   0. a libascendcl.so already loaded in the process (by the PJRT plugin, say; found with
-//      dlopen(RTLD_NOLOAD)): its directory, and only it. A second runtime loaded from
-//      elsewhere would have no device context. (Not in host-emulation mode.)
+//      dlopen(RTLD_NOLOAD)): only directories whose libascendcl.so is that very file (a
+//      second runtime loaded from elsewhere would have no device context) -- library_dir
+//      when given; else the directory it was loaded from, 2-5 below, its real directory.
+//      Files are compared, not directory names: CANN's latest/<arch>-linux/lib64 holds
+//      per-file symlinks into each package's versioned directory. (Not in host-emulation
+//      mode.)
 //   1. the library_dir argument, when not empty -- and then nothing else
 //   2. $ASCEND_TOOLKIT_HOME/lib64
 //   3. $ASCEND_HOME_PATH/lib64
@@ -16,14 +20,19 @@
 // ("provider") is opened: one already loaded in the process, else the first present of
 // libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
 // libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
-// It must have the aclnnMaxUnpool2d* entry points; the aclnnMaxUnpool3d* ones are optional.
+// It must have the aclnnMaxUnpool2dBackward* entry points (every product that has any of
+// the four unpool ops has these); aclnnMaxUnpool2d*, the aclnnMaxUnpool3d* ones and the
+// pools (aclnnMaxPool2dWithIndices*, aclnnMaxPool3dWithArgmax*) are optional (the
+// forwards are not on the Atlas training series; older CANN lacks the 3-D ops).
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
 // belong to it). Later calls with no library_dir, or with one that resolves to the same
-// files, return it; one that resolves to other files is an error. A failed load installs
-// nothing and may be retried, e.g. with another library_dir. Libraries are never closed:
-// compiled executables may call into them until the process exits.
+// files, return it; one that resolves to other files is an error, and so is any call in
+// the other mode (host emulation or device) than the first load's: the emulator must never
+// get device pointers, nor a real CANN host memory. A failed load installs nothing and may
+// be retried, e.g. with another library_dir. Libraries are never closed: compiled
+// executables may call into them until the process exits.
 #pragma once
 
 #include <map>
@@ -38,6 +47,8 @@ struct CannLibrary {
   // Where each part was loaded from (resolved file paths), for messages and for comparing
   // two loads.
   std::string ascendcl_path, nnopbase_path, opapi_path;
+  // Installed for the host-emulation mode (host memory, an emulated CANN), not a device.
+  bool host = false;
 
   CreateTensorFn create_tensor = nullptr;
   DestroyTensorFn destroy_tensor = nullptr;
@@ -49,16 +60,21 @@ struct CannLibrary {
   RtMallocFn rt_malloc = nullptr;
   RtFreeFn rt_free = nullptr;
   GetCurrentContextFn get_current_context = nullptr;
-  MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
-  AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d_backward = nullptr;
-  // Optional: a CANN without the 3-D ops still loads and serves the 2-D ones; the 3-D
-  // handlers then say which symbols are missing.
+  // Optional: a CANN without the forward or the 3-D ops still loads and serves the others;
+  // the handlers of the absent ones say which symbols are missing.
+  MaxUnpool2dGetWorkspaceSizeFn max_unpool2d_get_workspace_size = nullptr;
+  AclnnRunFn max_unpool2d = nullptr;
   MaxUnpool3dGetWorkspaceSizeFn max_unpool3d_get_workspace_size = nullptr;
   AclnnRunFn max_unpool3d = nullptr;
   MaxUnpool3dBackwardGetWorkspaceSizeFn max_unpool3d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool3d_backward = nullptr;
+  // Optional too: without them the NPU lowering keeps the pools' XLA ops.
+  MaxPoolGetWorkspaceSizeFn max_pool2d_with_indices_get_workspace_size = nullptr;
+  AclnnRunFn max_pool2d_with_indices = nullptr;
+  MaxPoolGetWorkspaceSizeFn max_pool3d_with_argmax_get_workspace_size = nullptr;
+  AclnnRunFn max_pool3d_with_argmax = nullptr;
 
   // aclGetRecentErrMsg(), or a note that it had none.
   std::string RecentErrorMessage() const;

@@ -14,6 +14,17 @@ ffi::Error MaxUnpool2dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
   auto cann = RequireCann(kOp);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
+  // Optional: the backwards alone are on the Atlas training series (aclnnMaxUnpool2d.md in
+  // hicann/ops-nn); the NPU lowering runs the jnp reference where this CANN has no forward.
+  if (ffi::Error e = RequireSymbols(
+          lib, kOp,
+          {{"aclnnMaxUnpool2dGetWorkspaceSize", lib.max_unpool2d_get_workspace_size != nullptr},
+           {"aclnnMaxUnpool2d", lib.max_unpool2d != nullptr}},
+          "this CANN has no forward unpool op; the NPU lowering runs the jnp reference "
+          "instead");
+      !e.success()) {
+    return e;
+  }
 
   if (ffi::Error e = CheckForwardBuffers(kOp, x, indices, *out, channels_last); !e.success()) {
     return e;

@@ -13,7 +13,9 @@ constexpr const char* kOp = "max_unpool3d_backward";
 constexpr int kSpatialRank = 3;
 
 ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_output,
-                                    ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out) {
+                                    ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                                    const ffi::Dictionary& attrs) {
+  if (ffi::Error e = RefuseAttributes(kOp, attrs); !e.success()) return e;
   auto cann = RequireCann(kOp);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
@@ -70,16 +72,17 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
 }
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer grad_output,
-                        ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out) {
+                        ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                        ffi::Dictionary attrs) {
   return OnDevice(stream, scratch, [&](const Launch& launch) {
-    return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out);
+    return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out, attrs);
   });
 }
 
 ffi::Error OnHostImpl(ffi::AnyBuffer grad_output, ffi::AnyBuffer indices,
-                      ffi::Result<ffi::AnyBuffer> out) {
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
   return OnHost([&](const Launch& launch) {
-    return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out);
+    return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out, attrs);
   });
 }
 
@@ -89,14 +92,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice, OnDeviceImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void*>>()
                                   .Ctx<ffi::ScratchAllocator>()
-                                  .Arg<ffi::AnyBuffer>()    // grad_output
-                                  .Arg<ffi::AnyBuffer>()    // indices
-                                  .Ret<ffi::AnyBuffer>());  // out
+                                  .Arg<ffi::AnyBuffer>()       // grad_output
+                                  .Arg<ffi::AnyBuffer>()       // indices
+                                  .Ret<ffi::AnyBuffer>()       // out
+                                  .Attrs<ffi::Dictionary>());  // any is refused
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()    // grad_output
-                                  .Arg<ffi::AnyBuffer>()    // indices
-                                  .Ret<ffi::AnyBuffer>());  // out
+                                  .Arg<ffi::AnyBuffer>()       // grad_output
+                                  .Arg<ffi::AnyBuffer>()       // indices
+                                  .Ret<ffi::AnyBuffer>()       // out
+                                  .Attrs<ffi::Dictionary>());  // any is refused
 
 }  // namespace jax_unpool::npu

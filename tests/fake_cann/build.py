@@ -7,8 +7,9 @@
   test controls;
 - ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream;
 - ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the eight
-  aclnnMaxUnpool{2,3}d* entry points; or, with ``layout``, the libraries of another CANN
-  packaging, or of a CANN without the 3-D ops (LAYOUTS).
+  aclnnMaxUnpool{2,3}d* entry points and the four of aclnnMaxPool2dWithIndices and
+  aclnnMaxPool3dWithArgmax; or, with ``layout``, the libraries of another CANN packaging,
+  or of a CANN without some of the ops (LAYOUTS).
 
 Every library carries its file name as its SONAME, as real CANN's do, so that
 ``dlopen(name, RTLD_NOLOAD)`` finds an already loaded copy.
@@ -48,19 +49,27 @@ VERSION_SCRIPT = "{ global: acl*; fakecann_*; local: *; };\n"
 STAMP = ".fakecann-build"
 
 # Which aclnn entry points an opapi library exports, as bits: the two functions of
-# aclnnMaxUnpool2d, of its backward, of aclnnMaxUnpool3d, of its backward.
-FWD2D, BWD2D, FWD3D, BWD3D = 1, 2, 4, 8
-ALL_OPS = FWD2D | BWD2D | FWD3D | BWD3D
+# aclnnMaxUnpool2d, of its backward, of aclnnMaxUnpool3d, of its backward, of
+# aclnnMaxPool2dWithIndices, of aclnnMaxPool3dWithArgmax.
+FWD2D, BWD2D, FWD3D, BWD3D, POOL2D, POOL3D = 1, 2, 4, 8, 16, 32
+ALL_OPS = FWD2D | BWD2D | FWD3D | BWD3D | POOL2D | POOL3D
 # Opapi libraries per CANN packaging: file name -> the entry points it exports.
 LAYOUTS = {
     # CANN 9.x: the ops split by domain, next to the deprecated all-in-one libopapi.so.
     "split": {"libopapi.so": ALL_OPS, "libopapi_math.so": 0, "libopapi_nn.so": ALL_OPS,
               "libopapi_cv.so": 0, "libopapi_transformer.so": 0},
     # CANN 8.x installed with --feature: a train/infer pair, no libopapi*.so.
-    "feature": {"libaclnn_ops_infer.so": FWD2D | FWD3D,
+    # (The pools are forwards: `@domain aclnn_ops_infer`.)
+    "feature": {"libaclnn_ops_infer.so": FWD2D | FWD3D | POOL2D | POOL3D,
                 "libaclnn_ops_train.so": BWD2D | BWD3D},
-    # A CANN whose op library has the 2-D ops but not aclnnMaxUnpool3d(Backward).
+    # A CANN whose op library has the 2-D unpool ops only: no aclnnMaxUnpool3d(Backward),
+    # no pools.
     "no3d": {"libopapi.so": FWD2D | BWD2D},
+    # A CANN with the four unpool ops but neither aclnnMaxPool2dWithIndices nor
+    # aclnnMaxPool3dWithArgmax.
+    "nopool": {"libopapi.so": FWD2D | BWD2D | FWD3D | BWD3D},
+    # A CANN whose op library has the two backwards but neither forward.
+    "noforward": {"libopapi.so": BWD2D | BWD3D},
 }
 OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
 
@@ -83,8 +92,8 @@ def build(
 
     ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
     "libopapi_nn.so" to test a loader's fallback; only that one is written).
-    ``layout`` ("split", "feature" or "no3d", see LAYOUTS) writes that packaging's
-    libraries instead.
+    ``layout`` ("split", "feature", "no3d", "nopool" or "noforward", see LAYOUTS) writes
+    that packaging's libraries instead.
     ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
     """
     if "/" in opapi_name or not opapi_name.endswith(".so"):

@@ -36,6 +36,7 @@ def _load_build():
 _BUILD = _load_build()
 build, LAYOUTS = _BUILD.build, _BUILD.LAYOUTS
 FWD2D, BWD2D, FWD3D, BWD3D = _BUILD.FWD2D, _BUILD.BWD2D, _BUILD.FWD3D, _BUILD.BWD3D
+POOL2D, POOL3D = _BUILD.POOL2D, _BUILD.POOL3D
 
 FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
     0,
@@ -50,7 +51,7 @@ FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
     27,
 )
 NCHW, ND = 0, 2
-OK, NULLPTR, INVALID, RUNTIME = 0, 161001, 161002, 361001
+OK, NULLPTR, INVALID, RUNTIME, INNER_NULLPTR = 0, 161001, 161002, 361001, 561103
 FWD_GWS = "aclnnMaxUnpool2dGetWorkspaceSize"
 FWD_RUN = "aclnnMaxUnpool2d"
 BWD_GWS = "aclnnMaxUnpool2dBackwardGetWorkspaceSize"
@@ -59,6 +60,10 @@ FWD3D_GWS = "aclnnMaxUnpool3dGetWorkspaceSize"
 FWD3D_RUN = "aclnnMaxUnpool3d"
 BWD3D_GWS = "aclnnMaxUnpool3dBackwardGetWorkspaceSize"
 BWD3D_RUN = "aclnnMaxUnpool3dBackward"
+POOL2D_GWS = "aclnnMaxPool2dWithIndicesGetWorkspaceSize"
+POOL2D_RUN = "aclnnMaxPool2dWithIndices"
+POOL3D_GWS = "aclnnMaxPool3dWithArgmaxGetWorkspaceSize"
+POOL3D_RUN = "aclnnMaxPool3dWithArgmax"
 ACL_DTYPE = {
     np.dtype(np.float32): FLOAT,
     np.dtype(np.float16): FLOAT16,
@@ -130,6 +135,12 @@ class FakeCann:
         self.fwd3d_run = _sig(o, FWD3D_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
         self.bwd3d_gws = _sig(o, BWD3D_GWS, c_int32, *[c_void_p] * 7, PU, PE)
         self.bwd3d_run = _sig(o, BWD3D_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+        # Pools: (self, kernelSize, stride, padding, dilation, ceilMode, out, indices, ...)
+        pool = [*[c_void_p] * 5, ctypes.c_bool, c_void_p, c_void_p, PU, PE]
+        self.pool_gws = {2: _sig(o, POOL2D_GWS, c_int32, *pool),
+                         3: _sig(o, POOL3D_GWS, c_int32, *pool)}
+        self.pool_run = {k: _sig(o, name, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
+                         for k, name in ((2, POOL2D_RUN), (3, POOL3D_RUN))}
         for name in (
             "live_objects",
             "live_tensors",
@@ -951,7 +962,8 @@ def check_layouts(fc):
     aclnn entry points; every library's SONAME is its file name."""
     del fc
     symbols = {FWD2D: (FWD_GWS, FWD_RUN), BWD2D: (BWD_GWS, BWD_RUN),
-               FWD3D: (FWD3D_GWS, FWD3D_RUN), BWD3D: (BWD3D_GWS, BWD3D_RUN)}
+               FWD3D: (FWD3D_GWS, FWD3D_RUN), BWD3D: (BWD3D_GWS, BWD3D_RUN),
+               POOL2D: (POOL2D_GWS, POOL2D_RUN), POOL3D: (POOL3D_GWS, POOL3D_RUN)}
     with tempfile.TemporaryDirectory() as tmp:
         for layout, libs in LAYOUTS.items():
             d = build(pathlib.Path(tmp) / layout, layout=layout)
@@ -1362,6 +1374,262 @@ def check_3d_executors_are_their_own(fc):
     assert fc.live_objects() == live0
 
 
+# ---- the MaxPool ops ----------------------------------------------------------------------
+# aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax as an Atlas A2/A3 runs them
+# (hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api): PyTorch's values and flat
+# indices; FLOAT16, FLOAT, BF16; dilation 1; 3-D indices INT32 only.
+
+def pool_ref(x, k, kernel, stride, padding, ceil_mode=False):
+    """PyTorch's max pooling with indices by loops over channels-first x (rank k + 1 or
+    k + 2): start from the first in-bounds tap with -inf, take `v > best or isnan(v)`."""
+    lead, spatial = x.shape[:-k], x.shape[-k:]
+
+    def size(n, kk, s, p):
+        out = (n + 2 * p - (kk - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+        return out - 1 if ceil_mode and (out - 1) * s >= n + p else out
+
+    osz = tuple(size(*a) for a in zip(spatial, kernel, stride, padding))
+    flat = x.reshape(-1, int(np.prod(spatial)))
+    values = np.empty((flat.shape[0], int(np.prod(osz))), x.dtype)
+    indices = np.empty(values.shape, np.int64)
+    for j, o in enumerate(np.ndindex(*osz)):
+        start = [oo * s - p for oo, s, p in zip(o, stride, padding)]
+        taps = [[st + t for t in range(kk) if 0 <= st + t < n]
+                for st, kk, n in zip(start, kernel, spatial)]
+        positions = [int(np.ravel_multi_index(tuple(t[i] for t, i in zip(taps, c)), spatial))
+                     for c in np.ndindex(*map(len, taps))]
+        for r in range(flat.shape[0]):
+            best, arg = -np.inf, positions[0]
+            for q in positions:
+                v = float(flat[r, q])
+                if v > best or np.isnan(v):
+                    best, arg = v, q
+            values[r, j], indices[r, j] = flat[r, arg], arg
+    return values.reshape(*lead, *osz), indices.reshape(*lead, *osz)
+
+
+def _bf16(a):
+    """float32 values exactly representable in bfloat16 -> their bf16 bits (uint16)."""
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    assert not (bits & 0xFFFF).any()
+    return (bits >> 16).astype(np.uint16)
+
+
+def _pool_gws(fc, k, tensors, window, ceil_mode, ws, ex):
+    arrays = [_int_array(fc, a) for a in window]
+    try:
+        return fc.pool_gws[k](tensors[0], *arrays, ceil_mode, tensors[1], tensors[2], ws, ex)
+    finally:
+        fc.destroy(*arrays)
+
+
+def run_pool(fc, k, x, window, ceil_mode=False, *, index_dtype=np.int32, dtype=None,
+             out_shape=None, x_t=None, views=None):
+    """Full cycle of the k-D pool on x with window (kernel, stride, padding, dilation);
+    `dtype` overrides x's aclDataType (BF16 on uint16 bits); `views` = (out, indices,
+    out_base, indices_base) for strided outputs. Returns (status, values, indices)."""
+    if views is None:
+        shape = out_shape or pool_ref(x, k, *window[:3], ceil_mode)[0].shape
+        out, idx = np.full(shape, 77, x.dtype), np.full(shape, -7, index_dtype)
+        out_t, idx_t = fc.tensor(out, dtype=dtype), fc.tensor(idx)
+    else:
+        out, idx, obase, ibase = views
+        out_t, idx_t = fc.tensor(out, dtype=dtype, base=obase), fc.tensor(idx, base=ibase)
+    ts = [x_t or fc.tensor(x, dtype=dtype), out_t, idx_t]
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = _pool_gws(fc, k, ts, window, ceil_mode, ctypes.byref(ws), ctypes.byref(ex))
+        if rc != OK:
+            return rc, out, idx
+        buf = np.zeros(max(ws.value, 1), np.uint8)
+        return fc.pool_run[k](buf.ctypes.data if ws.value else None, ws.value, ex, None), out, idx
+    finally:
+        fc.destroy(*ts)
+
+
+def check_pool_values(fc):
+    """Values and indices equal PyTorch's rule for both ops, every dtype, ties (first
+    wins), NaN (last wins), -inf windows next to padding, ceil_mode, unbatched, strided
+    outputs, and the arrays' short forms (one element, or stride empty)."""
+    live0 = fc.baseline()
+    rng = np.random.default_rng(7)
+    cases = [  # k, shape, window, ceil_mode, index dtype
+        (2, (2, 3, 5, 6), ((2, 2), (2, 2), (0, 0), (1, 1)), False, np.int32),
+        (2, (3, 7, 5), ((3, 2), (2, 1), (1, 1), (1, 1)), True, np.int64),
+        (2, (1, 2, 5, 5), ((3,), (), (1,), (1,)), True, np.int32),  # short forms
+        (3, (2, 2, 3, 4, 5), ((2, 2, 2), (2, 2, 2), (0, 1, 1), (1, 1, 1)), False, np.int32),
+        (3, (2, 5, 4, 3), ((3, 2, 3), (2, 2, 1), (1, 1, 0), (1, 1, 1)), True, np.int32),
+        (3, (1, 1, 4, 4, 4), ((2,), (3,), (1,), (1,)), True, np.int32),
+    ]
+    for k, shape, window, ceil_mode, idt in cases:
+        full = [tuple(w) * (k if len(w) == 1 else 1) for w in window]
+        full[1] = full[1] or full[0]
+        x = rng.integers(-3, 3, shape).astype(np.float32)  # many ties
+        x.reshape(-1)[::7] = np.nan
+        x.reshape(-1)[3::11] = np.nan  # some windows hold several NaNs
+        x[..., 0, :] = -np.inf  # -inf rows beside the padding
+        want_v, want_i = pool_ref(x, k, *full[:3], ceil_mode)
+        for dt in (np.float32, np.float16, "bf16"):
+            arr = _bf16(x) if dt == "bf16" else x.astype(dt)
+            rc, out, idx = run_pool(fc, k, arr, window, ceil_mode, index_dtype=idt,
+                                    dtype=BF16 if dt == "bf16" else None,
+                                    out_shape=want_v.shape)
+            assert rc == OK, (shape, dt, rc, fc.err())
+            np.testing.assert_array_equal(idx, want_i.astype(idt))
+            # The values are the elements at the indices (which determine them), bit for bit.
+            gathered = np.take_along_axis(arr.reshape(*shape[:-k], -1),
+                                          idx.reshape(*shape[:-k], -1).astype(np.int64), -1)
+            assert gathered.tobytes() == out.reshape(gathered.shape).tobytes()
+            run = (POOL2D_RUN if k == 2 else POOL3D_RUN).encode()
+            assert fc.last_dtype(run) == (BF16 if dt == "bf16" else ACL_DTYPE[np.dtype(dt)])
+            assert fc.last_indices_dtype(run) == ACL_DTYPE[np.dtype(idt)]
+    # Strided input and outputs: NHWC buffers described as NCHW views.
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32)  # N, H, W, C
+    want_v, want_i = pool_ref(x.transpose(0, 3, 1, 2), 2, (2, 3), (2, 2), (1, 1))
+    obase = np.zeros((2, 3, 3, 3), np.float32)  # N, oH, oW, C
+    ibase = np.zeros((2, 3, 3, 3), np.int64)
+    views = (obase.transpose(0, 3, 1, 2), ibase.transpose(0, 3, 1, 2), obase, ibase)
+    xv = x.transpose(0, 3, 1, 2)
+    rc, out, idx = run_pool(fc, 2, xv, ((2, 3), (2, 2), (1, 1), (1, 1)),
+                            x_t=fc.tensor(xv, base=x), views=views)
+    assert rc == OK, fc.err()
+    np.testing.assert_array_equal(out, want_v)
+    np.testing.assert_array_equal(idx, want_i)
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def _pool_invalid(fc, k, arrays, window, ceil_mode=False, *, dtypes=(), fmts=(),
+                  nulls=()):
+    """GetWorkspaceSize of the k-D pool on numpy (x, out, indices); `dtypes`/`fmts`
+    override their aclDataTypes/formats; `nulls` names arguments passed as nullptr.
+    Returns (status, message, ws, executor)."""
+    dtypes = list(dtypes) + [None] * 3
+    fmts = list(fmts) + [ND] * 3
+    ts = [fc.tensor(a, dtype=d, fmt=f) for a, d, f in zip(arrays, dtypes, fmts)]
+    arrs = [_int_array(fc, a) for a in window]
+    args = dict(zip(("self", "out", "indices"), ts))
+    args.update(zip(("kernelSize", "stride", "padding", "dilation"), arrs))
+    for name in nulls:
+        args[name] = None
+    ws, ex = c_uint64(12345), c_void_p()
+    rc = fc.pool_gws[k](args["self"], args["kernelSize"], args["stride"], args["padding"],
+                        args["dilation"], ceil_mode, args["out"], args["indices"],
+                        None if "workspaceSize" in nulls else ctypes.byref(ws),
+                        None if "executor" in nulls else ctypes.byref(ex))
+    msg = fc.err()
+    if rc == OK:
+        fc.aclDestroyAclOpExecutor(ex)
+    fc.destroy(*ts, *arrs)
+    return rc, msg, ws.value, ex.value
+
+
+def check_pool_refusals(fc):
+    """Each check of the two ops, in their order, with its status; nothing is written to
+    workspaceSize or executor on failure."""
+    live0 = fc.baseline()
+    z, f32, i32, i64 = np.zeros, np.float32, np.int32, np.int64
+    W2, W3 = ((2, 2), (2, 2), (0, 0), (1, 1)), ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1))
+    X2, O2 = (1, 2, 4, 4), (1, 2, 2, 2)
+    X3, O3 = (1, 2, 4, 4, 4), (1, 2, 2, 2, 2)
+    ok2 = (z(X2, f32), z(O2, f32), z(O2, i64))
+    ok3 = (z(X3, f32), z(O3, f32), z(O3, i32))
+    for k, ok, window in ((2, ok2, W2), (3, ok3, W3)):
+        rc, msg, ws, ex = _pool_invalid(fc, k, ok, window)
+        assert rc == OK and ws > 0, (k, rc, msg)
+        for name in ("self", "kernelSize", "stride", "padding", "dilation", "out", "indices",
+                     "workspaceSize", "executor"):
+            rc, msg, ws, ex = _pool_invalid(fc, k, ok, window, nulls=(name, "indices"))
+            first = "indices" if name in ("workspaceSize", "executor") else name
+            assert rc == NULLPTR and f"{first} is nullptr" in msg, (k, name, msg)
+            assert ws == 12345 and ex is None
+    cases2 = [  # arrays, window, ceil_mode, overrides, word
+        ((z(X2, np.float64), z(O2, np.float64), z(O2, i64)), W2, {}, "DOUBLE"),
+        ((z(X2, i32), z(O2, i32), z(O2, i64)), W2, {}, "INT32 (3) is not supported"),
+        ((z(X2, f32), z(O2, np.float16), z(O2, i64)), W2, {}, "out dtype"),
+        ((z(X2, f32), z(O2, f32), z(O2, np.int16)), W2, {}, "INT64 or INT32"),
+        ((z(X2, f32), z(O2, f32), z(O2, i64)), W2, {"fmts": (ND, NCHW)}, "Format of input"),
+        ((z((2, 4), f32), z((2, 2), f32), z((2, 2), i64)), W2, {}, "3D or 4D"),
+        ((z((1, *X2), f32), z((1, *O2), f32), z((1, *O2), i64)), W2, {}, "3D or 4D"),
+        ((z((2, 4), np.float64), z((2, 2), f32), z((2, 2), i64)), W2, {}, "DOUBLE"),  # order
+        (ok2, ((2, 2, 2), (2, 2), (0, 0), (1, 1)), {}, "kernelSize must be one or two"),
+        (ok2, ((2, 2), (2, 2, 2), (0, 0), (1, 1)), {}, "stride must be zero, one or two"),
+        (ok2, ((2, 2), (2, 2), (), (1, 1)), {}, "padding must be one or two"),
+        (ok2, ((2, 2), (2, 2), (0, 0), ()), {}, "dilation must be one or two"),
+        (ok2, ((0, 2), (2, 2), (0, 0), (1, 1)), {}, "kernel should be greater than 0"),
+        (ok2, ((2, 2), (2, 0), (0, 0), (1, 1)), {}, "stride should be greater than 0"),
+        (ok2, ((2, 2), (2, 2), (2, 0), (1, 1)), {}, "half of kernel size"),
+        (ok2, ((2, 2), (2, 2), (-1, 0), (1, 1)), {}, "half of kernel size"),
+        (ok2, ((2, 2), (2, 2), (0, 0), (2, 1)), {}, "dilation only support 1"),
+        ((z((1, 2, 0, 4), f32), z((1, 2, 0, 2), f32), z((1, 2, 0, 2), i64)), W2, {},
+         "optional 0 dim batch size"),
+        ((z((1, 2, 1, 4), f32), z((1, 2, 0, 2), f32), z((1, 2, 0, 2), i64)), W2, {},
+         "calc out size"),
+        ((z(X2, f32), z((1, 2, 2, 3), f32), z((1, 2, 2, 3), i64)), W2, {}, "out shape"),
+        ((z(X2, f32), z(O2, f32), z((1, 2, 2, 1), i64)), W2, {}, "indices shape"),
+    ]
+    cases3 = [
+        ((z(X3, np.float64), z(O3, np.float64), z(O3, i32)), W3, {}, "DOUBLE"),
+        ((z(X3, f32), z(O3, f32), z(O3, i64)), W3, {}, "INT64 (9) is not supported"),
+        ((z(X3, f32), z(O3, np.float16), z(O3, i32)), W3, {}, "out dtype"),
+        ((z(X3, f32), z(O3, f32), z(O3, i32)), W3, {"fmts": (ND, NCHW)}, "input and output"),
+        ((z(X3, f32), z(O3, f32), z(O3, i32)), W3, {"fmts": (ND, ND, NCHW)}, "and indices"),
+        ((z((2, 4, 4), f32), z((2, 2, 2), f32), z((2, 2, 2), i32)), W3, {}, "4D or 5D"),
+        (ok3, ((2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)), {}, "kernelSize can be only 1 or 3"),
+        (ok3, ((0, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)), {}, "kernel should be greater"),
+        (ok3, ((2, 2, 2), (2, 2), (0, 0, 0), (1, 1, 1)), {}, "stride can be only 1 or 3"),
+        (ok3, ((2, 2, 2), (2, 2, -1), (0, 0, 0), (1, 1, 1)), {}, "stride should be greater"),
+        (ok3, ((2, 2, 2), (2, 2, 2), (0, 0), (1, 1, 1)), {}, "padding can be only 1 or 3"),
+        (ok3, ((2, 2, 2), (2, 2, 2), (0, 0, 2), (1, 1, 1)), {}, "half of kernel size"),
+        (ok3, ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1)), {}, "dilation can be only 1 or 3"),
+        (ok3, ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 2)), {}, "dilation only support 1"),
+        ((z(X3, f32), z((1, 2, 2, 2, 3), f32), z(O3, i32)), W3, {}, "The out tensor's shape"),
+        ((z(X3, f32), z(O3, f32), z((1, 2, 2, 2, 1), i32)), W3, {},
+         "The indices tensor's shape"),
+    ]
+    for k, cases in ((2, cases2), (3, cases3)):
+        for arrays, window, kw, word in cases:
+            rc, msg, ws, ex = _pool_invalid(fc, k, arrays, window, **kw)
+            assert rc == INVALID and word in msg and "161002" in msg, (k, word, rc, msg)
+            assert ws == 12345 and ex is None, word
+    # The 3-D op returns before its shape checks when self or out is empty.
+    rc, msg, ws, ex = _pool_invalid(fc, 3, (z((0, 2, 4, 4, 4), f32), z((0, 9, 9, 9, 9), f32),
+                                            z((0, 1, 1, 1, 1), i32)), W3)
+    assert rc == OK and ws == 0, (rc, msg)
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
+def check_pool_empty_workspace_and_volume(fc):
+    """An empty batch: workspace 0 and a null workspace at launch; otherwise a size that
+    depends on the problem and differs between the ops. A plane or volume over INT_MAX
+    positions: the l0op gives no tensor, ACLNN_ERR_INNER_NULLPTR."""
+    live0 = fc.baseline()
+    for k, shape in ((2, (0, 2, 4, 4)), (3, (0, 2, 4, 4, 4))):
+        x = np.zeros(shape, np.float32)
+        rc, out, _ = run_pool(fc, k, x, ((2,) * k, (2,) * k, (0,) * k, (1,) * k))
+        assert rc == OK and fc.last_workspace_size() == 0 and out.shape[0] == 0, (k, rc)
+    sizes = set()
+    for k, shape in ((2, (1, 1, 4, 4)), (2, (2, 2, 4, 4)), (3, (1, 1, 4, 4, 4))):
+        x = np.ones(shape, np.float32)
+        assert run_pool(fc, k, x, ((2,) * k, (2,) * k, (0,) * k, (1,) * k))[0] == OK
+        sizes.add(fc.last_workspace_size())
+    assert len(sizes) == 3 and 0 not in sizes, sizes
+    # Stride-0 views of one element: the shapes without the memory.
+    one, small = np.zeros(1, np.float32), np.zeros(1, np.int32)
+    for k, spatial in ((2, (65536, 32769)), (3, (1024, 1024, 2049))):
+        out_sp = tuple(n // 2 for n in spatial)
+        ts = [fc.aclCreateTensor(_i64s((1, 1, *s)), k + 2, d, _i64s([0] * (k + 2)), 0, ND,
+                                 _i64s((1,)), 1, m.ctypes.data)
+              for s, d, m in ((spatial, FLOAT, one), (out_sp, FLOAT, one),
+                              (out_sp, INT32, small))]
+        ws, ex = c_uint64(12345), c_void_p()
+        rc = _pool_gws(fc, k, ts, ((2,) * k, (2,) * k, (0,) * k, (1,) * k), False,
+                       ctypes.byref(ws), ctypes.byref(ex))
+        msg = fc.err()
+        fc.destroy(*ts)
+        assert rc == INNER_NULLPTR and "INT_MAX" in msg and ws.value == 12345, (k, rc, msg)
+    assert fc.live_objects() == live0
+
+
 ALL_CHECKS = [
     check_seed_example,
     check_forward_values,
@@ -1393,6 +1661,9 @@ ALL_CHECKS = [
     check_3d_empty_and_workspace,
     check_3d_index_out_of_range,
     check_3d_executors_are_their_own,
+    check_pool_values,
+    check_pool_refusals,
+    check_pool_empty_workspace_and_volume,
 ]
 
 

@@ -3,11 +3,12 @@
 // (fakecann_*), and the implementations that libascendcl.so and libopapi.so forward to.
 //
 // The emulator's purpose is to catch a wrong caller: every documented argument check of
-// the four aclnn ops (MaxUnpool2d, MaxUnpool3d and their backwards) is enforced with the
-// documented status code, objects are tracked so
+// the six aclnn ops (MaxUnpool2d, MaxUnpool3d and their backwards, MaxPool2dWithIndices,
+// MaxPool3dWithArgmax) is enforced with the documented status code, objects are tracked so
 // leaks and double destroys are visible, executors are single-use, and the workspace must
 // be exactly the size GetWorkspaceSize returned (it is overwritten with a canary).
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -36,13 +37,17 @@ struct aclIntArray {
   std::vector<int64_t> values;
 };
 
-enum class Op { kForward, kBackward, kForward3d, kBackward3d };
+enum class Op { kForward, kBackward, kForward3d, kBackward3d, kPool2d, kPool3d };
 
 struct aclOpExecutor {
   Op op = Op::kForward;
   // Forwards: self, indices, out. Backwards: gradOutput, self, indices, out.
+  // Pools: self, out, indices.
   std::vector<aclTensor> tensors;
   std::vector<int64_t> output_size;
+  // Pools: the window, one element per spatial dim.
+  std::vector<int64_t> kernel, stride, padding, dilation;
+  bool ceil_mode = false;
   uint64_t workspace_size = 0;
 };
 
@@ -57,10 +62,17 @@ constexpr const char *kFwd3dGws = "aclnnMaxUnpool3dGetWorkspaceSize";
 constexpr const char *kFwd3dRun = "aclnnMaxUnpool3d";
 constexpr const char *kBwd3dGws = "aclnnMaxUnpool3dBackwardGetWorkspaceSize";
 constexpr const char *kBwd3dRun = "aclnnMaxUnpool3dBackward";
+constexpr const char *kPool2dGws = "aclnnMaxPool2dWithIndicesGetWorkspaceSize";
+constexpr const char *kPool2dRun = "aclnnMaxPool2dWithIndices";
+constexpr const char *kPool3dGws = "aclnnMaxPool3dWithArgmaxGetWorkspaceSize";
+constexpr const char *kPool3dRun = "aclnnMaxPool3dWithArgmax";
 
 bool is_forward(Op op) { return op == Op::kForward || op == Op::kForward3d; }
-// 2 for the MaxUnpool2d ops, 3 for the MaxUnpool3d ones.
-int spatial_rank(Op op) { return op == Op::kForward || op == Op::kBackward ? 2 : 3; }
+bool is_pool(Op op) { return op == Op::kPool2d || op == Op::kPool3d; }
+// 2 for the MaxUnpool2d and MaxPool2d ops, 3 for the 3-D ones.
+int spatial_rank(Op op) {
+  return op == Op::kForward || op == Op::kBackward || op == Op::kPool2d ? 2 : 3;
+}
 const char *gws_name(Op op) {
   switch (op) {
     case Op::kForward:
@@ -71,6 +83,10 @@ const char *gws_name(Op op) {
       return kFwd3dGws;
     case Op::kBackward3d:
       return kBwd3dGws;
+    case Op::kPool2d:
+      return kPool2dGws;
+    case Op::kPool3d:
+      return kPool3dGws;
   }
   return "?";
 }
@@ -176,6 +192,8 @@ const char *status_name(int32_t status) {
       return "ACLNN_ERR_RUNTIME_ERROR";
     case kErrInner:
       return "ACLNN_ERR_INNER";
+    case kErrInnerNullptr:
+      return "ACLNN_ERR_INNER_NULLPTR";
     default:
       return "error";
   }
@@ -403,8 +421,9 @@ struct NamedTensor {
 };
 
 // Checks that go beyond the documented contract but catch a wrong caller with no false
-// positives: missing data, a view that leaves its storage, an output aliasing an input.
-Failure check_memory(const std::vector<NamedTensor> &tensors) {
+// positives: missing data, a view that leaves its storage, an output aliasing another
+// tensor. The last `outputs` tensors are the outputs.
+Failure check_memory(const std::vector<NamedTensor> &tensors, size_t outputs = 1) {
   for (const auto &[name, t] : tensors) {
     if (numel(t->view) == 0) continue;
     if (!t->data)
@@ -420,10 +439,11 @@ Failure check_memory(const std::vector<NamedTensor> &tensors) {
           name, shape_str(t->view).c_str(), shape_str(t->strides).c_str(), (long long)t->offset,
           (long long)lo, (long long)hi, (long long)storage, shape_str(t->storage).c_str()));
   }
-  const NamedTensor &out = tensors.back();
-  for (size_t i = 0; i + 1 < tensors.size(); ++i)
-    if (overlaps(*out.t, *tensors[i].t))
-      return invalid(strf("%s overlaps the memory of input %s", out.name, tensors[i].name));
+  for (size_t o = tensors.size() - outputs; o < tensors.size(); ++o)
+    for (size_t i = 0; i < o; ++i)
+      if (overlaps(*tensors[o].t, *tensors[i].t))
+        return invalid(strf("%s overlaps the memory of %s %s", tensors[o].name,
+                            i < tensors.size() - outputs ? "input" : "output", tensors[i].name));
   return {};
 }
 
@@ -683,11 +703,184 @@ Failure validate_backward_3d(const aclTensor &grad, const aclTensor &self,
   return check_memory(all);
 }
 
+// ---- the MaxPool ops --------------------------------------------------------------------
+// The checks of aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax (hicann/ops-nn,
+// pooling/max_pool3d_with_argmax_v2/op_api/aclnn_max_pool{2d_with_indices,3d_with_argmax}.cpp
+// and the l0op max_pool3d_with_argmax_v2.cpp), in their order, as an Atlas A2/A3 (910B,
+// 910_93) runs them: dtypes FLOAT16, FLOAT, BF16; dilation 1 only; 3-D indices INT32 only.
+// The array arguments take 1 or k elements (stride also 0: the kernel's).
+
+bool pool_dtype_ok(aclDataType dt) { return dt == kFloat16 || dt == kFloat || dt == kBf16; }
+
+// A window attribute expanded to k elements: a single value repeats; stride's empty
+// array is the kernel.
+std::vector<int64_t> expand(const std::vector<int64_t> &v, size_t k,
+                            const std::vector<int64_t> &empty_default = {}) {
+  if (v.empty()) return empty_default;
+  return v.size() == 1 ? std::vector<int64_t>(k, v[0]) : v;
+}
+
+// PyTorch's pooling_output_shape, which both ops' PoolingOutShape repeat.
+int64_t pooled_size(int64_t size, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
+                    bool ceil_mode) {
+  const int64_t num = size + 2 * pad - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t out = num / stride - ((num % stride != 0) && (num < 0)) + 1;  // floor division
+  if (ceil_mode && (out - 1) * stride >= size + pad) --out;
+  return out;
+}
+
+// The window of an executor, checked: sizes and values of kernel, stride, padding and
+// dilation. `lengths` names the allowed sizes ("one or two", "1 or 3").
+Failure check_window(aclOpExecutor &e, size_t k, const std::vector<int64_t> &kernel,
+                     const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                     const std::vector<int64_t> &dilation) {
+  const bool two = k == 2;
+  auto sized = [&](const std::vector<int64_t> &v, bool may_be_empty) {
+    return v.size() == 1 || v.size() == k || (may_be_empty && v.empty());
+  };
+  if (!sized(kernel, false))
+    return invalid(two ? strf("The size of kernelSize must be one or two, but got %zu.",
+                              kernel.size())
+                       : std::string("The length of kernelSize can be only 1 or 3"));
+  if (two && !sized(stride, true))
+    return invalid(strf("The size of stride must be zero, one or two, but got %zu.",
+                        stride.size()));
+  if (two && !sized(padding, false))
+    return invalid(strf("The size of padding must be one or two, but got %zu.", padding.size()));
+  if (two && !sized(dilation, false))
+    return invalid(strf("The size of dilation must be one or two, but got %zu.",
+                        dilation.size()));
+  e.kernel = expand(kernel, k);
+  for (int64_t v : e.kernel)
+    if (v <= 0)
+      return invalid("The value of kernel should be greater than 0, but got " +
+                     shape_str(e.kernel));
+  if (!two && !sized(stride, true)) return invalid("The length of stride can be only 1 or 3");
+  e.stride = expand(stride, k, e.kernel);
+  for (int64_t v : e.stride)
+    if (v <= 0)
+      return invalid("The value of stride should be greater than 0, but got " +
+                     shape_str(e.stride));
+  if (!two && !sized(padding, false)) return invalid("The length of padding can be only 1 or 3");
+  e.padding = expand(padding, k);
+  for (size_t a = 0; a < k; ++a)
+    if (e.padding[a] < 0 || e.padding[a] > e.kernel[a] / 2)
+      return invalid("pad should be >= 0 and <= half of kernel size, but got kernel " +
+                     shape_str(e.kernel) + ", padding " + shape_str(e.padding));
+  if (!two && !sized(dilation, false))
+    return invalid("The length of dilation can be only 1 or 3");
+  e.dilation = expand(dilation, k);
+  for (int64_t v : e.dilation)
+    if (v != 1)
+      return invalid("dilation only support 1 (Atlas A2/A3), but got " + shape_str(e.dilation));
+  return {};
+}
+
+// The pooled shape of self (rank k + 1 or k + 2, channels first) under e's window.
+std::vector<int64_t> pooled_shape(const aclTensor &self, const aclOpExecutor &e, size_t k) {
+  std::vector<int64_t> shape = self.view;
+  for (size_t a = 0; a < k; ++a) {
+    int64_t &d = shape[shape.size() - k + a];
+    d = pooled_size(d, e.kernel[a], e.stride[a], e.padding[a], e.dilation[a], e.ceil_mode);
+  }
+  return shape;
+}
+
+// aclnnMaxPool2dWithIndices up to the empty-tensor return: CheckDtypeValid, CheckFormat,
+// CheckShape (with CheckOutAndIndicesShape).
+Failure validate_pool2d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
+                        const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                        const std::vector<int64_t> &dilation) {
+  const aclTensor &self = e.tensors[0], &out = e.tensors[1], &indices = e.tensors[2];
+  if (!pool_dtype_ok(self.dtype))
+    return invalid("self dtype " + dtype_str(self.dtype) +
+                   " is not supported; supported: FLOAT16, FLOAT, BF16");
+  if (out.dtype != self.dtype)
+    return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
+                   dtype_str(self.dtype));
+  if (indices.dtype != kInt32 && indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT64 or INT32");
+  if (self.format != out.format)
+    return invalid(strf("Format of input and output should be same, self [%d], out [%d].",
+                        self.format, out.format));
+  const size_t rank = self.view.size();
+  if (rank != 3 && rank != 4)
+    return invalid("3D or 4D tensor expected for inputs, got self shape " +
+                   shape_str(self.view));
+  if (Failure f = check_window(e, 2, kernel, stride, padding, dilation)) return f;
+  for (size_t i = rank - 3; i < rank; ++i)
+    if (self.view[i] == 0)
+      return invalid("Expected tensor with optional 0 dim batch size, but got self shape " +
+                     shape_str(self.view));
+  const std::vector<int64_t> want = pooled_shape(self, e, 2);
+  if (want[rank - 2] <= 0 || want[rank - 1] <= 0)
+    return invalid("Given input size " + shape_str(self.view) + ", calc out size " +
+                   shape_str(want));
+  if (out.view != want)
+    return invalid("out shape " + shape_str(out.view) + " must be " + shape_str(want));
+  if (indices.view != out.view)
+    return invalid("indices shape " + shape_str(indices.view) + " must equal out shape " +
+                   shape_str(out.view));
+  return {};
+}
+
+// aclnnMaxPool3dWithArgmax up to the empty-tensor return: CheckDtypeValid, CheckFormat,
+// CheckParamsValid. (CheckPlatform, before them, passes: the emulated chip is an A2/A3.)
+Failure validate_pool3d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
+                        const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                        const std::vector<int64_t> &dilation) {
+  const aclTensor &self = e.tensors[0], &out = e.tensors[1], &indices = e.tensors[2];
+  if (!pool_dtype_ok(self.dtype))
+    return invalid("self dtype " + dtype_str(self.dtype) +
+                   " is not supported; supported: BF16, FLOAT16, FLOAT");
+  if (indices.dtype != kInt32)
+    return invalid("indices dtype " + dtype_str(indices.dtype) +
+                   " is not supported; supported: INT32 (Atlas A2/A3)");
+  if (out.dtype != self.dtype)
+    return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
+                   dtype_str(self.dtype));
+  if (self.format != out.format)
+    return invalid(strf("Format of input and output should be same, self [%d], out [%d].",
+                        self.format, out.format));
+  if (self.format != indices.format)
+    return invalid(strf("Format of input and indices should be same, self [%d], indices [%d].",
+                        self.format, indices.format));
+  if (self.view.size() != 4 && self.view.size() != 5)
+    return invalid("4D or 5D tensor expected for inputs, got self shape " +
+                   shape_str(self.view));
+  return check_window(e, 3, kernel, stride, padding, dilation);
+}
+
+// After the empty-tensor return: the l0op's volume limit (it returns no tensor, which the
+// aclnn layer reports as ACLNN_ERR_INNER_NULLPTR), then CheckReduceOutShape of out and
+// indices against the inferred shape (the 2-D op has checked them already).
+Failure check_pool_kernel_shapes(const aclOpExecutor &e) {
+  const int k = spatial_rank(e.op);
+  const aclTensor &self = e.tensors[0];
+  const std::vector<int64_t> spatial(self.view.end() - k, self.view.end());
+  if (numel(spatial) > INT32_MAX)
+    return {kErrInnerNullptr, "product of depth, height and width can't be greater than "
+                              "INT_MAX, got self shape " + shape_str(self.view)};
+  const std::vector<int64_t> want = pooled_shape(self, e, size_t(k));
+  for (const auto &[name, t] : {NamedTensor{"out", &e.tensors[1]},
+                                NamedTensor{"indices", &e.tensors[2]}})
+    if (t->view != want && !(numel(t->view) == 1 && numel(want) == 1))
+      return invalid(strf("The %s tensor's shape%s is not equal with inferOut shape%s.", name,
+                          shape_str(t->view).c_str(), shape_str(want).c_str()));
+  return {};
+}
+
 // Size-dependent (so a hard-coded size is caught) and different per op (so mixing up the
 // ops' sizes is caught); capped so the canary fill stays cheap.
 // The MaxUnpool3d ops return 0 for an empty self (forward) or gradOutput (backward), as
 // the real ones do before building any kernel.
+// The MaxPool ops return 0 for an empty self or out.
 uint64_t workspace_size_for(Op op, const std::vector<aclTensor> &tensors) {
+  if (is_pool(op)) {
+    if (numel(tensors[0].view) == 0 || numel(tensors[1].view) == 0) return 0;
+    const uint64_t data = std::min<uint64_t>(uint64_t(numel(tensors[1].view)) * 4, 1u << 20);
+    return (op == Op::kPool2d ? 200 : 240) + (data + 31) / 32 * 32;  // 8, 16 mod 32
+  }
   if (spatial_rank(op) == 3 && numel(tensors[0].view) == 0) return 0;
   const aclTensor &indices = tensors[is_forward(op) ? 1 : 2];
   const uint64_t data = std::min<uint64_t>(uint64_t(numel(indices.view)) * 4, uint64_t{1} << 20);
@@ -770,6 +963,9 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
     case Op::kBackward3d:
       f = validate_backward_3d(t[0], t[1], t[2], values[0], values[1], values[2], t[3]);
       break;
+    case Op::kPool2d:
+    case Op::kPool3d:  // pool_get_workspace_size
+      std::abort();
   }
   if (f) return fail(fn, f.status, f.what);
 
@@ -785,6 +981,79 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
   }
   *workspace_size = e->workspace_size;
   *executor = e;
+  return kSuccess;
+}
+
+// The MaxPool ops' first phase: nullptr checks in signature order, liveness, the op's
+// validation, the empty-tensor return (workspace 0), the kernel's shape checks, the
+// emulator's own format and memory checks, executor.
+int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
+                                const aclIntArray *kernel, const aclIntArray *stride,
+                                const aclIntArray *padding, const aclIntArray *dilation,
+                                bool ceil_mode, aclTensor *out, aclTensor *indices,
+                                uint64_t *workspace_size, aclOpExecutor **executor) {
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  State &s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (self && s.live.count(self) && s.live[self] == kTensor) s.last_dtype[fn] = self->dtype;
+    if (indices && s.live.count(indices) && s.live[indices] == kTensor)
+      s.last_indices_dtype[fn] = indices->dtype;
+  }
+  const std::vector<TensorArg> tensor_args = {{"self", self}, {"out", out}, {"indices", indices}};
+  const std::vector<IntArrayArg> array_args = {
+      {"kernelSize", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}};
+  // CheckNotNullPtr's order: self, kernelSize, stride, padding, dilation, out, indices.
+  const std::vector<std::pair<const char *, const void *>> in_order = {
+      {"self", self},         {"kernelSize", kernel}, {"stride", stride}, {"padding", padding},
+      {"dilation", dilation}, {"out", out},           {"indices", indices}};
+  for (const auto &[name, ptr] : in_order)
+    if (!ptr) return fail(fn, kErrParamNullptr, strf("%s is nullptr", name));
+  if (!workspace_size) return fail(fn, kErrParamNullptr, "workspaceSize is nullptr");
+  if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
+
+  aclOpExecutor e;
+  e.op = op;
+  e.ceil_mode = ceil_mode;
+  std::vector<std::vector<int64_t>> window;  // kernel, stride, padding, dilation
+  std::string bad;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto live_as = [&](const void *p, Kind k, const char *name) {
+      auto it = s.live.find(p);
+      if (it != s.live.end() && it->second == k) return true;
+      if (bad.empty()) bad = std::string(name) + ": " + describe_locked(s, p, k);
+      return false;
+    };
+    for (const auto &[name, ptr] : tensor_args)
+      if (live_as(ptr, kTensor, name)) e.tensors.push_back(*ptr);
+    for (const auto &[name, ptr] : array_args)
+      if (live_as(ptr, kIntArray, name)) window.push_back(ptr->values);
+  }
+  if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
+
+  Failure f = op == Op::kPool2d
+                  ? validate_pool2d(e, window[0], window[1], window[2], window[3])
+                  : validate_pool3d(e, window[0], window[1], window[2], window[3]);
+  if (f) return fail(fn, f.status, f.what);
+  const bool empty = numel(e.tensors[0].view) == 0 || numel(e.tensors[1].view) == 0;
+  const std::vector<NamedTensor> all = {
+      {"self", &e.tensors[0]}, {"out", &e.tensors[1]}, {"indices", &e.tensors[2]}};
+  if (!empty) {
+    if ((f = check_pool_kernel_shapes(e))) return fail(fn, f.status, f.what);
+  }
+  if ((f = check_format(all)) || (f = check_memory(all, 2))) return fail(fn, f.status, f.what);
+
+  auto *made = new aclOpExecutor(std::move(e));
+  made->workspace_size = workspace_size_for(op, made->tensors);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    register_locked(s, made, kExecutor);
+    s.last_workspace_size = made->workspace_size;
+  }
+  *workspace_size = made->workspace_size;
+  *executor = made;
   return kSuccess;
 }
 
@@ -873,6 +1142,99 @@ void run_backward(const aclOpExecutor &e) {
         std::memcpy(out.at(n, c, i), grad.at(n, c, read_index(idx, n, c, i)), size_t(out.es));
 }
 
+// A FLOAT, FLOAT16 or BF16 element as a float (exact).
+float read_float(const char *p, aclDataType dt) {
+  if (dt == kFloat) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  uint32_t bits;
+  if (dt == kBf16) {
+    bits = uint32_t(h) << 16;
+  } else {  // IEEE half: sign, 5-bit exponent, 10-bit mantissa
+    const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+    if (exp == 0x1F) {
+      bits = sign | 0x7F800000 | (man << 13);
+    } else if (exp != 0) {
+      bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      uint32_t m = man;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400) == 0);
+      bits = sign | ((112 - e) << 23) | ((m & 0x3FF) << 13);
+    }
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// PyTorch's max pooling with indices (aten/src/ATen/native/cpu/MaxPoolKernel.cpp): per
+// window, start from the first in-bounds position with -inf, scan the taps in row-major
+// order, and take a tap when `val > maxval || isnan(val)`: the first maximum wins ties, the
+// last NaN wins, padding is never selected. The value is the element at the index, copied
+// bit for bit.
+void run_pool(const aclOpExecutor &e) {
+  const int k = spatial_rank(e.op);
+  const Volumes self(e.tensors[0], k), out(e.tensors[1], k), idx(e.tensors[2], k);
+  const aclDataType dt = e.tensors[0].dtype;
+  std::vector<int64_t> o(k), start(k), t(k);
+  for (int64_t n = 0; n < out.n; ++n)
+    for (int64_t c = 0; c < out.c; ++c)
+      for (int64_t j = 0; j < out.size; ++j) {
+        int64_t r = j;
+        for (int a = k - 1; a >= 0; --a) {
+          o[a] = r % out.dims[a];
+          r /= out.dims[a];
+        }
+        int64_t best_index = 0;
+        for (int a = 0; a < k; ++a) {
+          start[a] = o[a] * e.stride[a] - e.padding[a];
+          int64_t first = start[a];
+          while (first < 0) first += e.dilation[a];
+          best_index = best_index * self.dims[a] + first;
+        }
+        float best = -INFINITY;
+        std::fill(t.begin(), t.end(), 0);
+        for (bool more = true; more;) {
+          int64_t flat = 0;
+          bool inside = true;
+          for (int a = 0; a < k; ++a) {
+            const int64_t p = start[a] + t[a] * e.dilation[a];
+            inside = inside && p >= 0 && p < self.dims[a];
+            flat = flat * self.dims[a] + p;
+          }
+          if (inside) {
+            const float v = read_float(self.at(n, c, flat), dt);
+            if (v > best || std::isnan(v)) {
+              best = v;
+              best_index = flat;
+            }
+          }
+          more = false;  // next tap, row-major
+          for (int a = k - 1; a >= 0 && !more; --a) {
+            if (++t[a] < e.kernel[a]) more = true;
+            else t[a] = 0;
+          }
+        }
+        std::memcpy(out.at(n, c, j), self.at(n, c, best_index), size_t(out.es));
+        if (idx.es == 4) {
+          const int32_t v = int32_t(best_index);
+          std::memcpy(idx.at(n, c, j), &v, 4);
+        } else {
+          std::memcpy(idx.at(n, c, j), &best_index, 8);
+        }
+      }
+}
+
 int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
                 aclOpExecutor *executor, aclrtStream stream) {
   State &s = state();
@@ -939,6 +1301,10 @@ int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
   for (uint64_t i = 0; i < workspace_size; ++i)
     static_cast<unsigned char *>(workspace)[i] = static_cast<unsigned char>(0xA5 ^ (i & 0xFF));
 
+  if (is_pool(op)) {
+    run_pool(e);
+    return kSuccess;
+  }
   const aclTensor &idx_t = e.tensors[is_forward(op) ? 1 : 2];
   if (Failure f = check_indices(Volumes(idx_t, spatial_rank(op)), e.output_size))
     return fail(fn, f.status, f.what);
@@ -1076,6 +1442,32 @@ int32_t bwd3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *execu
   return execute(kBwd3dRun, Op::kBackward3d, workspace, workspace_size, executor, stream);
 }
 
+int32_t pool2d_gws(const aclTensor *self, const aclIntArray *kernel, const aclIntArray *stride,
+                   const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode,
+                   aclTensor *out, aclTensor *indices, uint64_t *workspace_size,
+                   aclOpExecutor **executor) {
+  return pool_get_workspace_size(kPool2dGws, Op::kPool2d, self, kernel, stride, padding,
+                                 dilation, ceil_mode, out, indices, workspace_size, executor);
+}
+
+int32_t pool2d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                   aclrtStream stream) {
+  return execute(kPool2dRun, Op::kPool2d, workspace, workspace_size, executor, stream);
+}
+
+int32_t pool3d_gws(const aclTensor *self, const aclIntArray *kernel, const aclIntArray *stride,
+                   const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode,
+                   aclTensor *out, aclTensor *indices, uint64_t *workspace_size,
+                   aclOpExecutor **executor) {
+  return pool_get_workspace_size(kPool3dGws, Op::kPool3d, self, kernel, stride, padding,
+                                 dilation, ceil_mode, out, indices, workspace_size, executor);
+}
+
+int32_t pool3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                   aclrtStream stream) {
+  return execute(kPool3dRun, Op::kPool3d, workspace, workspace_size, executor, stream);
+}
+
 const CoreTable kCoreTable = {
     kCoreAbiVersion,
     get_recent_err_msg,
@@ -1091,6 +1483,10 @@ const CoreTable kCoreTable = {
     fwd3d_run,
     bwd3d_gws,
     bwd3d_run,
+    pool2d_gws,
+    pool2d_run,
+    pool3d_gws,
+    pool3d_run,
 };
 
 }  // namespace

@@ -47,6 +47,7 @@ constexpr aclnnStatus kErrParamNullptr = 161001;
 constexpr aclnnStatus kErrParamInvalid = 161002;
 constexpr aclnnStatus kErrRuntime = 361001;
 constexpr aclnnStatus kErrInner = 561000;
+constexpr aclnnStatus kErrInnerNullptr = 561103;  // an l0op gave no tensor
 constexpr aclError kAclErrInvalidParam = 100000;   // ACL_ERROR_INVALID_PARAM
 constexpr aclError kAclErrMemAllocation = 207001;  // ACL_ERROR_RT_MEMORY_ALLOCATION
 constexpr aclError kAclErrContextNull = 107002;    // ACL_ERROR_RT_CONTEXT_NULL
@@ -87,8 +88,21 @@ struct CoreTable {
       aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor);
   aclnnStatus (*max_unpool3d_backward)(void *workspace, uint64_t workspace_size,
                                        aclOpExecutor *executor, aclrtStream stream);
+  // aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax: one signature.
+  aclnnStatus (*max_pool2d_with_indices_get_workspace_size)(
+      const aclTensor *self, const aclIntArray *kernel_size, const aclIntArray *stride,
+      const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
+      aclTensor *indices, uint64_t *workspace_size, aclOpExecutor **executor);
+  aclnnStatus (*max_pool2d_with_indices)(void *workspace, uint64_t workspace_size,
+                                         aclOpExecutor *executor, aclrtStream stream);
+  aclnnStatus (*max_pool3d_with_argmax_get_workspace_size)(
+      const aclTensor *self, const aclIntArray *kernel_size, const aclIntArray *stride,
+      const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
+      aclTensor *indices, uint64_t *workspace_size, aclOpExecutor **executor);
+  aclnnStatus (*max_pool3d_with_argmax)(void *workspace, uint64_t workspace_size,
+                                        aclOpExecutor *executor, aclrtStream stream);
 };
-constexpr uint32_t kCoreAbiVersion = 3;
+constexpr uint32_t kCoreAbiVersion = 4;
 
 }  // namespace fakecann
 

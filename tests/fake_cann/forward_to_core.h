@@ -1,8 +1,12 @@
 // Included by the forwarding libraries (libascendcl.so, libopapi.so): finds the
-// libnnopbase.so that sits in the same directory as this library and returns its table.
+// libnnopbase.so that sits in the same directory as this library (as it was loaded, so
+// through latest/'s symlinks) and returns its table. Where that directory has none (one
+// directory per package), the libnnopbase.so already loaded, as a DT_NEEDED entry would
+// resolve.
 #pragma once
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +28,9 @@ const CoreTable &forward_core() {
     const auto slash = path.rfind('/');
     path =
         (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/libnnopbase.so";
-    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void *handle = access(path.c_str(), F_OK) == 0
+                       ? dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)
+                       : dlopen("libnnopbase.so", RTLD_NOW | RTLD_NOLOAD);
     if (!handle) {
       std::fprintf(stderr, "fake CANN: cannot load %s: %s\n", path.c_str(), dlerror());
       std::abort();

@@ -6,9 +6,10 @@ using fakecann::forward_core;
 
 // build.py compiles this file once per opapi library of a layout; FAKECANN_OPS chooses
 // which entry points the library holds: bit 0 the 2-D forward, bit 1 the 2-D backward,
-// bit 2 the 3-D forward, bit 3 the 3-D backward.
+// bit 2 the 3-D forward, bit 3 the 3-D backward, bit 4 aclnnMaxPool2dWithIndices, bit 5
+// aclnnMaxPool3dWithArgmax.
 #ifndef FAKECANN_OPS
-#define FAKECANN_OPS 15
+#define FAKECANN_OPS 63
 #endif
 
 #if FAKECANN_OPS & 1
@@ -69,5 +70,38 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackwardGetWorkspaceSize(
 FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackward(void *workspace, uint64_t workspaceSize,
                                                      aclOpExecutor *executor, aclrtStream stream) {
   return forward_core().max_unpool3d_backward(workspace, workspaceSize, executor, stream);
+}
+#endif
+
+#if FAKECANN_OPS & 16
+FAKECANN_EXPORT aclnnStatus aclnnMaxPool2dWithIndicesGetWorkspaceSize(
+    const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride,
+    const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out,
+    aclTensor *indices, uint64_t *workspaceSize, aclOpExecutor **executor) {
+  return forward_core().max_pool2d_with_indices_get_workspace_size(
+      self, kernelSize, stride, padding, dilation, ceilMode, out, indices, workspaceSize,
+      executor);
+}
+
+FAKECANN_EXPORT aclnnStatus aclnnMaxPool2dWithIndices(void *workspace, uint64_t workspaceSize,
+                                                      aclOpExecutor *executor,
+                                                      aclrtStream stream) {
+  return forward_core().max_pool2d_with_indices(workspace, workspaceSize, executor, stream);
+}
+#endif
+
+#if FAKECANN_OPS & 32
+FAKECANN_EXPORT aclnnStatus aclnnMaxPool3dWithArgmaxGetWorkspaceSize(
+    const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride,
+    const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out,
+    aclTensor *indices, uint64_t *workspaceSize, aclOpExecutor **executor) {
+  return forward_core().max_pool3d_with_argmax_get_workspace_size(
+      self, kernelSize, stride, padding, dilation, ceilMode, out, indices, workspaceSize,
+      executor);
+}
+
+FAKECANN_EXPORT aclnnStatus aclnnMaxPool3dWithArgmax(void *workspace, uint64_t workspaceSize,
+                                                     aclOpExecutor *executor, aclrtStream stream) {
+  return forward_core().max_pool3d_with_argmax(workspace, workspaceSize, executor, stream);
 }
 #endif

@@ -160,7 +160,7 @@ def optimizer(lr: float, steps: int) -> tuple[Optimizer, str]:
     try:
         import optax
     except ImportError:
-        return adam(schedule), "Adam (jax_unpool.demo)"
+        return adam(schedule), "Adam (jax_unpool.cli.demo)"
     return optax.adam(schedule), "optax.adam"
 
 

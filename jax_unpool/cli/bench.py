@@ -26,7 +26,7 @@ numpy, not with the op under test), for 1-D, 2-D and 3-D shapes. Further section
 against NCHW (2-D), :func:`jax_unpool.max_pool2d_with_indices` (and 1-D/3-D) against
 ``torch.max_poolNd(return_indices=True)``, forward and forward + gradient, and ``step``:
 one jitted training step of a SegNet-style model with jax_unpool against the same model
-with XLA's scatter/gather (:mod:`jax_unpool.bench_step`).
+with XLA's scatter/gather (:mod:`jax_unpool.cli.bench_step`).
 
 Every number is the median over ``--reps`` samples after warm-up; the contenders of one
 row take turns sample by sample, so load from elsewhere on the machine hits them alike
@@ -54,8 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_unpool as ju
-from jax_unpool import bench_step
 from jax_unpool._compat import enable_x64
+from jax_unpool.cli import bench_step
 
 LARGE_SHAPES = ((8, 64, 112, 112), (32, 64, 56, 56), (16, 256, 28, 28), (64, 128, 14, 14))
 # Issue 13's 1-D (64, 256, 4096) and 3-D (16, 64, 32, 32, 32) inputs, pooled by 2 per axis.

@@ -1,0 +1,162 @@
+"""XLA's scatter and gather on planes: the unpool primitives' lowering on every platform
+without a native kernel (GPU, TPU), and what ``jax_unpool.reference`` computes.
+
+Operands are already validated, of spatial rank k, channels-first or channels-last; each
+is viewed as (N, C, plane) with the plane flattened, which is where an index points. Being
+XLA scatter/gather, they cannot fail at run time: an out-of-range index is dropped by the
+forward and reads 0 in the backward.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jax_unpool import _args
+
+__all__ = ["gather_planes", "scatter_planes"]
+
+
+def _to_planes(a: jax.Array, channels_last: bool, k: int) -> jax.Array:
+    """(N, C, *spatial) / (N, *spatial, C) / unbatched, k spatial dims -> (N, C, plane)."""
+    a = a if a.ndim == k + 2 else a[None]
+    s = 1 if channels_last else 2
+    plane = math.prod(a.shape[s:s + k])  # explicit: -1 fails for zero-size dims
+    if channels_last:
+        return a.reshape(a.shape[0], plane, a.shape[-1]).transpose(0, 2, 1)
+    return a.reshape(a.shape[0], a.shape[1], plane)
+
+
+def _from_planes(p: jax.Array, like_ndim: int, sizes: tuple[int, ...],
+                 channels_last: bool) -> jax.Array:
+    """(N, C, plane) -> the layout and rank `like_ndim`, with spatial dims `sizes`."""
+    n, c, _ = p.shape
+    out = p.transpose(0, 2, 1).reshape(n, *sizes, c) if channels_last else p.reshape(n, c, *sizes)
+    return out if like_ndim == len(sizes) + 2 else out[0]
+
+
+_UINT = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}
+
+
+def _as_bits(a: jax.Array) -> jax.Array:
+    # Move unsigned integers of the same width: XLA's CPU backend computes bf16/f16
+    # selects in f32, which would quiet NaN payloads; integers keep every bit.
+    if a.dtype == jnp.bool_ or jnp.issubdtype(a.dtype, jnp.complexfloating):
+        return a
+    return lax.bitcast_convert_type(a, _UINT[a.dtype.itemsize])
+
+
+def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
+    # jnp indexing wraps negative indices; send them past the end so they are dropped.
+    return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
+
+
+def _scatter(x, indices, output_size, channels_last, exact_bits):
+    k = len(output_size)
+    xp, ip = _to_planes(x, channels_last, k), _to_planes(indices, channels_last, k)
+    plane = math.prod(output_size)
+    length = xp.shape[-1]
+    pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
+    pos = lax.broadcasted_iota(pos_dtype, ip.shape, 2) + 1
+    # N and C are batching dims of the scatter: each plane scatters on its own, so XLA
+    # can split planes across devices without gathering (and type explicit shardings).
+    planes = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
+        operand_batching_dims=(0, 1), scatter_indices_batching_dims=(0, 1))
+    winner = lax.scatter_max(jnp.zeros_like(pos, shape=(*ip.shape[:2], plane)),
+                             _drop_negative(ip, plane)[..., None], pos, planes, mode="drop")
+    vals = _as_bits(xp) if exact_bits else xp
+    moved = jnp.take_along_axis(vals, jnp.maximum(winner - 1, 0), axis=-1)
+    out = jnp.where(winner > 0, moved, jnp.zeros((), vals.dtype))
+    if exact_bits:
+        out = lax.bitcast_convert_type(out, x.dtype)
+    return _from_planes(out, x.ndim, tuple(output_size), channels_last)
+
+
+def _gather(grad_output, indices, channels_last, k, exact_bits):
+    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    plane = math.prod(grad_output.shape[h:h + k])
+    gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
+    vals = _as_bits(gp) if exact_bits else gp
+    out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
+                              mode="fill", fill_value=0)
+    if exact_bits:
+        out = lax.bitcast_convert_type(out, grad_output.dtype)
+    hi = _args.spatial_axis(indices.ndim, channels_last, k)
+    return _from_planes(out, indices.ndim, tuple(indices.shape[hi:hi + k]), channels_last)
+
+
+def _tangent(tangent, out, move):
+    # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
+    # scatter, linear. Integer primals have float0 tangents.
+    if tangent.dtype == jax.dtypes.float0:
+        return np.zeros(out.shape, jax.dtypes.float0)
+    return move(tangent)
+
+
+def _paired(tangent, out_shape, move, transpose):
+    """move(tangent), a linear map that reverse mode transposes to `transpose`.
+
+    With duplicated indices the primitives' transposes (scatter <-> gather, as PyTorch and
+    CANN) are not the mechanical transposes of "largest position wins" and its gather;
+    custom_linear_solve is JAX's public way to give a linear map a chosen transpose. It
+    needs a square map, so the map runs on the input and the output laid end to end.
+    """
+    n, in_shape = tangent.size, tangent.shape
+
+    def solve(_, v):  # (t, 0) -> (0, move(t))
+        return jnp.concatenate([jnp.zeros(n, v.dtype), move(v[:n].reshape(in_shape)).ravel()])
+
+    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
+        back = transpose(v[n:].reshape(out_shape)).ravel()
+        return jnp.concatenate([back, jnp.zeros(v.size - n, v.dtype)])
+
+    padded = jnp.concatenate([tangent.ravel(), jnp.zeros(math.prod(out_shape), tangent.dtype)])
+    out = lax.custom_linear_solve(lambda v: v, padded, solve, transpose_solve)
+    return out[n:].reshape(out_shape)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
+                   channels_last: bool = False) -> jax.Array:
+    """The forward on already-validated operands of spatial rank len(output_size): zeros,
+    then out[..., idx] = x.
+
+    Duplicates resolve deterministically to the largest input position: scatter-max
+    each element's (position + 1), then gather the winners (0 marks an empty slot).
+    Values move as same-width unsigned ints, bit-exactly.
+    """
+    return _scatter(x, indices, output_size, channels_last, exact_bits=True)
+
+
+@scatter_planes.defjvp
+def _scatter_planes_jvp(output_size, channels_last, primals, tangents):
+    x, indices = primals
+    out = scatter_planes(x, indices, output_size, channels_last)
+    k = len(output_size)
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _scatter(t, indices, output_size, channels_last, False),
+        lambda ct: _gather(ct, indices, channels_last, k, False)))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: bool = False,
+                  spatial_rank: int = 2) -> jax.Array:
+    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
+    return _gather(grad_output, indices, channels_last, spatial_rank, exact_bits=True)
+
+
+@gather_planes.defjvp
+def _gather_planes_jvp(channels_last, k, primals, tangents):
+    grad_output, indices = primals
+    out = gather_planes(grad_output, indices, channels_last, k)
+    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    output_size = tuple(grad_output.shape[h:h + k])
+    return out, _tangent(tangents[0], out, lambda t: _paired(
+        t, out.shape, lambda t: _gather(t, indices, channels_last, k, False),
+        lambda ct: _scatter(ct, indices, output_size, channels_last, False)))

@@ -1,0 +1,159 @@
+"""The command line: ``python -m jax_unpool {info,bench,demo}`` (also installed as ``jax-unpool``).
+
+- ``info``: versions, platforms and devices, which implementation each op uses on each
+  platform, and whether the CANN toolkit (Ascend NPU) was found.
+- ``bench``: the benchmark suite (:mod:`jax_unpool.cli.bench`); its arguments pass through.
+- ``demo``: trains a small SegNet-style model on generated images (:mod:`jax_unpool.cli.demo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import re
+import sys
+from collections.abc import Sequence
+
+RANKS = (1, 2, 3)
+OPS = tuple(op.format(k) for k in RANKS for op in
+            ("max_unpool{}d", "max_unpool{}d_backward", "max_pool{}d_with_indices"))
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _implementation(op: str, platform_name: str) -> str:
+    """Lower a small call of ``op`` for the platform and name the custom call it makes.
+
+    Asking the lowering, rather than restating the rules, also reports a platform that
+    ``jax_unpool.npu.register`` routed to aclnn.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import jax_unpool
+    from jax_unpool import _ffi
+
+    if "pool" in op and "unpool" not in op:
+        return "jnp (XLA)"
+    k = int(op[len("max_unpool")])
+    x = jax.ShapeDtypeStruct((1, 1, *[2] * k), jnp.float32)
+    idx = jax.ShapeDtypeStruct(x.shape, jnp.int32)
+    if op.endswith("_backward"):
+        size = (4,) * k
+        out = jax.ShapeDtypeStruct((1, 1, *size), jnp.float32)
+        fn, args = (lambda g, i: getattr(jax_unpool, op)(g, x, i, size)), (out, idx)
+    else:
+        fn, args = (lambda x, i: getattr(jax_unpool, op)(x, i, 2)), (x, idx)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform_name,)).as_text()
+    targets = re.findall(r"custom_call @(\w+)", text)
+    if not targets:
+        return "jnp reference"
+    if targets[0] in (_ffi.MAX_UNPOOL_TARGET, _ffi.MAX_UNPOOL_BACKWARD_TARGET):
+        return "XLA FFI (C++)"
+    return "aclnn" if "aclnn" in targets[0] else f"custom call {targets[0]}"
+
+
+def info() -> int:
+    import jax
+    import jax.extend.backend
+    import numpy as np
+
+    import jax_unpool
+    from jax_unpool import npu
+
+    print(f"jax_unpool {jax_unpool.__version__} ({jax_unpool.__file__})")
+    print(f"jax {jax.__version__}, jaxlib {_version('jaxlib')}, numpy {np.__version__}, "
+          f"python {platform.python_version()}")
+    print(f"flax {_version('flax')} (for jax_unpool.nnx, jax_unpool.linen), "
+          f"equinox {_version('equinox')} (for jax_unpool.equinox)")
+    clients = jax.extend.backend.backends()
+    print(f"default backend: {jax.default_backend()}")
+    print("devices:")
+    for name, client in clients.items():
+        devices = client.devices()
+        kinds = sorted({d.device_kind for d in devices})
+        print(f"  {name}: {len(devices)} x {', '.join(kinds)}")
+    print("implementation of each op on each platform:")
+    names = list(clients)
+    rows = {op: [_implementation(op, name) for name in names] for op in OPS}
+    width = max(len(impl) for row in rows.values() for impl in row) + 2
+    op_width = max(len(op) for op in OPS) + 2
+    print("  " + "op".ljust(op_width) + "".join(n.ljust(width) for n in names).rstrip())
+    for op, row in rows.items():
+        print("  " + op.ljust(op_width) + "".join(impl.ljust(width) for impl in row).rstrip())
+    routed_to_aclnn = any("aclnn" in row for row in rows.values())
+    found = npu.is_available()
+    print(f"CANN (Ascend NPU toolkit): {'found' if found else 'not found'}"
+          + ("; route the ops to aclnn with jax_unpool.npu.register()"
+             if found and not routed_to_aclnn else ""))
+    return 0
+
+
+def bench(argv: Sequence[str]) -> int:
+    from jax_unpool.cli import bench as bench_module
+    return bench_module.main(list(argv)) or 0
+
+
+def demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from jax_unpool.cli import demo as demo_module
+    try:
+        demo_module.check_options(args.steps, args.size, args.batch, args.width)
+    except ValueError as error:  # a bad option value: report it the argparse way
+        parser.error(str(error))
+    demo_module.run(steps=args.steps, size=args.size, batch=args.batch, seed=args.seed,
+                    out=args.out, width=args.width)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m jax_unpool",
+        description="Max-unpooling as first-class JAX primitives: tools.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "info", help="versions, devices, and which implementation each op uses",
+        description="Print versions, platforms and devices, the implementation of each op "
+                    "on each platform, and whether the CANN toolkit was found.")
+    # add_help=False: `bench --help` reaches the benchmark's own parser with the other args.
+    commands.add_parser(
+        "bench", add_help=False,
+        help="benchmark against XLA and PyTorch (see `bench --help`; --quick for a short run)")
+    demo_parser = commands.add_parser(
+        "demo", help="train a small SegNet-style model on generated shapes",
+        description="Train a SegNet-style model (max-pool with indices, max-unpool in the "
+                    "decoder) on generated discs and triangles on noisy backgrounds; print "
+                    "the loss and the mean IoU on held-out images next to a trivial "
+                    "predictor's; write a PNG of inputs, true masks and predictions.")
+    demo_parser.add_argument("--steps", type=int, default=800,
+                             help="training steps (default 800)")
+    demo_parser.add_argument("--size", type=int, default=32,
+                             help="image height and width, a multiple of 4 (default 32)")
+    demo_parser.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    demo_parser.add_argument("--width", type=int, default=24,
+                             help="channels of the first layer (default 24)")
+    demo_parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo_parser.add_argument("--out", default="unpool_demo.png", metavar="PATH",
+                             help="where to write the picture (default unpool_demo.png)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command == "bench":
+        return bench(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "info":
+        return info()
+    return demo(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The aclnn pool targets (ffi/npu/max_pool.cc: aclnnMaxPool2dWithIndices and
+aclnnMaxPool3dWithArgmax) against the emulated CANN in tests/fake_cann, in host-emulation
+mode, called directly with jax.ffi.ffi_call: values and indices bit-exact against PyTorch
+for every dtype the ops take, both layouts, both ranks of x, ties, NaN, -inf planes,
+padding and ceil_mode; the aclDataTypes handed to aclnn; the handler's refusals and
+CANN's reaching Python; a CANN without the pool ops. Then the NPU lowering of the pools
+(jax_unpool.npu.pool_lowering), on a stand-in primitive until main has the pool
+primitive: the aclnn call where the ops give PyTorch's result, the XLA ops elsewhere,
+values and indices equal to the XLA-ops path.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pool_stand_in
+import pytest
+import torch
+from dtypes import assert_bits_equal
+from fake_cann.check_fake_cann import FakeCann, build
+from fresh_process import run_code
+from jax.interpreters import mlir
+
+import jax_unpool as ju
+from jax_unpool._compat import enable_x64
+
+npu = ju.npu
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+TARGET = {2: npu.MAX_POOL2D_TARGET, 3: npu.MAX_POOL3D_TARGET}
+GWS = {2: "aclnnMaxPool2dWithIndicesGetWorkspaceSize",
+       3: "aclnnMaxPool3dWithArgmaxGetWorkspaceSize"}
+RUN = {2: "aclnnMaxPool2dWithIndices", 3: "aclnnMaxPool3dWithArgmax"}
+OP = {2: "max_pool2d_with_indices", 3: "max_pool3d_with_indices"}
+ACL = {"float32": 0, "float16": 1, "bfloat16": 27, "int32": 3, "int64": 9}
+DTYPES = ["float16", "bfloat16", "float32"]  # what both ops take (Atlas A2/A3 and 950)
+
+# (kernel, stride, padding, ceil_mode) per rank: non-overlapping windows, and overlapping
+# ones with padding and ceil_mode (a last window hanging over the edge). dilation is 1:
+# Atlas A2/A3 take no other.
+WINDOWS = {2: [((2, 2), (2, 2), (0, 0), False), ((3, 2), (2, 1), (1, 1), True)],
+           3: [((2, 2, 2), (2, 2, 2), (0, 0, 0), False), ((3, 2, 3), (2, 1, 2), (1, 1, 0), True)]}
+SHAPES = {2: (2, 3, 7, 6), 3: (2, 2, 5, 4, 5)}  # channels first, batched
+
+
+def window_attributes(kernel, stride, padding, ceil_mode, *, dilation=None,
+                      channels_last=False) -> dict:
+    k = len(kernel)
+    return {"kernel_size": np.asarray(kernel, np.int64), "stride": np.asarray(stride, np.int64),
+            "padding": np.asarray(padding, np.int64),
+            "dilation": np.asarray(dilation or (1,) * k, np.int64),
+            "ceil_mode": ceil_mode, "channels_last": channels_last}
+
+
+def call(k, x, result_shape, index_dtype, **attributes):
+    """A direct, jitted call of the k-D pool target."""
+    f = jax.ffi.ffi_call(TARGET[k], (jax.ShapeDtypeStruct(result_shape, x.dtype),
+                                     jax.ShapeDtypeStruct(result_shape, np.dtype(index_dtype))))
+    return jax.jit(lambda x: f(x, **attributes))(x)
+
+
+def torch_pool(x, kernel, stride, padding, ceil_mode):
+    """PyTorch's values and indices, channels first, batched or not (float32 compute: the
+    values are exact in it, so the order and the winners are the same)."""
+    pool = torch.nn.functional.max_pool2d if len(kernel) == 2 else torch.nn.functional.max_pool3d
+    t = torch.from_numpy(np.asarray(x, np.float32))
+    values, indices = pool(t, kernel, stride, padding, 1, ceil_mode, return_indices=True)
+    return values.numpy().astype(x.dtype), indices.numpy()
+
+
+def hard_values(rng, shape, dtype):
+    """Few distinct values (many ties), NaNs (some windows with several), a -inf plane
+    next to the padding."""
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[2::13] = np.nan
+    x[..., 0, :] = -np.inf
+    return x.astype(jnp.dtype(dtype))
+
+
+def to_channels_last(a, k):
+    return np.moveaxis(a, -k - 1, -1)
+
+
+@pytest.fixture(scope="module")
+def fake(fake_cann_dir):
+    """ctypes view of the emulator's controls: the files the loader opened, so its state."""
+    return FakeCann(fake_cann_dir)
+
+
+@pytest.fixture
+def emulated(fake, fake_cann_dir):
+    """Host-emulation mode for one test, the emulator's counters from zero; no CANN object
+    or aclrtMalloc'ed block may outlive the test."""
+    with npu.cpu_emulation(fake_cann_dir):
+        live0 = fake.baseline()
+        allocations = fake.live_allocations()
+        yield fake
+    assert fake.live_objects() == live0 and fake.bad_destroys() == 0
+    assert fake.live_allocations() == allocations and fake.bad_frees() == 0
+
+
+# --------------------------------------------------------------------------------------
+# Values, indices and the dtypes aclnn sees
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("layout", ["first", "last"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3])
+def test_values_and_indices_equal_pytorch(emulated, rng, k, dtype, layout, batched):
+    x = hard_values(rng, SHAPES[k] if batched else SHAPES[k][1:], dtype)
+    last = layout == "last"
+    # The 3-D op takes INT32 indices only on Atlas A2/A3; the 2-D one both.
+    for (kernel, stride, padding, ceil_mode), index_dtype in zip(WINDOWS[k],
+                                                                 ["int32", "int64"]):
+        index_dtype = "int32" if k == 3 else index_dtype
+        want_v, want_i = torch_pool(x, kernel, stride, padding, ceil_mode)
+        if last:
+            want_v, want_i = to_channels_last(want_v, k), to_channels_last(want_i, k)
+        with enable_x64(index_dtype == "int64"):
+            values, indices = call(k, to_channels_last(x, k) if last else x, want_v.shape,
+                                   index_dtype, **window_attributes(
+                                       kernel, stride, padding, ceil_mode, channels_last=last))
+        assert_bits_equal(values, want_v)
+        assert_bits_equal(indices, want_i.astype(index_dtype))
+        assert emulated.last_dtype(RUN[k].encode()) == ACL[dtype]
+        assert emulated.last_indices_dtype(RUN[k].encode()) == ACL[index_dtype]
+    assert emulated.call_count(RUN[k].encode()) == 2
+
+
+def test_workspace_stream_and_objects(emulated, rng):
+    x = hard_values(rng, SHAPES[2], "float32")
+    jax.block_until_ready(call(2, x, (2, 3, 3, 3), "int32",
+                               **window_attributes((2, 2), (2, 2), (0, 0), False)))
+    # The launch got exactly the workspace GetWorkspaceSize asked for (the emulator refuses
+    # any other size), from aclrtMalloc, freed after the stream was synchronised.
+    assert emulated.last_workspace_size() > 0
+    assert emulated.last_stream(RUN[2].encode()) is None
+    assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
+                                             b"aclrtFree")] == [1, 1, 1]
+
+
+# --------------------------------------------------------------------------------------
+# Refusals: the handler's, and CANN's reaching Python
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_values_the_ops_do_not_take_are_refused_before_cann(emulated, k):
+    x = np.zeros(SHAPES[k], np.int32)
+    kernel = (2,) * k
+    out = torch_pool(x.astype(np.float32), kernel, kernel, (0,) * k, False)[0].shape
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        call(k, x, out, "int32", **window_attributes(kernel, kernel, (0,) * k, False))
+    assert str(err.value) == (f"INVALID_ARGUMENT: {OP[k]}: {RUN[k]} takes float16, bfloat16 "
+                              f"or float32 values, got int32")
+    assert emulated.call_count(GWS[k].encode()) == 0
+
+
+# Geometries CANN refuses on Atlas A2/A3 and the handler passes on (other chips may take
+# them): dilation 2, padding over half the kernel, int64 3-D indices; with the result
+# shape of PyTorch's formula.
+CANN_REFUSES = [
+    (2, (2, 3, 7, 6), ((2, 2), (1, 1), (0, 0), (2, 1)), (2, 3, 5, 5), "int32",
+     "dilation only support 1"),
+    (2, (2, 3, 7, 6), ((2, 2), (2, 2), (2, 0), (1, 1)), (2, 3, 5, 3), "int32",
+     "half of kernel size"),
+    (3, SHAPES[3], ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1)), (2, 2, 2, 2, 2), "int64",
+     "INT64 (9) is not supported; supported: INT32"),
+]
+
+
+@pytest.mark.parametrize("case", CANN_REFUSES, ids=["dilation", "padding", "int64 3-D"])
+def test_what_cann_refuses_reaches_python_with_its_message(emulated, case):
+    k, shape, (kernel, stride, padding, dilation), out, index_dtype, cann_says = case
+    x = np.zeros(shape, np.float32)
+    with enable_x64(index_dtype == "int64"), pytest.raises(RUNTIME_ERRORS) as err:
+        call(k, x, out, index_dtype,
+             **window_attributes(kernel, stride, padding, False, dilation=dilation))
+    message = str(err.value)
+    assert message.startswith(f"INVALID_ARGUMENT: {OP[k]}: {GWS[k]} failed with status "
+                              f"161002 ACLNN_ERR_PARAM_INVALID: "), message
+    assert cann_says in message  # aclGetRecentErrMsg()
+
+
+@pytest.mark.parametrize("function", [GWS[2], RUN[2], GWS[3], RUN[3]])
+def test_a_failing_status_reaches_python(emulated, rng, function):
+    emulated.fail_next(function.encode(), 561003, b"injected: no kernel package")
+    k = 2 if "2d" in function else 3
+    kernel = (2,) * k
+    x = hard_values(rng, SHAPES[k], "float32")
+    out = torch_pool(x, kernel, kernel, (0,) * k, False)[0].shape
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        call(k, x, out, "int32", **window_attributes(kernel, kernel, (0,) * k, False))
+    message = str(err.value)
+    assert f"{function} failed with status 561003 ACLNN_ERR_INNER_FIND_KERNEL_ERROR" in message
+    assert "injected: no kernel package" in message
+    assert emulated.live_executors() == 0
+
+
+# --------------------------------------------------------------------------------------
+# The NPU lowering: aclnn where it gives PyTorch's result, the XLA ops elsewhere
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def npu_lowering(emulated):
+    """The stand-in pool primitive lowered for the CPU platform by npu.pool_lowering, in
+    host emulation; its XLA-ops lowering back afterwards."""
+    rule = npu.pool_lowering(pool_stand_in.xla_lowering)
+    mlir.register_lowering(pool_stand_in.stand_in_p, rule, platform="cpu")
+    yield emulated
+    mlir.register_lowering(pool_stand_in.stand_in_p, pool_stand_in.xla_lowering,
+                           platform="cpu")
+
+
+F32, BF16, F16 = "float32", "bfloat16", "float16"
+# (name, x shape, dtype, (kernel, stride, padding, dilation, ceil_mode), channels_last,
+# index dtype, the target the lowering calls or None for the XLA ops)
+ROUTES = [
+    ("2-D", (2, 3, 7, 6), F32, ((2, 2), (2, 2), (0, 0), (1, 1), False), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("2-D NHWC int64 ceil_mode", (2, 7, 6, 3), BF16, ((3, 2), (2, 1), (1, 1), (1, 1), True),
+     True, "int64", npu.MAX_POOL2D_TARGET),
+    ("2-D unbatched", (3, 7, 6), F16, ((3, 3), (2, 2), (1, 1), (1, 1), False), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("1-D", (2, 3, 9), F32, ((3,), (2,), (1,), (1,), True), False, "int32",
+     npu.MAX_POOL2D_TARGET),
+    ("1-D NWC int64", (2, 9, 3), F16, ((2,), (2,), (0,), (1,), False), True, "int64",
+     npu.MAX_POOL2D_TARGET),
+    ("3-D int64", (2, 2, 5, 4, 5), F16, ((2, 2, 2), (2, 2, 2), (0, 1, 1), (1, 1, 1), False),
+     False, "int64", npu.MAX_POOL3D_TARGET),
+    ("3-D NDHWC unbatched", (5, 4, 5, 2), F32,
+     ((3, 2, 3), (2, 1, 2), (1, 1, 0), (1, 1, 1), True), True, "int32", npu.MAX_POOL3D_TARGET),
+    ("dilation 2", (2, 3, 7, 6), F32, ((2, 2), (1, 1), (0, 0), (2, 1), False), False, "int32",
+     None),
+    ("int32 values", (2, 3, 7, 6), "int32", ((2, 2), (2, 2), (0, 0), (1, 1), False), False,
+     "int32", None),
+    ("float64 values", (2, 2, 5, 4, 5), "float64",
+     ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), False), False, "int32", None),
+    ("empty batch", (0, 3, 7, 6), F32, ((2, 2), (2, 2), (0, 0), (1, 1), False), False,
+     "int32", None),
+]
+
+
+def _route_input(rng, shape, dtype):
+    if jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        return hard_values(rng, shape, dtype) if 0 not in shape else np.zeros(shape, dtype)
+    return rng.integers(-3, 4, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("case", ROUTES, ids=[c[0] for c in ROUTES])
+def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(npu_lowering, rng, case):
+    _, shape, dtype, (kernel, stride, padding, dilation, ceil_mode), last, index_dtype, target \
+        = case
+    x = _route_input(rng, shape, dtype)
+
+    def pool(x):
+        return pool_stand_in.pool(x, kernel, stride, padding, dilation, ceil_mode, last,
+                                  index_dtype)
+
+    with enable_x64(index_dtype == "int64" or dtype == "float64"):
+        text = jax.jit(pool).lower(x).as_text()
+        values, indices = jax.jit(pool)(x)
+        data_format = {1: "NCW", 2: "NCHW", 3: "NCDHW"}[len(kernel)]
+        if last:
+            data_format = data_format[:2].replace("C", "") + data_format[2:] + "C"
+        reference = getattr(ju.reference, f"max_pool{len(kernel)}d_with_indices")
+        want_v, want_i = reference(x, kernel, stride, padding, dilation, ceil_mode,
+                                   data_format=data_format, index_dtype=index_dtype)
+    for t in (npu.MAX_POOL2D_TARGET, npu.MAX_POOL3D_TARGET):
+        assert (t in text) == (t == target), (t, text[:3000])
+    assert_bits_equal(values, want_v)
+    assert_bits_equal(indices, want_i)
+
+
+def test_aclnn_pools_false_keeps_the_xla_ops(npu_lowering, fake_cann_dir, rng):
+    x = hard_values(rng, SHAPES[2], "float32")
+
+    def pool(x):
+        return pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0))
+
+    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+    npu.register("cpu", fake_cann_dir, aclnn_pools=False)
+    try:
+        assert npu.MAX_POOL2D_TARGET not in jax.jit(pool).lower(x).as_text()
+    finally:
+        npu.register("cpu", fake_cann_dir)
+    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+
+
+# --------------------------------------------------------------------------------------
+# A CANN without the pool ops
+# --------------------------------------------------------------------------------------
+
+WITHOUT_POOLS = """
+import sys
+import jax, numpy as np
+import jax_unpool as ju
+from jax_unpool import _jax_unpool
+print(ju.npu.register("cpu", sys.argv[1])["opapi"])
+print(_jax_unpool.cann_pool_ranks())
+for k, target in ((2, ju.npu.MAX_POOL2D_TARGET), (3, ju.npu.MAX_POOL3D_TARGET)):
+    ones = np.ones(k, np.int64)
+    f = jax.ffi.ffi_call(target, (jax.ShapeDtypeStruct((1, 1) + (2,) * k, np.float32),
+                                  jax.ShapeDtypeStruct((1, 1) + (2,) * k, np.int32)))
+    try:
+        jax.jit(lambda x: f(x, kernel_size=ones, stride=ones, padding=0 * ones, dilation=ones,
+                            ceil_mode=False, channels_last=False))(
+            np.zeros((1, 1) + (2,) * k, np.float32))
+    except Exception as err:
+        print(err)
+# The NPU lowering keeps the XLA ops, with their answer.
+import pool_stand_in
+from jax.interpreters import mlir
+mlir.register_lowering(pool_stand_in.stand_in_p,
+                       ju.npu.pool_lowering(pool_stand_in.xla_lowering), platform="cpu")
+x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+pool = jax.jit(lambda x: pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0)))
+text = pool.lower(x).as_text()
+assert "aclnn" not in text and "custom_call" not in text, text
+values, indices = pool(x)
+want = ju.reference.max_pool2d_with_indices(x, 2)
+assert np.array_equal(values, want[0]) and np.array_equal(indices, want[1])
+print("XLA ops")
+"""
+
+
+def test_a_cann_without_the_pool_ops_loads_says_what_is_missing_and_keeps_xla_ops(tmp_path):
+    lib_dir = build(tmp_path, layout="nopool")
+    proc = run_code(WITHOUT_POOLS, str(lib_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    opapi = str(lib_dir / "libopapi.so")
+    advice = "this CANN predates the op; install a newer CANN toolkit"
+    assert proc.stdout.splitlines() == [
+        opapi,
+        "[]",
+        (f"FAILED_PRECONDITION: max_pool2d_with_indices: the loaded CANN op library ({opapi}) "
+         f"has no aclnnMaxPool2dWithIndicesGetWorkspaceSize, aclnnMaxPool2dWithIndices: "
+         f"{advice}"),
+        (f"FAILED_PRECONDITION: max_pool3d_with_indices: the loaded CANN op library ({opapi}) "
+         f"has no aclnnMaxPool3dWithArgmaxGetWorkspaceSize, aclnnMaxPool3dWithArgmax: "
+         f"{advice}"),
+        "XLA ops",
+    ]
