@@ -16,9 +16,11 @@ import re
 import jax
 import jaxlib.version
 
-# Keep equal to `dependencies` in pyproject.toml (tests/test_jax_window.py checks).
-JAX_WINDOW = ">=0.7.0,<0.11"
-_OLDEST, _FIRST_UNSUPPORTED = (0, 7, 0), (0, 11)
+# Keep equal to `dependencies` in pyproject.toml (tests/test_jax_window.py checks). Not
+# 0.7.0 and 0.7.1: their custom_partitioning has no need_replication_factors, which the
+# channels-last sharding rule needs (_sharding.py).
+JAX_WINDOW = ">=0.7.2,<0.11"
+_OLDEST, _FIRST_UNSUPPORTED = (0, 7, 2), (0, 11)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -34,7 +36,7 @@ def check_window(jax_version: str, jaxlib_version: str) -> None:
                if not _OLDEST <= _release(version) < _FIRST_UNSUPPORTED]
     if outside:
         raise ImportError(
-            f"jax_unpool supports jax and jaxlib {JAX_WINDOW} (0.7 to 0.10), but this "
+            f"jax_unpool supports jax and jaxlib {JAX_WINDOW} (0.7.2 to 0.10), but this "
             f"environment has {' and '.join(outside)}. Install a supported release, e.g. "
             f"pip install 'jax{JAX_WINDOW}' 'jaxlib{JAX_WINDOW}'.")
 

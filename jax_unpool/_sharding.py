@@ -28,6 +28,7 @@ from functools import partial
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend import core
+from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import sdy
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
@@ -146,7 +147,7 @@ def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     if num_batch_dims == 0 or not all(isinstance(d, int) for a in avals for d in a.shape):
         return None
     attributes = {"mhlo.frontend_attributes":
-                  mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
+                  ir.DictAttr.get({"num_batch_dims": ir.StringAttr.get(str(num_batch_dims))})}
     if jax.config.jax_use_shardy_partitioner:
         attributes["sdy.sharding_rule"] = _sharding_rule(ctx.avals_in, ctx.avals_out,
                                                          num_batch_dims)

@@ -57,7 +57,7 @@ def test_metadata_states_the_window_and_the_build_uses_the_oldest_headers():
 
 
 @pytest.mark.parametrize("version,inside", [
-    ("0.6.2", False), ("0.7.0", True), ("0.7.2", True), ("0.9.0.1", True), ("0.10.2", True),
+    ("0.6.2", False), ("0.7.1", False), ("0.7.2", True), ("0.9.0.1", True), ("0.10.2", True),
     ("0.10.3", True), ("0.11.0", False), ("0.11.0.dev20260101", False), ("1.0.0", False),
 ])
 def test_versions_outside_the_window_are_refused(version, inside):
@@ -68,7 +68,7 @@ def test_versions_outside_the_window_are_refused(version, inside):
             with pytest.raises(ImportError) as err:
                 _compat.check_window(jax_version, jaxlib_version)
             assert str(err.value).startswith(
-                f"jax_unpool supports jax and jaxlib {_compat.JAX_WINDOW} (0.7 to 0.10), but "
+                f"jax_unpool supports jax and jaxlib {_compat.JAX_WINDOW} (0.7.2 to 0.10), but "
                 f"this environment has {'jax' if jax_version == version else 'jaxlib'} "
                 f"{version}.")
 
@@ -88,7 +88,7 @@ def test_a_jax_outside_the_window_is_an_import_error_before_any_handler():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"ImportError: jax_unpool supports jax and jaxlib "
-                               f"{_compat.JAX_WINDOW} (0.7 to 0.10), but this environment "
+                               f"{_compat.JAX_WINDOW} (0.7.2 to 0.10), but this environment "
                                f"has jax 0.6.2.")
     assert lines[1:] == ["extension loaded: False", "cpu: 6.0"]
 
