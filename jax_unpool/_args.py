@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_unpool import _symbolic
+
 SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # spatial dims per rank, as PyTorch names them
 _PLURAL = {1: "a 1-tuple", 2: "a pair", 3: "a triple"}
 _PACKED_DTYPES = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
@@ -86,13 +88,15 @@ def check_index_dtype(fn: str, name: str, dtype: Any) -> None:
 
 
 def check_plane_fits_indices(fn: str, index_dtype: Any, output_hw: Sequence[int]) -> None:
-    """int32 indices cannot address an output plane of more than 2**31 - 1 positions."""
-    plane = math.prod(int(v) for v in output_hw)
-    if np.dtype(index_dtype) == np.int32 and plane > INT32_MAX:
+    """int32 indices cannot address an output plane of more than 2**31 - 1 positions.
+    With symbolic sizes: refused when proven for every size, otherwise checked at call
+    time by the primitives' lowering (_symbolic)."""
+    output_hw = _dims(output_hw)
+    if np.dtype(index_dtype) == np.int32 and _symbolic.exceeds(output_hw, INT32_MAX):
         raise ValueError(
-            f"{fn}: an output plane of {'x'.join(map(str, output_hw))} = {plane} positions "
-            f"cannot be addressed by int32 indices (at most {INT32_MAX}); use int64 indices "
-            "(jax.config.update('jax_enable_x64', True))")
+            f"{fn}: an output plane of {'x'.join(map(str, output_hw))} = "
+            f"{math.prod(output_hw)} positions cannot be addressed by int32 indices (at most "
+            f"{INT32_MAX}); use int64 indices (jax.config.update('jax_enable_x64', True))")
 
 
 def unpool_result_shape(fn: str, shape: Sequence[int], output_size: Sequence[int],
@@ -101,32 +105,40 @@ def unpool_result_shape(fn: str, shape: Sequence[int], output_size: Sequence[int
     `output_size`."""
     h = spatial_axis(len(shape), channels_last, k)
     result = (*shape[:h], *output_size, *shape[h + k:])
-    count = math.prod(result)
-    if count > MAX_ELEMENTS:
+    if _symbolic.exceeds(result, MAX_ELEMENTS):  # open for symbolic sizes: see _symbolic
         raise ValueError(
-            f"{fn}: output_size {tuple(output_size)} gives a result of shape {result} = "
-            f"{count} elements, more than the {MAX_ELEMENTS} (2**60 - 1) XLA can hold (an "
-            "array's byte size must fit in int64 and elements take up to 8 bytes)")
+            f"{fn}: output_size {tuple(output_size)} gives a result of shape "
+            f"{_symbolic.shape_text(result)} = {math.prod(result)} elements, more than the "
+            f"{MAX_ELEMENTS} (2**60 - 1) XLA can hold (an array's byte size must fit in int64 "
+            "and elements take up to 8 bytes)")
     return result
 
 
-def positive_sizes(fn: str, name: str, value: Any, k: int = 2, *,
-                   allow_zero: bool = False) -> tuple[int, ...]:
-    """An int or k ints (a pair for k=2), each > 0 (>= 0 with allow_zero)."""
+def _dims(sizes: Sequence) -> tuple:
+    """Sizes as Python ints (numpy's overflow silently in products), symbolic ones as
+    they are."""
+    return tuple(v if _symbolic.is_symbolic(v) else int(v) for v in sizes)
+
+
+def positive_sizes(fn: str, name: str, value: Any, k: int = 2, *, allow_zero: bool = False,
+                   symbolic: bool = False) -> tuple[int, ...]:
+    """An int or k ints (a pair for k=2), each > 0 (>= 0 with allow_zero). With
+    `symbolic`, entries may be symbolic dims (jax.export), refused when provably too small
+    and otherwise checked at call time (_symbolic)."""
     sizes = (value,) * k if isinstance(value, (int, np.integer)) else value
     try:
         sizes = tuple(sizes)
     except TypeError:
         sizes = None
     if (sizes is None or len(sizes) != k
-            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                       for v in sizes)):
+            or not all((isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+                       or (symbolic and _symbolic.is_symbolic(v)) for v in sizes)):
         raise TypeError(f"{fn}: {name} must be an int or {_PLURAL[k]} of ints, got {value!r}")
     lo = 0 if allow_zero else 1
-    if any(int(v) < lo for v in sizes):
+    if any(_symbolic.decided(lambda v=v: v < lo) for v in sizes):
         bound = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{fn}: {name} must be {bound}, got {value!r}")
-    return tuple(int(v) for v in sizes)
+    return _dims(sizes)
 
 
 def output_spatial(fn: str, output_size: Any, ndim: int, channels_last: bool,
@@ -146,7 +158,7 @@ def output_spatial(fn: str, output_size: Any, ndim: int, channels_last: bool,
         raise ValueError(
             f"{fn}: output_size must have {k} entries ({names}) or {ndim} (a full shape), "
             f"got {len(size)}: {output_size!r}")
-    return positive_sizes(fn, "output_size", size, k)
+    return positive_sizes(fn, "output_size", size, k, symbolic=True)
 
 
 def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kernel_size: Any,
@@ -167,7 +179,8 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
     h = spatial_axis(len(shape), channels_last, k)
     default = tuple((shape[h + d] - 1) * strides[d] - 2 * pads[d] + kernel[d] for d in range(k))
     if output_size is None:
-        if min(default) <= 0:
+        # Open for some symbolic sizes ((h - 1) * 2 - 2 + 2 at h = 1): checked at call time.
+        if any(_symbolic.not_positive(d) for d in default):
             raise ValueError(
                 f"{fn}: kernel_size={kernel_size}, stride={stride}, padding={padding} give a "
                 f"non-positive output size {default} for input spatial size "
@@ -176,7 +189,15 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
     size = output_spatial(fn, output_size, len(shape), channels_last, k)
     for d in range(k):
         lo, hi = default[d] - strides[d], default[d] + strides[d]
-        if not lo < size[d] < hi:
+        inside = _symbolic.decided(lambda lo=lo, v=size[d], hi=hi: lo < v < hi)
+        if inside is None:
+            raise ValueError(
+                f"{fn}: output_size {_symbolic.shape_text(size)} must lie within stride of "
+                f"the default {_symbolic.shape_text(default)} for every value of the symbolic "
+                f"dims, which their bounds do not decide for dim {d} ({lo} < {size[d]} < "
+                f"{hi}); state it in the symbolic shape's constraints, or pass output_size "
+                "without kernel_size")
+        if not inside:
             raise ValueError(
                 f"{fn}: invalid output_size {tuple(size)} (dim {d} must be between {lo} and "
                 f"{hi}, exclusive, for kernel_size={kernel_size}, stride={stride}, "

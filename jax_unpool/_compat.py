@@ -43,9 +43,11 @@ def check_window(jax_version: str, jaxlib_version: str) -> None:
 
 check_window(jax.__version__, jaxlib.version.__version__)
 
-# Imported only once the window is known to be right: these modules moved between releases.
+# Private modules: imported once the window is checked, since outside it they may differ.
 from jax._src import dispatch
 from jax._src.lib import xla_client
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import ad, mlir
 
 # --------------------------------------------------------------------------------------
@@ -103,7 +105,27 @@ def zero_tangent(primal) -> ad.Zero:
 
 
 # --------------------------------------------------------------------------------------
-# Lowering (private: no public API says these)
+# Symbolic shapes (jax.export)
+# --------------------------------------------------------------------------------------
+
+# What a comparison of symbolic dims raises when their constraints leave it open:
+# jax.errors has it from jax 0.10 (jax.core's is deprecated there), jax.core before.
+InconclusiveDimensionOperation = (getattr(jax.errors, "InconclusiveDimensionOperation", None)
+                                  or jax.core.InconclusiveDimensionOperation)
+
+
+def emit_shape_assertion(ok: ir.Value, inputs: list[ir.Value], message: str) -> None:
+    """Emits jax.export's own call-time check, which shape refinement evaluates when an
+    exported function is called with concrete shapes: a side-effecting `shape_assertion`
+    custom call on the boolean `ok` and the integers that `message` formats as {0}, {1},
+    ... Private, no public API: the protocol of `jax._src.export.shape_poly`, which
+    jax.export emits for its own shape constraints."""
+    op = hlo.CustomCallOp([], [ok, *inputs], "shape_assertion", has_side_effect=True)
+    op.attributes["error_message"] = ir.StringAttr.get(message)
+
+
+# --------------------------------------------------------------------------------------
+# Lowering
 # --------------------------------------------------------------------------------------
 
 # jax 0.10's mlir.aval_to_ir_type takes the lowering's module context first.
@@ -119,15 +141,15 @@ def ir_type(ctx, aval):
 
 def require_devices_during_lowering(primitive) -> None:
     """Makes a jit lowering of `primitive` see its device assignment, without which
-    `jax.experimental.custom_partitioning` inside its lowering fails. jax's own registry
-    (`jax._src.dispatch`; its cuDNN attention registers there too); no public API."""
+    `jax.experimental.custom_partitioning` inside its lowering fails. Private, no public
+    API: jax's own registry (`jax._src.dispatch`; its cuDNN attention registers there)."""
     dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
 def lowering_for_export(ctx) -> bool:
     """Whether this lowering is for `jax.export` (a custom_partitioning callback lives in
-    the tracing process and cannot be serialized). `LoweringRuleContext.module_context`
-    is jax-internal; no public API says it."""
+    the tracing process and cannot be serialized). Private, no public API:
+    `LoweringRuleContext.module_context` is jax-internal."""
     return ctx.module_context.lowering_parameters.for_export
 
 
@@ -138,8 +160,8 @@ def lowering_for_export(ctx) -> bool:
 def platforms_with_ffi_handler(names: list[str]) -> list[str]:
     """Those of `names` under which a PJRT plugin has installed its FFI handler: a target
     registered under any other name is only queued by xla_client, and compiling then
-    fails with "no registered implementation for custom call". Reads xla_client's
-    handler registry (`jax._src.lib.xla_client`); no public query exists."""
+    fails with "no registered implementation for custom call". Private, no public API:
+    xla_client's handler registry (`jax._src.lib.xla_client`)."""
     handlers = xla_client._custom_callback_handler
     return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
 

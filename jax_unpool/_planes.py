@@ -14,19 +14,34 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from jax_unpool import _args
+from jax_unpool import _args, _symbolic
 
 __all__ = ["gather_planes", "scatter_planes"]
+
+
+def _plane(sizes) -> int:
+    """The length of a flattened plane of `sizes`. With symbolic sizes (jax.export) jax's
+    shape rules need it provably >= 0, which jax's reasoning cannot show for a product
+    with negative terms, such as (2*h - 1)*(2*w - 1) = 4*h*w - 2*w - 2*h + 1: that is
+    refused here, naming the sizes, instead of deep in a reshape."""
+    plane = math.prod(sizes)
+    if _symbolic.decided(lambda: plane >= 0) is None:
+        raise ValueError(
+            f"max_unpool: the jnp lowering (platforms without a native kernel, and "
+            f"jax_unpool.reference) flattens planes of size {_symbolic.shape_text(sizes)}, "
+            f"whose product {plane} jax cannot prove non-negative for every value of the "
+            "symbolic dims; export for platforms=('cpu',) only, or use symbolic sizes whose "
+            "product has no negative terms (output sizes such as 2*h or 2*h + 1)")
+    return plane
 
 
 def _to_planes(a: jax.Array, channels_last: bool, k: int) -> jax.Array:
     """(N, C, *spatial) / (N, *spatial, C) / unbatched, k spatial dims -> (N, C, plane)."""
     a = a if a.ndim == k + 2 else a[None]
     s = 1 if channels_last else 2
-    plane = math.prod(a.shape[s:s + k])  # explicit: -1 fails for zero-size dims
+    plane = _plane(a.shape[s:s + k])  # explicit: -1 fails for zero-size dims
     if channels_last:
         return a.reshape(a.shape[0], plane, a.shape[-1]).transpose(0, 2, 1)
     return a.reshape(a.shape[0], a.shape[1], plane)
@@ -59,9 +74,12 @@ def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
 def _scatter(x, indices, output_size, channels_last, exact_bits):
     k = len(output_size)
     xp, ip = _to_planes(x, channels_last, k), _to_planes(indices, channels_last, k)
-    plane = math.prod(output_size)
+    plane = _plane(output_size)
     length = xp.shape[-1]
-    pos_dtype = jnp.int32 if length < _args.INT32_MAX else jnp.int64
+    # Otherwise, or when a symbolic length leaves it open, int64 (int32 without x64, to
+    # which jnp would truncate it anyway).
+    fits = _symbolic.decided(lambda: length < _args.INT32_MAX)
+    pos_dtype = jnp.int32 if fits else jax.dtypes.canonicalize_dtype(jnp.int64)
     pos = lax.broadcasted_iota(pos_dtype, ip.shape, 2) + 1
     # N and C are batching dims of the scatter: each plane scatters on its own, so XLA
     # can split planes across devices without gathering (and type explicit shardings).
@@ -80,7 +98,7 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
 
 def _gather(grad_output, indices, channels_last, k, exact_bits):
     h = _args.spatial_axis(grad_output.ndim, channels_last, k)
-    plane = math.prod(grad_output.shape[h:h + k])
+    plane = _plane(grad_output.shape[h:h + k])
     gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
     out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
@@ -95,7 +113,7 @@ def _tangent(tangent, out, move):
     # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
     # scatter, linear. Integer primals have float0 tangents.
     if tangent.dtype == jax.dtypes.float0:
-        return np.zeros(out.shape, jax.dtypes.float0)
+        return _symbolic.no_tangent(out.shape)
     return move(tangent)
 
 

@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jax_unpool import _symbolic
+
 IntOrPair = int | Sequence[int]
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}  # the spatial dims of each rank, as PyTorch names them
@@ -133,6 +135,13 @@ def geometry(
             f"of shape {shape}"
         )
     in_size = tuple(shape[-k - 1:-1]) if channels_last else tuple(shape[-k:])
+    if any(map(jax.export.is_symbolic_dim, in_size)):
+        # The window geometry below is numpy, computed from the sizes at trace time.
+        raise ValueError(
+            f"{fn}: the spatial dims ({', '.join(names)}) must be known at trace time, got "
+            f"({', '.join(names)})=({', '.join(map(str, in_size))}), symbolic (jax.export); "
+            "only the batch and channel dims may be symbolic"
+        )
 
     kernel = _sizes(fn, kernel_size, "kernel_size", k)
     stride_ = kernel if stride is None else _sizes(fn, stride, "stride", k)
@@ -372,10 +381,10 @@ def _pool_jvp(g: Geometry, gather: Callable, primals: tuple, tangents: tuple) ->
     (x,), (t,) = primals, tangents
     out, idx = _pool(x, g, gather)
     if t.dtype == jax.dtypes.float0:  # integer x: nothing to differentiate
-        t_out = np.zeros(out.shape, jax.dtypes.float0)
+        t_out = _symbolic.no_tangent(out.shape)
     else:
         t_out = gather(t, idx, g)
-    return (out, idx), (t_out, np.zeros(idx.shape, jax.dtypes.float0))
+    return (out, idx), (t_out, _symbolic.no_tangent(idx.shape))
 
 
 def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,

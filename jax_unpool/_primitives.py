@@ -26,9 +26,10 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _compat, _ffi, _planes, _sharding
+from jax_unpool import _args, _compat, _ffi, _planes, _sharding, _symbolic
 
 RANKS = (1, 2, 3)
 
@@ -53,6 +54,24 @@ def _fold_batch(args, dims, k):
         return folded, lambda out: (out.reshape(n, size, *out.shape[1:]), 1)
     folded = [a.reshape(size * n, *a.shape[2:]) for a in moved]
     return folded, lambda out: (out.reshape(size, n, *out.shape[1:]), 0)
+
+
+def _guarded(call_guards, rule):
+    """`rule` after `call_guards`: the abstract evaluation's size checks that symbolic
+    shapes left open, asserted when an exported function is called (see _symbolic). Every
+    platform's lowering of a primitive is guarded so."""
+    def lowering(ctx, *operands, **params):
+        call_guards(ctx, **params)
+        return rule(ctx, *operands, **params)
+    return lowering
+
+
+def _plane_guard(ctx, fn: str, plane) -> None:
+    if ctx.avals_in[1].dtype == np.int32:
+        _symbolic.assert_at_most(
+            ctx, plane, _args.INT32_MAX,
+            f"{fn}: int32 indices cannot address an output plane of more than "
+            f"{_args.INT32_MAX} positions (use int64 indices)")
 
 
 def _tangent_or_zero(tangent, out, bind):
@@ -89,7 +108,7 @@ def _forward_abstract_eval(x, indices, *, output_size, channels_last):
     k = _forward_rank(output_size)
     fn = f"max_unpool{k}d"
     _args.check_unpool_operands(fn, x, indices, k)
-    _args.positive_sizes(fn, "output_size", output_size, k)
+    _args.positive_sizes(fn, "output_size", output_size, k, symbolic=True)
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
     shape = _args.unpool_result_shape(fn, x.shape, output_size, channels_last, k)
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
@@ -126,8 +145,23 @@ def _forward_reference(x, indices, *, output_size, channels_last):
     return _planes.scatter_planes(x, indices, output_size, channels_last)
 
 
-_forward_cpu_lowering = _sharding.ffi_call_lowering(
-    _ffi.MAX_UNPOOL_TARGET, with_spatial_rank=True, split_channels_last=True)
+def _forward_call_guards(ctx, *, output_size, channels_last):
+    fn = f"max_unpool{len(output_size)}d"
+    _symbolic.assert_positive(ctx, output_size, f"{fn}: output_size must be positive")
+    _symbolic.assert_at_most(
+        ctx, ctx.avals_out[0].shape, _args.MAX_ELEMENTS,
+        f"{fn}: the result must have at most {_args.MAX_ELEMENTS} (2**60 - 1) elements, what "
+        "XLA can hold")
+    _plane_guard(ctx, fn, output_size)
+
+
+def forward_lowering(rule):
+    """`rule` as a lowering of max_unpool{k}d_p: with its call-time size guards."""
+    return _guarded(_forward_call_guards, rule)
+
+
+_forward_cpu_lowering = forward_lowering(_sharding.ffi_call_lowering(
+    _ffi.MAX_UNPOOL_TARGET, with_spatial_rank=True, split_channels_last=True))
 
 
 for _p in max_unpool_p.values():
@@ -136,7 +170,8 @@ for _p in max_unpool_p.values():
     ad.primitive_jvps[_p] = _forward_jvp
     ad.primitive_transposes[_p] = _forward_transpose
     batching.primitive_batchers[_p] = _forward_batch
-    mlir.register_lowering(_p, mlir.lower_fun(_forward_reference, multiple_results=False))
+    mlir.register_lowering(_p, forward_lowering(
+        mlir.lower_fun(_forward_reference, multiple_results=False)))
     mlir.register_lowering(_p, _forward_cpu_lowering, platform="cpu")
 
 
@@ -195,8 +230,19 @@ def _backward_reference(grad_output, indices, *, channels_last, spatial_rank=2):
     return _planes.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
 
-_backward_cpu_lowering = _sharding.ffi_call_lowering(
-    _ffi.MAX_UNPOOL_BACKWARD_TARGET, with_spatial_rank=True, split_channels_last=True)
+def _backward_call_guards(ctx, *, channels_last, spatial_rank=2):
+    s = _args.spatial_axis(ctx.avals_in[0].ndim, channels_last, spatial_rank)
+    _plane_guard(ctx, f"max_unpool{spatial_rank}d_backward",
+                 ctx.avals_in[0].shape[s:s + spatial_rank])
+
+
+def backward_lowering(rule):
+    """`rule` as a lowering of max_unpool{k}d_backward_p: with its call-time size guard."""
+    return _guarded(_backward_call_guards, rule)
+
+
+_backward_cpu_lowering = backward_lowering(_sharding.ffi_call_lowering(
+    _ffi.MAX_UNPOOL_BACKWARD_TARGET, with_spatial_rank=True, split_channels_last=True))
 
 
 for _p in max_unpool_backward_p.values():
@@ -205,6 +251,6 @@ for _p in max_unpool_backward_p.values():
     ad.primitive_jvps[_p] = _backward_jvp
     ad.primitive_transposes[_p] = _backward_transpose
     batching.primitive_batchers[_p] = _backward_batch
-    mlir.register_lowering(_p, mlir.lower_fun(_backward_reference,
-                                              multiple_results=False))
+    mlir.register_lowering(_p, backward_lowering(
+        mlir.lower_fun(_backward_reference, multiple_results=False)))
     mlir.register_lowering(_p, _backward_cpu_lowering, platform="cpu")

@@ -3,7 +3,8 @@ aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D o
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
 handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
-aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`).
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`). Its
+functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
@@ -181,14 +182,18 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
     def plane_aval(aval):
         return core.ShapedArray(_plane_shape(aval.shape, channels_last, k), aval.dtype)
 
-    def reshape(value, aval):
-        return hlo.reshape(_compat.ir_type(ctx, aval), value)
+    def reshape(value, aval, new_aval):  # lax's: a symbolic N (jax.export) needs it
+        rule = mlir.lower_fun(lambda v: jax.lax.reshape(v, new_aval.shape),
+                              multiple_results=False)
+        (out,) = rule(ctx.replace(avals_in=[aval], avals_out=[new_aval]), value)
+        return out
 
     avals_in = [plane_aval(a) for a in ctx.avals_in]
     plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])
-    (out,) = lowering_2d(plane_ctx, reshape(values, avals_in[0]),
-                         reshape(indices, avals_in[1]), channels_last=channels_last)
-    return [reshape(out, ctx.avals_out[0])]
+    (out,) = lowering_2d(plane_ctx, reshape(values, ctx.avals_in[0], avals_in[0]),
+                         reshape(indices, ctx.avals_in[1], avals_in[1]),
+                         channels_last=channels_last)
+    return [reshape(out, plane_ctx.avals_out[0], ctx.avals_out[0])]
 
 
 def _forward(ctx, x, indices, output_size, channels_last):
@@ -214,8 +219,20 @@ def _on_2d_ops(k: int, channels_last: bool, op_3d: str) -> bool:
     return k == 1 or (k == 3 and (channels_last or op_3d not in _jax_unpool.cann_ops()))
 
 
+def _symbolic_planes(ctx, channels_last: bool, k: int) -> bool:
+    """Whether a spatial dim is symbolic (jax.export): the handlers would take it (they read
+    sizes from the buffers), but clamping the indices into the plane needs its size here.
+    Symbolic N and C are fine."""
+    s = _args.spatial_axis(ctx.avals_out[0].ndim, channels_last, k)
+    return any(jax.export.is_symbolic_dim(d)
+               for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape[s:s + k])
+
+
 def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
     k = len(output_size)
+    if _symbolic_planes(ctx, channels_last, k):
+        return _forward_reference(ctx, x, indices, output_size=output_size,
+                                  channels_last=channels_last)
     on_2d = _on_2d_ops(k, channels_last, "max_unpool3d")
     if (on_2d or k == 2) and "max_unpool2d" not in _jax_unpool.cann_ops():
         # An op library without the forward op (the backwards are required; see register).
@@ -250,6 +267,9 @@ def _backward(ctx, grad_output, indices, channels_last, k):
 def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
                                           spatial_rank=2):
     k = spatial_rank
+    if _symbolic_planes(ctx, channels_last, k):
+        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
+                                   spatial_rank=k)
     if _on_2d_ops(k, channels_last, "max_unpool3d_backward"):
         return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
                           ctx, grad_output, indices, channels_last, k)
@@ -315,7 +335,8 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         **{n: np.asarray(window[n], np.int64)
            for n in ("kernel_size", "stride", "padding", "dilation")})
     if i_call.dtype != i_aval.dtype:
-        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)), indices)
+        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)),
+                              indices)
     if k == 1:
         values = hlo.reshape(_compat.ir_type(ctx, v_aval), values)
         indices = hlo.reshape(_compat.ir_type(ctx, i_aval), indices)
@@ -466,8 +487,10 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
-        _register_lowerings(platform, _max_unpool2d_aclnn_lowering,
-                            _max_unpool2d_backward_aclnn_lowering)
+        _register_lowerings(platform,
+                            _primitives.forward_lowering(_max_unpool2d_aclnn_lowering),
+                            _primitives.backward_lowering(
+                                _max_unpool2d_backward_aclnn_lowering))
         _aclnn_pools = bool(aclnn_pools)
         if host:
             _cpu_emulation = True

@@ -28,7 +28,7 @@ from boundary_calls import TARGETS, bits, spatial_sizes
 import jax_unpool  # noqa: F401 -- registers the targets
 
 jax.config.update("jax_enable_x64", True)
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 OP = {"forward": "max_unpool{}d", "backward": "max_unpool{}d_backward"}
 
 

@@ -22,7 +22,7 @@ from out_of_range import POSITIONS_NOTE
 
 F, B, F3, B3 = "forward", "backward", "forward3d", "backward3d"
 F32, F64, I32, I64 = "float32", "float64", "int32", "int64"
-RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see docs/semantics.md: jax-ml/jax#34083
 OP = {F: "max_unpool{}d", B: "max_unpool{}d_backward",  # per spatial rank
       F3: "max_unpool3d", B3: "max_unpool3d_backward"}
 

@@ -12,7 +12,7 @@ from jax_unpool._compat import enable_x64
 
 X = jnp.ones((1, 2, 2, 2), jnp.float32)
 IDX = jnp.zeros((1, 2, 2, 2), jnp.int32)
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 
 
 def unpool(**kw):

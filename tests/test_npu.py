@@ -28,7 +28,7 @@ from jax_unpool import _compat
 from jax_unpool._compat import enable_x64
 
 npu = ju.npu
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 
 FWD_GWS, FWD_RUN = "aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"

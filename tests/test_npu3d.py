@@ -18,7 +18,7 @@ import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
 npu = ju.npu
-RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
 
 FWD_GWS, FWD_RUN = "aclnnMaxUnpool3dGetWorkspaceSize", "aclnnMaxUnpool3d"
 BWD_GWS, BWD_RUN = "aclnnMaxUnpool3dBackwardGetWorkspaceSize", "aclnnMaxUnpool3dBackward"

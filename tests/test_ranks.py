@@ -252,8 +252,8 @@ def test_one_primitive_of_the_data_rank_in_the_jaxpr():
     jaxpr = jax.make_jaxpr(jax.grad(lambda x, i: ju.max_unpool3d(x, i, 2).sum()))(x, idx)
     eqns = [str(e) for e in jaxpr.eqns]
     assert not any("reshape" in e for e in eqns), eqns
-    fwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool2d_p]
-    bwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool2d_backward_p]
+    fwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool3d_p]
+    bwd = [e for e in jaxpr.eqns if e.primitive is ju.max_unpool3d_backward_p]
     assert [e.params["output_size"] for e in fwd] == [(4, 4, 4)]
     assert [e.params["spatial_rank"] for e in bwd] == [3]
     assert fwd[0].outvars[0].aval.shape == (2, 3, 4, 4, 4)

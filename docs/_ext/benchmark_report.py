@@ -1,0 +1,252 @@
+"""Sphinx directives that render a benchmark run (the JSON of `python -m jax_unpool bench
+--json PATH`) at build time, so the performance page shows what was measured, never a
+pasted copy:
+
+    ```{benchmark-machine} ../benchmarks/results-epyc-2core.json
+    ```
+    ```{benchmark-table} ../benchmarks/results-epyc-2core.json
+    :section: unpool
+    ```
+    ```{benchmark-plot} ../benchmarks/results-epyc-2core.json
+    ```
+    ```{benchmark-targets} ../benchmarks/results-epyc-2core.json
+    ```
+
+Paths are relative to the page, as literalinclude's. The plot is an inline SVG drawn with
+matplotlib. A missing field shows as "-"; a section the run did not measure says so.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from docutils import nodes
+from docutils.parsers.rst import directives
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+
+def _shape(values: list[int] | None) -> str:
+    return "x".join(map(str, values)) if values else "-"
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if abs(value) < 0.1 and value != 0:  # tiny shapes: to 0.1 us
+        return f"{value:.4f}"
+    return f"{value:.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+# Per section: its caption and its columns (heading, how to render a row).
+COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
+    "unpool": (
+        ("max_unpool, channels first: milliseconds per call; xla/ours and torch/ours are "
+         "speedups (above 1: ours is faster); GB/s of the op's least traffic"),
+        [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
+         ("shape", lambda r: _shape(r.get("shape"))),
+         ("index", lambda r: r.get("index_dtype", "-")),
+         ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
+         ("XLA ms", lambda r: _number(r.get("xla_ms"))),
+         ("torch ms", lambda r: _number(r.get("torch_ms"))),
+         ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
+         ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
+         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
+         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction")))],
+    ),
+    "layout": (
+        ("jax_unpool in NHWC against NCHW: milliseconds per call (NHWC/NCHW above 1: "
+         "channels-last is slower)"),
+        [("op", lambda r: r["op"]), ("shape", lambda r: _shape(r.get("shape"))),
+         ("index", lambda r: r.get("index_dtype", "-")),
+         ("NCHW ms", lambda r: _number(r.get("nchw_ms"))),
+         ("NHWC ms", lambda r: _number(r.get("nhwc_ms"))),
+         ("NHWC/NCHW", lambda r: _ratio(r.get("nhwc_vs_nchw")))],
+    ),
+    "pool": (
+        ("max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
+         "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference"),
+        [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
+         ("shape", lambda r: _shape(r.get("shape"))),
+         ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
+         ("XLA ms", lambda r: _number(r.get("xla_ms"))),
+         ("torch ms", lambda r: _number(r.get("torch_ms"))),
+         ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
+         ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
+         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1))],
+    ),
+    "step": (
+        ("SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "
+         "and gradient, timed alone at the model's shapes"),
+        [("layout", lambda r: r.get("layout", "-")),
+         ("batch x image x width",
+          lambda r: _shape([r.get("batch"), r.get("image"), r.get("width")])),
+         ("impl", lambda r: r.get("impl", "-")),
+         ("step ms", lambda r: _number(r.get("step_ms"))),
+         ("pooling ms", lambda r: _number(r.get("pooling_ms"))),
+         ("share", lambda r: _ratio(r.get("pooling_share")))],
+    ),
+}
+
+
+def _table(heading: list[str], body: list[list[str]], caption: str | None = None) -> nodes.table:
+    table = nodes.table(classes=["benchmark-table"])
+    if caption:
+        table += nodes.title(text=caption)
+    group = nodes.tgroup(cols=len(heading))
+    table += group
+    group.extend(nodes.colspec(colwidth=1) for _ in heading)
+
+    def row(cells: list[str]) -> nodes.row:
+        out = nodes.row()
+        for cell in cells:
+            entry = nodes.entry()
+            entry += nodes.paragraph(text=cell)
+            out += entry
+        return out
+
+    group += nodes.thead("", row(heading))
+    group += nodes.tbody("", *(row(cells) for cells in body))
+    return table
+
+
+class _BenchmarkDirective(SphinxDirective):
+    required_arguments = 1
+    has_content = False
+
+    def result(self) -> dict[str, Any]:
+        rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        self.env.note_dependency(rel)
+        try:
+            return json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            raise self.error(f"{self.name}: cannot read benchmark results {path}: {error}")
+
+
+class BenchmarkMachine(_BenchmarkDirective):
+    """One paragraph: where and with what the run was measured."""
+
+    def run(self) -> list[nodes.Node]:
+        result = self.result()
+        m, s = result.get("machine", {}), result.get("settings", {})
+        load = ", ".join(f"{v:.2f}" for v in m.get("load_average_before", []))
+        text = (f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores; Python {m.get('python')}, "
+                f"jax {m.get('jax')}, jaxlib {m.get('jaxlib')}, numpy {m.get('numpy')}, "
+                f"torch {m.get('torch')}; median of {s.get('reps', '?')} samples after "
+                f"{s.get('warmup', '?')} warm-up calls; load average before the run {load}.")
+        bandwidth = result.get("bandwidth") or {}
+        paragraphs = [nodes.paragraph(text=text)]
+        if bandwidth:
+            paragraphs.append(nodes.paragraph(text=(
+                "Memory bandwidth measured by numpy in the same run (GB/s, copies count "
+                "bytes read and written): " + ", ".join(
+                    f"{k.replace('_', ' ')} {v:.1f}" for k, v in bandwidth.items()) + ".")))
+        return paragraphs
+
+
+class BenchmarkTable(_BenchmarkDirective):
+    """The rows of one section (unpool, layout, pool, step) as a table."""
+
+    option_spec: ClassVar[dict[str, Any]] = {"section": directives.unchanged_required}
+
+    def run(self) -> list[nodes.Node]:
+        section = self.options.get("section", "unpool")
+        if section not in COLUMNS:
+            raise self.error(f"benchmark-table: unknown section {section!r}; "
+                             f"one of {sorted(COLUMNS)}")
+        rows = [r for r in self.result().get("rows", []) if r.get("section") == section]
+        if not rows:
+            return [nodes.paragraph(text=f"(This run did not measure the {section} section.)")]
+        caption, columns = COLUMNS[section]
+        body = [[render(r) for _, render in columns] for r in rows]
+        return [_table([name for name, _ in columns], body, caption)]
+
+
+class BenchmarkTargets(_BenchmarkDirective):
+    """The run's targets (medians over the large shapes) and whether each held."""
+
+    def run(self) -> list[nodes.Node]:
+        targets = self.result().get("targets", {})
+        verdict = {True: "holds", False: "missed", None: "not measured"}
+        body = [[name, _number(t.get("value"), 3) if t.get("value") is not None else "-",
+                 t.get("target", "-"), verdict[t.get("holds")]]
+                for name, t in targets.items()]
+        return [_table(["target", "measured", "goal", "verdict"], body,
+                       "Targets: float32 values, int32 indices; medians over the large "
+                       "2-D shapes")]
+
+
+def speedup_figure(result: dict[str, Any]):
+    """The speedups of jax_unpool over XLA and over PyTorch per shape (float32 values, int32
+    indices), one panel per measured op; None when the run has no such rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.get("rows", [])
+            if r.get("section") in ("unpool", "pool") and r.get("index_dtype") == "int32"
+            and r.get("dtype") == "float32"]
+    panels = [(s, op) for s, op in (("unpool", "forward"), ("unpool", "backward"),
+                                    ("pool", "forward"), ("pool", "forward+grad"))
+              if any(r["section"] == s and r["op"] == op for r in rows)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, (section, op) in zip(axes[0], panels):
+        mine = [r for r in rows if r["section"] == section and r["op"] == op]
+        at = range(len(mine))
+        for offset, key, label in ((-0.2, "speedup_vs_xla", "over XLA"),
+                                   (0.2, "speedup_vs_torch", "over PyTorch")):
+            ax.bar([i + offset for i in at], [r.get(key) or math.nan for r in mine],
+                   width=0.4, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(list(at), [_shape(r.get("shape")) for r in mine], rotation=60,
+                      ha="right")
+        ax.set_title(f"{'max_unpool' if section == 'unpool' else 'max_pool'} {op}")
+    axes[0][0].set_ylabel("speedup of jax_unpool (log scale)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    return fig
+
+
+class BenchmarkPlot(_BenchmarkDirective):
+    """Speedups of jax_unpool over XLA and over PyTorch per shape, as an inline SVG."""
+
+    def run(self) -> list[nodes.Node]:
+        import matplotlib
+        import matplotlib.pyplot as plt
+
+        with matplotlib.rc_context({"svg.hashsalt": "jax-unpool", "font.size": 8}):
+            fig = speedup_figure(self.result())
+            if fig is None:
+                return [nodes.paragraph(text="(This run measured no unpool or pool rows.)")]
+            svg = io.StringIO()
+            fig.savefig(svg, format="svg", metadata={"Date": None})
+            plt.close(fig)
+        text = svg.getvalue()
+        text = text[text.index("<svg"):]  # drop the XML prologue: the SVG sits in the page
+        # Scale with the column (the viewBox keeps the aspect) instead of a fixed size in pt.
+        text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"',
+                      text, count=1)
+        return [nodes.raw("", f'<div class="benchmark-plot">{text}</div>', format="html")]
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("benchmark-machine", BenchmarkMachine)
+    app.add_directive("benchmark-table", BenchmarkTable)
+    app.add_directive("benchmark-targets", BenchmarkTargets)
+    app.add_directive("benchmark-plot", BenchmarkPlot)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

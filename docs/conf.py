@@ -1,0 +1,48 @@
+"""Sphinx configuration of the jax-unpool documentation (MyST Markdown pages, autodoc).
+
+Build: pip install '.[docs]' && python -m sphinx -W --keep-going -b html docs docs/_build/html
+Every warning is an error; tests/test_docs.py runs this build into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE / "_ext"), str(ROOT)]  # the extension below; the source tree
+
+import jax_unpool  # after the path: the package documented is the source tree
+
+project = "jax-unpool"
+author = "the jax-unpool authors"
+copyright = "the jax-unpool authors"
+release = version = jax_unpool.__version__
+
+extensions = [
+    "myst_parser",  # Markdown pages (MyST), as jax, flax and optax have them
+    "sphinx.ext.autodoc",  # the API reference from the docstrings
+    "sphinx.ext.napoleon",  # their Google style (Args:, Returns:, Raises:)
+    "benchmark_report",  # docs/_ext: performance tables and plot from benchmarks/*.json
+    "module_map",  # docs/_ext: the package's modules in import order, read from the sources
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3  # [text](page.md#a-section) links to a section of a page
+
+autodoc_default_options = {"members": True, "member-order": "bysource"}
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True  # data_format="NCHW", not the evaluated default
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "sphinx_book_theme"
+html_title = "jax-unpool"
+html_theme_options = {"show_toc_level": 2, "use_download_button": False}
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+pygments_style = "default"
