@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _ffi, _planes, _sharding, _symbolic
+from jax_unpool import _args, _compat, _ffi, _planes, _sharding, _symbolic
 
 RANKS = (1, 2, 3)
 
@@ -76,7 +76,7 @@ def _plane_guard(ctx, fn: str, plane) -> None:
 
 def _tangent_or_zero(tangent, out, bind):
     if type(tangent) is ad.Zero:
-        return ad.Zero.from_primal_value(out)
+        return _compat.zero_tangent(out)
     return bind(tangent)
 
 

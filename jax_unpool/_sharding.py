@@ -27,14 +27,14 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
-from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend import core
+from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import sdy
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_unpool import _args
+from jax_unpool import _args, _compat
 
 
 def plane_dims(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
@@ -62,9 +62,7 @@ class Primitive(core.Primitive):
     def __init__(self, name: str, check_params: Callable[..., object]):
         super().__init__(name)
         self._check_params = check_params
-        # jax's own registry (private; its cuDNN attention does the same): without it a
-        # jit lowering gets no device assignment and custom_partitioning fails.
-        dispatch.prim_requires_devices_during_lowering.add(self)
+        _compat.require_devices_during_lowering(self)
 
     def bind(self, *args, **params):
         self._check_params(**params)
@@ -72,9 +70,9 @@ class Primitive(core.Primitive):
 
 
 def _vary_to_union(args):
-    varying = [jax.typeof(a).mat.varying for a in args]
+    varying = [_compat.varying_axes(jax.typeof(a)) for a in args]
     union = frozenset().union(*varying)
-    return [a if v == union else jax.lax.pcast(a, tuple(union - v), to="varying")
+    return [a if v == union else _compat.cast_to_varying(a, tuple(union - v))
             for a, v in zip(args, varying)]
 
 
@@ -117,10 +115,10 @@ def result_type(fn: str, operand, others, shape, dtype, channels_last: bool, k: 
         entry = operand.sharding.spec[d] if d < len(operand.sharding.spec) else None
         if entry is not None and shape[d] % _axes_size(mesh, entry) == 0:
             spec[d] = entry
-    varying = frozenset().union(*(a.mat.varying for a in avals))
+    varying = frozenset().union(*(_compat.varying_axes(a) for a in avals))
     return operand.update(shape=shape, dtype=dtype, weak_type=False,
                           sharding=NamedSharding(mesh, PartitionSpec(*spec)),
-                          manual_axis_type=operand.mat.update(varying=varying))
+                          **_compat.with_varying(operand, varying))
 
 
 # --------------------------------------------------------------------------------------
@@ -155,7 +153,7 @@ def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     if num_batch_dims == 0 or not all(isinstance(d, int) for a in avals for d in a.shape):
         return None
     attributes = {"mhlo.frontend_attributes":
-                  mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
+                  ir.DictAttr.get({"num_batch_dims": ir.StringAttr.get(str(num_batch_dims))})}
     if jax.config.jax_use_shardy_partitioner:
         attributes["sdy.sharding_rule"] = _sharding_rule(ctx.avals_in, ctx.avals_out,
                                                          num_batch_dims)
@@ -222,7 +220,7 @@ def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,
     def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2):
         k = len(output_size) if output_size is not None else spatial_rank
         if (channels_last and split_channels_last
-                and not ctx.module_context.lowering_parameters.for_export):
+                and not _compat.lowering_for_export(ctx)):
             kernel = partial(_per_shard_kernel, target, k, output_size)
             return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
         attributes = {"channels_last": bool(channels_last)}

@@ -64,11 +64,10 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 from jax import core
-from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
-from jax._src.lib.mlir.dialects import hlo
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _ffi, _jax_unpool, _planes, _primitives, _sharding
+from jax_unpool import _args, _compat, _ffi, _jax_unpool, _planes, _primitives, _sharding
 
 __all__ = [
     "MAX_POOL2D_TARGET",
@@ -181,7 +180,7 @@ def _indices_into_plane(ctx, indices, plane: int, dtype):
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
     if aval.dtype != new_aval.dtype:
-        value = hlo.convert(mlir.aval_to_ir_type(ctx.module_context, new_aval), value)
+        value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
     value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
                       mlir.ir_constant(np.array(plane - 1, dtype)))
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
@@ -341,7 +340,7 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         window = {**window, "kernel_size": (1, *window["kernel_size"]),
                   "stride": (1, *window["stride"]), "padding": (0, *window["padding"]),
                   "dilation": (1, *window["dilation"])}
-        x = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, x_call), x)
+        x = hlo.reshape(_compat.ir_type(ctx, x_call), x)
     else:
         x_call, v_call, i_call = x_aval, v_aval, i_aval
     if op_k == 3:
@@ -355,11 +354,11 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         **{n: np.asarray(window[n], np.int64)
            for n in ("kernel_size", "stride", "padding", "dilation")})
     if i_call.dtype != i_aval.dtype:
-        indices = hlo.convert(mlir.aval_to_ir_type(ctx.module_context,
-                                                   i_call.update(dtype=i_aval.dtype)), indices)
+        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)),
+                              indices)
     if k == 1:
-        values = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, v_aval), values)
-        indices = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, i_aval), indices)
+        values = hlo.reshape(_compat.ir_type(ctx, v_aval), values)
+        indices = hlo.reshape(_compat.ir_type(ctx, i_aval), indices)
     return [values, indices]
 
 
@@ -415,14 +414,6 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     if ffi_platform is not None:
         return [ffi_platform]
     return list(dict.fromkeys([platform, platform.upper()]))
-
-
-def _with_handler(names: list[str]) -> list[str]:
-    """The names under which a plugin has installed its FFI handler. A registration under
-    any other name is only queued by xla_client, and compiling then fails with "no
-    registered implementation for custom call ..."."""
-    handlers = xla_client._custom_callback_handler
-    return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
 
 
 def _register_lowerings(platform: str, forward, backward) -> None:
@@ -492,7 +483,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     with _lock:
         _require_devices(platform)
         names = _ffi_platforms(platform, ffi_platform)
-        targets = _with_handler(names)
+        targets = _compat.platforms_with_ffi_handler(names)
         if not targets:
             raise RuntimeError(
                 f"jax_unpool.npu.register: the PJRT plugin of platform {platform!r} has "

@@ -10,6 +10,7 @@ import pytest
 from out_of_range import POSITIONS_NOTE
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 X = jnp.ones((1, 2, 2, 2), jnp.float32)
 IDX = jnp.zeros((1, 2, 2, 2), jnp.int32)
@@ -221,7 +222,7 @@ def test_backward_out_of_range_index_fails_the_call():
     g = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, (3, 3)))
     message = (r"OUT_OF_RANGE: max_unpool2d_backward: index 12 at \(n=0, c=1, i=1\) of indices "
                r"is out of range: valid indices are \[0, 9\)")
-    with jax.enable_x64(True), pytest.raises(jax.errors.JaxRuntimeError, match=message):
+    with enable_x64(True), pytest.raises(jax.errors.JaxRuntimeError, match=message):
         g(jnp.ones((2, 3, 3, 3), jnp.float32),
           jnp.asarray(idx)).block_until_ready()
 

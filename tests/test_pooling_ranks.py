@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from jax.test_util import check_grads
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 POOL = {1: ju.max_pool1d_with_indices, 3: ju.max_pool3d_with_indices}
 TORCH = {1: F.max_pool1d, 3: F.max_pool3d}
@@ -70,7 +71,7 @@ def test_matches_torch_float32(k, case):
 def test_matches_torch_float64_with_int64_indices(k, case):
     shape, *args = case
     x = normal(shape, np.float64)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         out, idx = POOL[k](x, *args, index_dtype=jnp.int64)
         assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
         t_out, t_idx = torch_pool(k, x, *args)
@@ -125,7 +126,7 @@ def test_gradient_matches_torch(k, args):
     t_out, _ = TORCH[k](xt, *args, return_indices=True)
     ct = normal(tuple(t_out.shape), np.float64, seed=5)
     (t_out * torch.from_numpy(ct)).sum().backward()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         _, vjp = jax.vjp(lambda x: POOL[k](x, *args)[0], x)
         np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), rtol=1e-12)
 
@@ -134,7 +135,7 @@ def test_gradient_matches_torch(k, args):
 def test_gradients_to_order_two(k):
     shape = (2, 2, 9) if k == 1 else (1, 2, 4, 4, 4)
     x = normal(shape, np.float64, seed=3)  # distinct values: the argmax is stable
-    with jax.enable_x64(True):
+    with enable_x64(True):
         check_grads(lambda x: POOL[k](x, 3, 2, 1)[0], (jnp.asarray(x),), order=2,
                     modes=("fwd", "rev"))
 
@@ -226,7 +227,7 @@ def test_gradient_grid_matches_torch(k, kern, s, p, d, ceil, last, index_dtype):
     ct = normal(tuple(t_out.shape), seed=1)
     expected = _torch_grad(k, x, ct, args)
     move = (lambda a: np.moveaxis(a, 1, -1)) if last else (lambda a: a)
-    with jax.enable_x64(index_dtype == "int64"):
+    with enable_x64(index_dtype == "int64"):
         _, vjp = jax.vjp(lambda v: POOL_ALL[k](v, *args, data_format=FORMATS[k][last],
                                                index_dtype=index_dtype)[0], move(x))
         grad = vjp(move(ct))[0]
@@ -339,7 +340,7 @@ def test_torch_backward_adds_an_index_past_the_plane_into_the_next_plane():
 def test_disjoint_windows_gradients_to_order_two(case):
     k, shape, *args = case
     x = normal(shape, np.float64, seed=4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         check_grads(lambda v: POOL_ALL[k](v, *args)[0] ** 2, (jnp.asarray(x),), order=2,
                     modes=("fwd", "rev"))
 

@@ -55,6 +55,7 @@ import numpy as np
 
 import jax_unpool as ju
 from jax_unpool import _args
+from jax_unpool._compat import enable_x64
 from jax_unpool.cli import bench_step, options
 
 LARGE_SHAPES = ((8, 64, 112, 112), (32, 64, 56, 56), (16, 256, 28, 28), (64, 128, 14, 14))
@@ -594,7 +595,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict] = []
     for shape in shapes:
         for index_dtype in args.index_dtypes:
-            with jax.enable_x64(index_dtype == "int64"):  # int64 indices need x64
+            with enable_x64(index_dtype == "int64"):  # int64 indices need x64
                 for dtype in dtypes:
                     if "unpool" in args.sections:
                         rows += _unpool_rows(shape, dtype, index_dtype, torch, reps, warmup,
