@@ -1,5 +1,8 @@
 """jax-unpool: max-unpooling as first-class JAX primitives with native XLA FFI kernels."""
 
+# First: a jax outside the supported window is an ImportError before any FFI handler is
+# registered.
+from jax_unpool import _compat  # noqa: F401, I001
 from jax_unpool import npu, reference
 from jax_unpool._api import (
     max_unpool1d,

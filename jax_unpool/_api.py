@@ -40,7 +40,8 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       kernel_size, stride, padding: ints or pairs; ``stride`` defaults to ``kernel_size``.
         Without ``output_size``: ``H_out = (H - 1) * stride - 2 * padding + kernel_size``.
       output_size: ``(H_out, W_out)`` or a full shape; with ``kernel_size`` it must lie
-        strictly within ``stride`` of the default size (PyTorch's rule).
+        strictly within ``stride`` of the default size (PyTorch's rule). A size may be 0
+        (as in PyTorch): the result is empty.
       data_format: ``"NCHW"`` (default), ``"NHWC"``, or ``"CHW"`` / ``"HWC"`` for rank 3.
 
     Returns:

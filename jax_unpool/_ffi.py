@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import jax.export
 
 try:
     from jax_unpool import _jax_unpool

@@ -6,12 +6,24 @@ from typing import Any
 
 import numpy as np
 
-from jax_unpool._args import SPATIAL
+from jax_unpool._args import SPATIAL, layouts, received
 
 
 def channels_last_format(k: int) -> str:
     """The batched channels-last format of spatial rank k (NWC, NHWC, NDHWC): Flax's layout."""
     return f"N{SPATIAL[k]}C"
+
+
+def layer_data_format(layer: str, data_format: Any, k: int) -> str:
+    """A layer's format, checked when the layer is built rather than at its first call:
+    one of rank k's formats, or None for the channels-last default ("" or 0 is not None)."""
+    if data_format is None:
+        return channels_last_format(k)
+    formats = layouts(k)
+    if not isinstance(data_format, str) or data_format not in formats:
+        raise ValueError(f"{layer}: data_format must be one of {sorted(formats)} or None, got "
+                         f"{received(data_format)}")
+    return data_format
 
 
 def channels_first_example(k: int) -> str:

@@ -139,6 +139,19 @@ def _paired(tangent, out_shape, move, transpose):
     return out[n:].reshape(out_shape)
 
 
+def _exact(values, out_shape, move, transpose):
+    """move(values), moving bits exactly, as a linear map whose transpose is `transpose`.
+
+    `jax.linear_transpose` traces the primal (a custom_jvp rule is for differentiation
+    only), and bit moves (bitcast_convert_type) have no transpose rule: the primal is
+    therefore the paired map below, which XLA compiles to the move alone (a slice of a
+    concatenation is the concatenated operand). Bools have no linear transpose at all.
+    """
+    if values.dtype == jnp.bool_:
+        return move(values)
+    return _paired(values, out_shape, move, transpose)
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
                    channels_last: bool = False) -> jax.Array:
@@ -147,9 +160,15 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...
 
     Duplicates resolve deterministically to the largest input position: scatter-max
     each element's (position + 1), then gather the winners (0 marks an empty slot).
-    Values move as same-width unsigned ints, bit-exactly.
+    Values move as same-width unsigned ints, bit-exactly. `jax.linear_transpose` gives
+    gather_planes, as for the primitive (see _exact).
     """
-    return _scatter(x, indices, output_size, channels_last, exact_bits=True)
+    k = len(output_size)
+    h = _args.spatial_axis(x.ndim, channels_last, k)
+    _plane(output_size)  # before _exact's flattening, for its message
+    return _exact(x, (*x.shape[:h], *output_size, *x.shape[h + k:]),
+                  lambda v: _scatter(v, indices, output_size, channels_last, True),
+                  lambda ct: _gather(ct, indices, channels_last, k, True))
 
 
 @scatter_planes.defjvp
@@ -165,8 +184,15 @@ def _scatter_planes_jvp(output_size, channels_last, primals, tangents):
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: bool = False,
                   spatial_rank: int = 2) -> jax.Array:
-    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]]."""
-    return _gather(grad_output, indices, channels_last, spatial_rank, exact_bits=True)
+    """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]].
+    `jax.linear_transpose` gives scatter_planes, as for the primitive (see _exact)."""
+    k = spatial_rank
+    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    output_size = tuple(grad_output.shape[h:h + k])
+    _plane(output_size)  # before _exact's flattening, for its message
+    return _exact(grad_output, indices.shape,
+                  lambda v: _gather(v, indices, channels_last, k, True),
+                  lambda ct: _scatter(ct, indices, output_size, channels_last, True))
 
 
 @gather_planes.defjvp

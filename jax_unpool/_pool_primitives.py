@@ -25,14 +25,42 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _ffi, _pool_xla, _sharding
+from jax_unpool import _args, _compat, _ffi, _pool_xla, _sharding
 from jax_unpool._primitives import _fold_batch, max_unpool_backward_p
 
 RANKS = (1, 2, 3)
 
 __all__ = [f"max_pool{k}d_with_indices_p" for k in RANKS]
 
-max_pool_p = {k: _sharding.Primitive(f"max_pool{k}d_with_indices") for k in RANKS}
+
+def _rank(kernel_size) -> int:
+    k = len(kernel_size) if isinstance(kernel_size, tuple) else 0
+    if k not in RANKS:
+        raise ValueError(f"max_pool_with_indices_p: kernel_size must be a tuple of 1, 2 or 3 "
+                         f"ints (the spatial rank), got {kernel_size!r}")
+    return k
+
+
+def _params(primitive: str, *, kernel_size, stride, padding, dilation, ceil_mode,
+            channels_last, index_dtype) -> None:
+    """The parameters' types, checked at every bind (before jax's caches, which hold 2.0
+    equal to 2 and 1 equal to True); their values are checked against x's shape by the
+    abstract evaluation."""
+    k = _rank(kernel_size)
+    for name, value in (("kernel_size", kernel_size), ("stride", stride),
+                        ("padding", padding), ("dilation", dilation)):
+        if not (isinstance(value, tuple) and len(value) == k
+                and all(map(_args.is_int, value))):
+            raise TypeError(f"{primitive}: {name} must be a tuple of {k} ints, got "
+                            f"{_args.received(value)}")
+    for name, value in (("ceil_mode", ceil_mode), ("channels_last", channels_last)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{primitive}: {name} must be a bool, got {_args.received(value)}")
+
+
+max_pool_p = {k: _sharding.Primitive(f"max_pool{k}d_with_indices",
+                                     partial(_params, f"max_pool{k}d_with_indices_p"))
+              for k in RANKS}
 max_pool1d_with_indices_p, max_pool2d_with_indices_p, max_pool3d_with_indices_p = (
     max_pool_p.values())
 
@@ -56,14 +84,6 @@ def geometry(fn: str, shape, *, kernel_size, stride, padding, dilation, ceil_mod
                               ceil_mode, data_format, index_dtype)
 
 
-def _rank(kernel_size) -> int:
-    k = len(kernel_size) if isinstance(kernel_size, tuple) else 0
-    if k not in RANKS:
-        raise ValueError(f"max_pool_with_indices_p: kernel_size must be a tuple of 1, 2 or 3 "
-                         f"ints (the spatial rank), got {kernel_size!r}")
-    return k
-
-
 def _abstract_eval(x, **params):
     k = _rank(params["kernel_size"])
     fn = f"max_pool{k}d_with_indices"
@@ -80,8 +100,10 @@ def _gather_tangent(t: jax.Array, indices: jax.Array, g: _pool_xla.Geometry) -> 
     """t at the argmax positions. With unique argmaxes (`argmax_is_unique`) it is the
     unpool primitives' gather, whose transpose is the unpool primitive (the native kernel
     on CPU, aclnn on the NPU; second order transposes back to the gather); otherwise
-    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up)."""
-    if _pool_xla.argmax_is_unique(g):
+    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up). Packed
+    sub-byte dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take
+    XLA's gather too."""
+    if _pool_xla.argmax_is_unique(g) and _args.is_movable(t.dtype):
         return max_unpool_backward_p[g.k].bind(t, indices, channels_last=g.channels_last,
                                                spatial_rank=g.k)
     if t.ndim == g.k + 1:  # unbatched
@@ -94,15 +116,11 @@ def _jvp(primals, tangents, **params):
     k = len(params["kernel_size"])
     values, indices = max_pool_p[k].bind(x, **params)
     if type(t) is ad.Zero or t.dtype == jax.dtypes.float0:  # integer x: no tangent
-        t_values = _zero_like(values)
+        t_values = _compat.zero_tangent(values)
     else:
         t_values = _gather_tangent(t, indices, geometry(f"max_pool{k}d_with_indices",
                                                         x.shape, **params))
-    return [values, indices], [t_values, _zero_like(indices)]
-
-
-def _zero_like(primal) -> ad.Zero:
-    return ad.Zero(jax.typeof(primal).to_tangent_aval())
+    return [values, indices], [t_values, _compat.zero_tangent(indices)]
 
 
 def _batch(args, dims, **params):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _symbolic
+from jax_unpool import _args, _symbolic
 
 IntOrPair = int | Sequence[int]
 
@@ -57,19 +57,20 @@ class Geometry(NamedTuple):
 # --------------------------------------------------------------------------- #
 
 
-def _is_int(v: object) -> bool:
-    # bool is an int subclass, but kernel_size=True is a bug, not a size.
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _sizes(fn: str, value: object, name: str, k: int) -> tuple[int, ...]:
-    """An int or k ints (length-1 sequences too, as PyTorch) -> one per spatial axis."""
-    if _is_int(value):
-        return (int(value),) * k
-    if isinstance(value, (tuple, list)) and len(value) in (1, k) and all(map(_is_int, value)):
-        return tuple(int(v) for v in value) * (k // len(value))
-    what = {1: "a 1-tuple (w,)", 2: "a pair of ints (h, w)", 3: "a triple of ints (d, h, w)"}[k]
-    raise TypeError(f"{fn}: {name} must be an int or {what}, got {value!r}")
+    """An int or k ints (length-1 sequences too, as PyTorch; a tuple, a list or a 1-D
+    integer numpy array) -> one per spatial axis, each at most INT32_MAX (PyTorch's
+    pooling takes int32 sizes: safe_downcast<int, int64_t> in DilatedMaxPool2d.cpp)."""
+    sizes = (int(value),) * k if _args.is_int(value) else _args.int_tuple(value, (1, k))
+    if sizes is None:
+        what = {1: "a 1-tuple (w,)", 2: "a pair of ints (h, w)",
+                3: "a triple of ints (d, h, w)"}[k]
+        raise TypeError(f"{fn}: {name} must be an int or {what}, got {_args.received(value)}")
+    sizes = sizes * (k // len(sizes))
+    if max(sizes) > _args.INT32_MAX:
+        raise ValueError(f"{fn}: {name} must be at most {_args.INT32_MAX} (PyTorch's pooling "
+                         f"takes int32 sizes), got {sizes}")
+    return sizes
 
 
 def _output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -84,13 +85,18 @@ def _output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> 
 
 def _index_dtype(fn: str, index_dtype: object) -> np.dtype:
     try:
+        if index_dtype is None:  # np.dtype(None) is float64
+            raise TypeError
         dt = np.dtype(index_dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(
-            f"{fn}: index_dtype must be int32 or int64, got {index_dtype!r}"
+            f"{fn}: index_dtype must be int32 or int64, got {_args.received(index_dtype)}"
         ) from None
     if dt not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise TypeError(f"{fn}: index_dtype must be int32 or int64, got {dt.name}")
+        # A dtype's name; what np.dtype made of anything else ({} is "void") would puzzle.
+        named = isinstance(index_dtype, (str, type, np.dtype)) or hasattr(index_dtype, "dtype")
+        got = dt.name if named else _args.received(index_dtype)
+        raise TypeError(f"{fn}: index_dtype must be int32 or int64, got {got}")
     canonical = np.dtype(jax.dtypes.canonicalize_dtype(dt))
     if canonical != dt:
         # Same behaviour (and wording) as jnp functions asked for a 64-bit dtype
@@ -143,6 +149,9 @@ def geometry(
             f"({', '.join(names)})=({', '.join(map(str, in_size))}), symbolic (jax.export); "
             "only the batch and channel dims may be symbolic"
         )
+    # Not bool(ceil_mode): "no" would be True, an array ambiguous. PyTorch takes bools only.
+    if not isinstance(ceil_mode, (bool, np.bool_)):
+        raise TypeError(f"{fn}: ceil_mode must be a bool, got {_args.received(ceil_mode)}")
 
     kernel = _sizes(fn, kernel_size, "kernel_size", k)
     stride_ = kernel if stride is None else _sizes(fn, stride, "stride", k)
@@ -190,8 +199,11 @@ def geometry(
         channels_last=channels_last,
         index_dtype=_index_dtype(fn, index_dtype),
     )
-    # Flat indices silently wrap around in a too-narrow integer type.
-    largest = sum(int(_positions(g, a).max()) * st for a, st in enumerate(g.flat_strides()))
+    # Flat indices silently wrap around in a too-narrow integer type. The last tap of the
+    # last window is the largest position (computed, not listed: kernels may be huge).
+    largest = sum(((g.out_size[a] - 1) * g.stride[a] - g.padding[a]
+                   + (g.kernel[a] - 1) * g.dilation[a]) * st
+                  for a, st in enumerate(g.flat_strides()))
     if largest > np.iinfo(g.index_dtype).max:
         raise ValueError(
             f"{fn}: index_dtype {g.index_dtype.name} cannot hold the flat indices of a "
@@ -347,9 +359,11 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: Geometry) -> jax.Array:
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
-    # Indices of all-padding ceil_mode windows (see _first_in_bounds) behave as
-    # in PyTorch's backward: past the plane they read 0 and their cotangent is
-    # dropped; past a row's end they land on the next row's element.
+    # Indices of all-padding ceil_mode windows (see _first_in_bounds): past a row's end
+    # they land on the next row's element, as in PyTorch; past the plane they read 0,
+    # so their cotangent is dropped, where PyTorch's CPU backward adds it unchecked
+    # (cpu_max_pool_backward in aten/src/ATen/native/cpu/MaxPoolKernel.cpp) to the next
+    # plane's gradient, or past the end of its buffer.
     if g.channels_last:
         flat_t = t.reshape(n, plane, t.shape[-1])
         flat_i = idx.reshape(n, out_plane, idx.shape[-1])
@@ -390,7 +404,7 @@ def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mo
              data_format, index_dtype):
     """``max_pool{k}d_with_indices`` (named `fn` in errors) in XLA ops only, its gradient
     XLA's scatter-add: ``jax_unpool.reference``'s pools."""
-    x = jnp.asarray(x)
+    x = _args.as_array(fn, "x", x)
     g = geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
                  data_format, index_dtype)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad, batching, mlir, xla
 
-from jax_unpool import _args, _ffi, _planes, _sharding, _symbolic
+from jax_unpool import _args, _compat, _ffi, _planes, _sharding, _symbolic
 
 RANKS = (1, 2, 3)
 
@@ -76,7 +76,7 @@ def _plane_guard(ctx, fn: str, plane) -> None:
 
 def _tangent_or_zero(tangent, out, bind):
     if type(tangent) is ad.Zero:
-        return ad.Zero.from_primal_value(out)
+        return _compat.zero_tangent(out)
     return bind(tangent)
 
 
@@ -84,31 +84,34 @@ def _tangent_or_zero(tangent, out, bind):
 # max_unpool{k}d_p: the scatter
 # --------------------------------------------------------------------------------------
 
-max_unpool_p = {k: _sharding.Primitive(f"max_unpool{k}d") for k in RANKS}
+def _check_channels_last(fn: str, channels_last) -> None:
+    # "no" or 0 would otherwise pick a layout silently.
+    if not isinstance(channels_last, (bool, np.bool_)):
+        raise TypeError(
+            f"{fn}: channels_last must be a bool, got {_args.received(channels_last)}")
+
+
+def _forward_params(primitive: str, *, output_size, channels_last) -> None:
+    k = len(output_size) if isinstance(output_size, tuple) else 0
+    if k not in (1, 2, 3):
+        raise ValueError(f"{primitive}: output_size must be a tuple of 1, 2 or 3 sizes "
+                         f"(the spatial rank), got {_args.received(output_size)}")
+    fn = f"max_unpool{k}d"
+    _check_channels_last(fn, channels_last)
+    _args.positive_sizes(fn, "output_size", output_size, k, allow_zero=True, symbolic=True)
+
+
+max_unpool_p = {k: _sharding.Primitive(f"max_unpool{k}d",
+                                       partial(_forward_params, f"max_unpool{k}d_p"))
+                for k in RANKS}
 max_unpool1d_p, max_unpool2d_p, max_unpool3d_p = max_unpool_p.values()
 
 
-def _forward_rank(output_size) -> int:
-    """The forward's spatial rank: the length of output_size."""
-    k = len(output_size) if isinstance(output_size, tuple) else 0
-    if k not in (1, 2, 3):
-        raise ValueError(f"max_unpool_p: output_size must be a tuple of 1, 2 or 3 sizes "
-                         f"(the spatial rank), got {output_size!r}")
-    return k
-
-
-def _backward_rank(spatial_rank) -> int:
-    if spatial_rank not in (1, 2, 3) or isinstance(spatial_rank, bool):
-        raise ValueError(
-            f"max_unpool_backward_p: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
-    return spatial_rank
-
-
+# The parameters are checked at bind (_forward_params), the operands here.
 def _forward_abstract_eval(x, indices, *, output_size, channels_last):
-    k = _forward_rank(output_size)
+    k = len(output_size)
     fn = f"max_unpool{k}d"
     _args.check_unpool_operands(fn, x, indices, k)
-    _args.positive_sizes(fn, "output_size", output_size, k, symbolic=True)
     _args.check_plane_fits_indices(fn, indices.dtype, output_size)
     shape = _args.unpool_result_shape(fn, x.shape, output_size, channels_last, k)
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
@@ -147,7 +150,6 @@ def _forward_reference(x, indices, *, output_size, channels_last):
 
 def _forward_call_guards(ctx, *, output_size, channels_last):
     fn = f"max_unpool{len(output_size)}d"
-    _symbolic.assert_positive(ctx, output_size, f"{fn}: output_size must be positive")
     _symbolic.assert_at_most(
         ctx, ctx.avals_out[0].shape, _args.MAX_ELEMENTS,
         f"{fn}: the result must have at most {_args.MAX_ELEMENTS} (2**60 - 1) elements, what "
@@ -179,7 +181,20 @@ for _p in max_unpool_p.values():
 # max_unpool{k}d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
 # --------------------------------------------------------------------------------------
 
-max_unpool_backward_p = {k: _sharding.Primitive(f"max_unpool{k}d_backward") for k in RANKS}
+def _backward_params(primitive: str, *, channels_last, spatial_rank=2) -> None:
+    # Integral numpy ints count as ints (they hash and index as ints do); floats do not.
+    if not _args.is_int(spatial_rank):
+        raise TypeError(f"{primitive}: spatial_rank must be an int (1, 2 or 3), got "
+                        f"{_args.received(spatial_rank)}")
+    if spatial_rank not in (1, 2, 3):
+        raise ValueError(f"{primitive}: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
+    _check_channels_last(f"max_unpool{spatial_rank}d_backward", channels_last)
+
+
+max_unpool_backward_p = {
+    k: _sharding.Primitive(f"max_unpool{k}d_backward",
+                           partial(_backward_params, f"max_unpool{k}d_backward_p"))
+    for k in RANKS}
 max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
     max_unpool_backward_p.values())
 
@@ -187,7 +202,7 @@ max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
 # spatial_rank defaults to 2 in every rule: binds written before 1-D and 3-D omit it.
 def _backward_abstract_eval(grad_output, indices, *, channels_last,
                                          spatial_rank=2):
-    k = _backward_rank(spatial_rank)
+    k = spatial_rank  # checked at bind (_backward_params), as channels_last
     fn = f"max_unpool{k}d_backward"
     _args.check_gather_operands(fn, grad_output, indices, channels_last, k)
     s = _args.spatial_axis(grad_output.ndim, channels_last, k)

@@ -23,18 +23,19 @@ spatial dims (W; H, W; D, H, W) cannot, because an index addresses a whole outpu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import jax
 import numpy as np
-from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend import core
+from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import sdy
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_unpool import _args
+from jax_unpool import _args, _compat
 
 
 def plane_dims(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
@@ -54,22 +55,25 @@ def leading_batch_dims(ndim: int, channels_last: bool, k: int) -> int:
 
 class Primitive(core.Primitive):
     """A primitive whose operands vary over the same manual axes when it is bound, and
-    whose lowering sees the devices (custom_partitioning needs them; see below)."""
+    whose lowering sees the devices (custom_partitioning needs them; see below).
+    `check_params(**params)` runs first at every bind: before jax's caches, which hold
+    2.0 equal to 2 and 1 equal to True, so that a bad parameter fails the same way every
+    time."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, check_params: Callable[..., object]):
         super().__init__(name)
-        # jax's own registry (private; its cuDNN attention does the same): without it a
-        # jit lowering gets no device assignment and custom_partitioning fails.
-        dispatch.prim_requires_devices_during_lowering.add(self)
+        self._check_params = check_params
+        _compat.require_devices_during_lowering(self)
 
     def bind(self, *args, **params):
+        self._check_params(**params)
         return super().bind(*_vary_to_union(args), **params)
 
 
 def _vary_to_union(args):
-    varying = [jax.typeof(a).mat.varying for a in args]
+    varying = [_compat.varying_axes(jax.typeof(a)) for a in args]
     union = frozenset().union(*varying)
-    return [a if v == union else jax.lax.pcast(a, tuple(union - v), to="varying")
+    return [a if v == union else _compat.cast_to_varying(a, tuple(union - v))
             for a, v in zip(args, varying)]
 
 
@@ -112,10 +116,10 @@ def result_type(fn: str, operand, others, shape, dtype, channels_last: bool, k: 
         entry = operand.sharding.spec[d] if d < len(operand.sharding.spec) else None
         if entry is not None and shape[d] % _axes_size(mesh, entry) == 0:
             spec[d] = entry
-    varying = frozenset().union(*(a.mat.varying for a in avals))
+    varying = frozenset().union(*(_compat.varying_axes(a) for a in avals))
     return operand.update(shape=shape, dtype=dtype, weak_type=False,
                           sharding=NamedSharding(mesh, PartitionSpec(*spec)),
-                          manual_axis_type=operand.mat.update(varying=varying))
+                          **_compat.with_varying(operand, varying))
 
 
 # --------------------------------------------------------------------------------------
@@ -150,7 +154,7 @@ def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     if num_batch_dims == 0 or not all(isinstance(d, int) for a in avals for d in a.shape):
         return None
     attributes = {"mhlo.frontend_attributes":
-                  mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
+                  ir.DictAttr.get({"num_batch_dims": ir.StringAttr.get(str(num_batch_dims))})}
     if jax.config.jax_use_shardy_partitioner:
         attributes["sdy.sharding_rule"] = _sharding_rule(ctx.avals_in, ctx.avals_out,
                                                          num_batch_dims)
@@ -277,12 +281,12 @@ def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,
     def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2):
         k = len(output_size) if output_size is not None else spatial_rank
         if (channels_last and split_channels_last
-                and not ctx.module_context.lowering_parameters.for_export):
+                and not _compat.lowering_for_export(ctx)):
             kernel = partial(_per_shard_kernel, target, k, output_size)
             return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
         attributes = {"channels_last": bool(channels_last)}
         if with_spatial_rank:
-            attributes["spatial_rank"] = k
+            attributes["spatial_rank"] = int(k)  # an i64 attribute, also for np.int32(k)
         call = jax.ffi.ffi_lowering(target,
                                     extra_attributes=call_attributes(ctx, channels_last, k))
         return call(ctx, *operands, **attributes)

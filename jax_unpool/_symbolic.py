@@ -16,7 +16,6 @@ JaxRuntimeError carrying the message) instead of letting XLA abort on the oversi
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -27,9 +26,7 @@ from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-# jax.errors has it from jax 0.10 (jax.core's is deprecated there); jax.core before.
-_INCONCLUSIVE = (getattr(jax.errors, "InconclusiveDimensionOperation", None)
-                 or jax.core.InconclusiveDimensionOperation)
+from jax_unpool import _compat
 
 
 def is_symbolic(d) -> bool:
@@ -41,7 +38,7 @@ def decided(question: Callable[[], bool]) -> bool | None:
     leave it open."""
     try:
         return bool(question())
-    except _INCONCLUSIVE:
+    except _compat.InconclusiveDimensionOperation:
         return None
 
 
@@ -49,11 +46,6 @@ def exceeds(dims: Sequence, bound: int) -> bool | None:
     """Whether the product of `dims` exceeds `bound`: exact for concrete dims, None when
     symbolic ones leave it open."""
     return decided(lambda: math.prod(dims) > bound)
-
-
-def not_positive(d) -> bool | None:
-    """Whether the size `d` is <= 0; None when its symbols leave it open."""
-    return decided(lambda: d <= 0)
 
 
 def shape_text(dims: Sequence) -> str:
@@ -86,13 +78,6 @@ def _dim_values(ctx, dims: Sequence) -> list[ir.Value]:
     return [_i64(v) for v in values]
 
 
-def _assert(ok: ir.Value, inputs: list[ir.Value], message: str) -> None:
-    """jax.export's own assertion protocol: a side-effecting `shape_assertion` custom call
-    on a boolean and the integers its message formats as {0}, {1}, ..."""
-    op = hlo.CustomCallOp([], [ok, *inputs], "shape_assertion", has_side_effect=True)
-    op.attributes["error_message"] = ir.StringAttr.get(message)
-
-
 def _message(prefix: str, dims: Sequence) -> str:
     """`prefix`, then `dims`, and again with the symbolic ones as their values ({0}, ...)."""
     slots = iter(range(len(dims)))
@@ -120,16 +105,5 @@ def assert_at_most(ctx, dims: Sequence, bound: int, prefix: str) -> None:
         is_zero = _compare(v, zero, "EQ")
         any_zero = is_zero if any_zero is None else hlo.or_(any_zero, is_zero)
         left = hlo.divide(left, hlo.maximum(v, one))
-    _assert(hlo.or_(ok, any_zero), values, _message(prefix, dims))
+    _compat.emit_shape_assertion(hlo.or_(ok, any_zero), values, _message(prefix, dims))
 
-
-def assert_positive(ctx, dims: Sequence, prefix: str) -> None:
-    """At call time, for each of `dims` whose sign is open now: > 0."""
-    symbolic = [d for d in dims if is_symbolic(d)]
-    if all(not_positive(d) is not None for d in symbolic):
-        return
-    values = _dim_values(ctx, symbolic)
-    zero = mlir.ir_constant(np.int64(0))
-    checks = [_compare(v, zero, "GT") for d, v in zip(symbolic, values)
-              if not_positive(d) is None]
-    _assert(functools.reduce(hlo.and_, checks), values, _message(prefix, dims))

@@ -21,7 +21,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 import jax
 
 import jax_unpool as ju
-from jax_unpool._layers import channels_last_format, unbatched
+from jax_unpool._layers import layer_data_format, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
@@ -44,8 +44,12 @@ class _MaxPool(nn.Module):
     ceil_mode: bool = False
     data_format: str | None = None  # channels-last by default
 
+    def __post_init__(self):
+        layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        super().__post_init__()
+
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
-        data_format = self.data_format or channels_last_format(self.k)
+        data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
         return _POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
                               self.ceil_mode, data_format=unbatched(data_format, x, self.k))
 
@@ -60,8 +64,12 @@ class _MaxUnpool(nn.Module):
     padding: IntOrTuple = 0
     data_format: str | None = None
 
+    def __post_init__(self):
+        layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        super().__post_init__()
+
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
-        data_format = self.data_format or channels_last_format(self.k)
+        data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
         return _UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
                                 output_size, data_format=unbatched(data_format, y, self.k))
 

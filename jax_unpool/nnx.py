@@ -18,7 +18,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 import jax
 
 from jax_unpool import _api, pooling
-from jax_unpool._layers import channels_last_format, unbatched
+from jax_unpool._layers import layer_data_format, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
@@ -38,7 +38,7 @@ class _MaxPool(nnx.Module):
         self.padding = padding
         self.dilation = dilation
         self.ceil_mode = ceil_mode
-        self.data_format = data_format or channels_last_format(self.k)
+        self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation,
@@ -55,7 +55,7 @@ class _MaxUnpool(nnx.Module):
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
-        self.data_format = data_format or channels_last_format(self.k)
+        self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
         return self._unpool(y, indices, self.kernel_size, self.stride, self.padding, output_size,

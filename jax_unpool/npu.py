@@ -65,11 +65,19 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 from jax import core
-from jax._src.lib import xla_client  # the queue of FFI registrations per XLA platform
-from jax._src.lib.mlir.dialects import hlo
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _ffi, _jax_unpool, _planes, _pool_primitives, _primitives, _sharding
+from jax_unpool import (
+    _args,
+    _compat,
+    _ffi,
+    _jax_unpool,
+    _planes,
+    _pool_primitives,
+    _primitives,
+    _sharding,
+)
 
 __all__ = [
     "MAX_POOL2D_TARGET",
@@ -100,8 +108,27 @@ _cpu_emulation = False
 _aclnn_pools = True  # register(..., aclnn_pools=False) keeps the pools' XLA ops
 
 
-def _library_dir(library_dir: str | os.PathLike | None) -> str:
-    return "" if library_dir is None else os.fspath(library_dir)
+def _library_dir(library_dir: str | os.PathLike | None, fn: str = "register") -> str:
+    """The directory as the loader takes it ("" for the default search)."""
+    if library_dir is None:
+        return ""
+    path = os.fspath(library_dir) if isinstance(library_dir, (str, os.PathLike)) else None
+    if not isinstance(path, str):  # bytes would reach the loader's str argument
+        raise TypeError(f"jax_unpool.npu.{fn}: library_dir must be a directory as a str or "
+                        f"os.PathLike of str, or None, got {library_dir!r}")
+    return path
+
+
+def _check_arguments(platform: object, ffi_platform: object, aclnn_pools: object) -> None:
+    if not isinstance(platform, str) or not platform:
+        raise TypeError("jax_unpool.npu.register: platform must be JAX's name of the NPU "
+                        f"platform, a non-empty str (e.g. 'ascend'), got {platform!r}")
+    if ffi_platform is not None and (not isinstance(ffi_platform, str) or not ffi_platform):
+        raise TypeError("jax_unpool.npu.register: ffi_platform must be a non-empty str or "
+                        f"None, got {ffi_platform!r}")
+    if not isinstance(aclnn_pools, (bool, np.bool_)):  # "no" would count as True
+        raise TypeError(f"jax_unpool.npu.register: aclnn_pools must be a bool, got "
+                        f"{aclnn_pools!r}")
 
 
 def is_available(library_dir: str | os.PathLike | None = None) -> bool:
@@ -118,7 +145,7 @@ def locate(library_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """The files CANN would be loaded from (or was, when already loaded and `library_dir`
     is None): {"libascendcl": ..., "libnnopbase": ..., "opapi": ...}. Raises RuntimeError
     listing every path tried and the environment variables consulted."""
-    return dict(_jax_unpool.probe_cann(_library_dir(library_dir)))
+    return dict(_jax_unpool.probe_cann(_library_dir(library_dir, "locate")))
 
 
 # --------------------------------------------------------------------------------------
@@ -163,7 +190,7 @@ def _indices_into_plane(ctx, indices, plane: int, dtype):
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
     if aval.dtype != new_aval.dtype:
-        value = hlo.convert(mlir.aval_to_ir_type(ctx.module_context, new_aval), value)
+        value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
     value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
                       mlir.ir_constant(np.array(plane - 1, dtype)))
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
@@ -323,7 +350,7 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         window = {**window, "kernel_size": (1, *window["kernel_size"]),
                   "stride": (1, *window["stride"]), "padding": (0, *window["padding"]),
                   "dilation": (1, *window["dilation"])}
-        x = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, x_call), x)
+        x = hlo.reshape(_compat.ir_type(ctx, x_call), x)
     else:
         x_call, v_call, i_call = x_aval, v_aval, i_aval
     if op_k == 3:
@@ -337,11 +364,11 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         **{n: np.asarray(window[n], np.int64)
            for n in ("kernel_size", "stride", "padding", "dilation")})
     if i_call.dtype != i_aval.dtype:
-        indices = hlo.convert(mlir.aval_to_ir_type(ctx.module_context,
-                                                   i_call.update(dtype=i_aval.dtype)), indices)
+        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)),
+                              indices)
     if k == 1:
-        values = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, v_aval), values)
-        indices = hlo.reshape(mlir.aval_to_ir_type(ctx.module_context, i_aval), indices)
+        values = hlo.reshape(_compat.ir_type(ctx, v_aval), values)
+        indices = hlo.reshape(_compat.ir_type(ctx, i_aval), indices)
     return [values, indices]
 
 
@@ -399,14 +426,6 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     return list(dict.fromkeys([platform, platform.upper()]))
 
 
-def _with_handler(names: list[str]) -> list[str]:
-    """The names under which a plugin has installed its FFI handler. A registration under
-    any other name is only queued by xla_client, and compiling then fails with "no
-    registered implementation for custom call ..."."""
-    handlers = xla_client._custom_callback_handler
-    return [n for n in names if xla_client.xla_platform_names.get(n, n) in handlers]
-
-
 def _register_lowerings(platform: str, forward, backward, pool) -> None:
     """`forward`, `backward` and `pool` as the lowerings of every rank's unpool, unpool
     backward and pool primitives on `platform`."""
@@ -455,13 +474,18 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
     aclnn.
 
-    Raises ValueError for platform="cpu" without library_dir; RuntimeError if `platform`
+    Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
+    `library_dir` that is not None, a str or a str os.PathLike (bytes are refused), or an
+    `aclnn_pools` that is not a bool; ValueError
+    for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
     any of the names, if CANN cannot be loaded (the message lists every path tried and
     the environment variables consulted), or if it is loaded in this process in the other
     mode.
     """
     global _cpu_emulation, _aclnn_pools
+    _check_arguments(platform, ffi_platform, aclnn_pools)
+    directory = _library_dir(library_dir)
     host = platform == "cpu"
     if host and library_dir is None:
         raise ValueError(
@@ -472,14 +496,14 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     with _lock:
         _require_devices(platform)
         names = _ffi_platforms(platform, ffi_platform)
-        targets = _with_handler(names)
+        targets = _compat.platforms_with_ffi_handler(names)
         if not targets:
             raise RuntimeError(
                 f"jax_unpool.npu.register: the PJRT plugin of platform {platform!r} has "
                 f"installed no FFI handler under {' or '.join(map(repr, names))}, so the "
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
-        where = dict(_jax_unpool.load_cann(_library_dir(library_dir), host))
+        where = dict(_jax_unpool.load_cann(directory, host))
         if "max_unpool2d" not in _jax_unpool.cann_ops():
             warnings.warn(
                 f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "

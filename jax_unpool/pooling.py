@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_unpool import _pool_xla
+from jax_unpool import _args, _pool_xla
 from jax_unpool._pool_primitives import max_pool_p
 from jax_unpool._pool_xla import IntOrPair
 
@@ -22,7 +22,7 @@ __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_wit
 def _max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
               data_format, index_dtype) -> tuple[jax.Array, jax.Array]:
     """Checks the arguments as PyTorch does (errors name `fn`), then binds the primitive."""
-    x = jnp.asarray(x)
+    x = _args.as_array(fn, "x", x)
     g = _pool_xla.geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
                            data_format, index_dtype)
     if jnp.issubdtype(x.dtype, jnp.complexfloating):
@@ -67,7 +67,12 @@ def max_pool2d_with_indices(
       both layouts. (PyTorch quirk, kept: a ``ceil_mode`` window that contains
       only padding, possible with dilation, returns -inf, or the dtype's
       minimum, and the flat index of its first tap right of the left padding,
-      which lies past the end of a row or of the plane.)
+      which lies past the end of a row or of the plane. In the gradient an index
+      past a row's end gets its cotangent on the next row's element, as in
+      PyTorch; one past the plane has its cotangent dropped, where PyTorch's CPU
+      backward adds it unchecked into the next plane's gradient or past the end
+      of the buffer: ``cpu_max_pool_backward`` in
+      aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
 
     Args:
       x: ``(N, C, H, W)`` or ``(C, H, W)``; with ``data_format="NHWC"`` (or
@@ -96,10 +101,11 @@ def max_pool2d_with_indices(
     Raises (at trace time, naming the argument and the received value):
       ValueError: ``x`` not 3-D/4-D; empty H or W; kernel_size, stride or
         dilation not positive; padding negative or above ``kernel_size // 2``;
-        output size not positive; unknown ``data_format``; int32 indices too
-        narrow for the plane.
-      TypeError: kernel_size/stride/padding/dilation not ints or pairs of ints;
-        ``index_dtype`` not int32/int64; complex ``x``.
+        a size above 2**31 - 1 (PyTorch's int32 limit); output size not
+        positive; unknown ``data_format``; int32 indices too narrow for the plane.
+      TypeError: ``x`` not an array of numbers; kernel_size/stride/padding/dilation
+        not ints or pairs of ints (tuples, lists or 1-D integer numpy arrays);
+        ``ceil_mode`` not a bool; ``index_dtype`` not int32/int64; complex ``x``.
     """
     return _max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
                      ceil_mode, data_format, index_dtype)

@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,7 +13,10 @@ def rng():
 @pytest.fixture(scope="session")
 def fake_cann_dir(tmp_path_factory):
     """The emulated CANN (tests/fake_cann) of every test file that loads it in this
-    process: a process loads one CANN runtime, once."""
+    process: a process loads one CANN runtime, once. $JAX_UNPOOL_FAKE_CANN_DIR names a
+    directory to build it in (a build that is there already is kept): test_jax_window.py
+    builds it once for every jax it runs the subset with."""
     from fake_cann import build
 
-    return build(tmp_path_factory.mktemp("fake_cann_npu"))
+    prebuilt = os.environ.get("JAX_UNPOOL_FAKE_CANN_DIR")
+    return build(Path(prebuilt) if prebuilt else tmp_path_factory.mktemp("fake_cann_npu"))

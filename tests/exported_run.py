@@ -17,6 +17,7 @@ import numpy as np
 
 def main(artifact: str, operands: str, results: str, import_jax_unpool: bool) -> None:
     import jax
+    import jax.export  # `import jax` alone does not load it in jax 0.7
 
     if import_jax_unpool:
         import jax_unpool  # noqa: F401

@@ -183,3 +183,28 @@ def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,
                 indices[(a, b, *o)] = best_index
     return (_spatial_back(values, np.ndim(x), k, channels_last),
             _spatial_back(indices, np.ndim(x), k, channels_last))
+
+
+def max_pool_nd(x: np.ndarray, kernel: int, stride: int, padding: int, k: int,
+                channels_last: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Max pooling of spatial rank k with the same kernel, stride and padding on every
+    axis (padding is never selected): (values, flat indices of the maxima in the input
+    plane); the first maximum in window scan order wins."""
+    xs = _spatial_first(np.asarray(x), k, channels_last)
+    n, c, *size = xs.shape
+    out_size = [(s + 2 * padding - kernel) // stride + 1 for s in size]
+    values = np.zeros((n, c, *out_size), xs.dtype)
+    indices = np.zeros((n, c, *out_size), np.int64)
+    taps = list(np.ndindex(*(kernel,) * k))
+    for a, b in np.ndindex(n, c):
+        for o in np.ndindex(*out_size):
+            best = None
+            for t in taps:
+                p = [oi * stride - padding + ti for oi, ti in zip(o, t)]
+                if all(0 <= pi < si for pi, si in zip(p, size)):
+                    v = xs[(a, b, *p)]
+                    if best is None or v > best[0]:
+                        best = (v, np.ravel_multi_index(p, size))
+            values[(a, b, *o)], indices[(a, b, *o)] = best
+    return (_spatial_back(values, np.ndim(x), k, channels_last),
+            _spatial_back(indices, np.ndim(x), k, channels_last))

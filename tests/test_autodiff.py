@@ -9,6 +9,7 @@ import torch
 from jax.test_util import check_grads
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 LAYOUTS = ["NCHW", "NHWC"]
 
@@ -24,7 +25,7 @@ def _pooled(rng, layout, shape=(2, 3, 3, 4)):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_forward_gradients_to_order_two(rng, layout):
     x, idx, hw = _pooled(rng, layout)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda x: ju.max_unpool2d(x, idx, output_size=hw, data_format=layout)
         check_grads(f, (jnp.asarray(x),), order=2, modes=("fwd", "rev"))
 
@@ -34,7 +35,7 @@ def test_backward_gradients_to_order_two(rng, layout):
     x, idx, hw = _pooled(rng, layout)
     h = 1 if layout == "NHWC" else 2
     g = rng.standard_normal((*x.shape[:h], *hw, *x.shape[h + 2:]))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda g: ju.max_unpool2d_backward(g, x, idx, hw, data_format=layout)
         check_grads(f, (jnp.asarray(g),), order=2, modes=("fwd", "rev"))
 
@@ -66,7 +67,7 @@ def test_transpose_identity(rng, op):
     else:
         f = lambda t: ju.max_unpool2d_backward(t, x, idx, hw)
         t, ct = rng.standard_normal(g_shape), rng.standard_normal(x.shape)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         (f_t_ct,) = jax.linear_transpose(f, t)(ct)
         lhs, rhs = jnp.vdot(ct, f(t)), jnp.vdot(f_t_ct, t)
     np.testing.assert_allclose(lhs, rhs, rtol=1e-12)
@@ -74,7 +75,7 @@ def test_transpose_identity(rng, op):
 
 def test_hessian_through_the_unpool(rng):
     x, idx, hw = _pooled(rng, "NCHW", shape=(1, 2, 2, 2))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda x: jnp.sum(ju.max_unpool2d(x, idx, output_size=hw) ** 3)
         hess = jax.hessian(f)(jnp.asarray(x)).reshape(x.size, x.size)
     np.testing.assert_allclose(hess, np.diag(6 * x.ravel()), rtol=1e-12)
@@ -83,7 +84,7 @@ def test_hessian_through_the_unpool(rng):
 def test_jvp_is_the_op_applied_to_the_tangent(rng):
     x, idx, hw = _pooled(rng, "NCHW")
     t = rng.standard_normal(x.shape)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         _, out_t = jax.jvp(lambda x: ju.max_unpool2d(x, idx, output_size=hw), (x,), (t,))
     np.testing.assert_array_equal(out_t, oracle.unpool(t, idx, hw))
 
@@ -110,7 +111,7 @@ def test_duplicates_gradient_follows_pytorch(rng):
 def test_the_reference_is_differentiable(rng, op):
     x, idx, hw = _pooled(rng, "NCHW")
     g = rng.standard_normal((*x.shape[:2], *hw))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         if op == "forward":
             f, arg = (lambda x: ju.reference.max_unpool2d(x, idx, output_size=hw)), x
         else:
@@ -132,7 +133,7 @@ def test_reference_first_derivatives_with_duplicates_follow_pytorch():
     t, ct = np.array([[[[1.0, 10.0], [100.0, 1000.0]]]]), np.array([[[[5.0, 7.0]]]])
     x_torch = torch.from_numpy(DUP_X).requires_grad_()
     torch.ops.aten.max_unpool2d(x_torch, idx_torch, [1, 2]).backward(torch.from_numpy(ct))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda x: ju.reference.max_unpool2d(x, DUP_IDX, output_size=(1, 2))
         vjp = jax.vjp(f, DUP_X)[1](ct)[0]
         jvp = jax.jvp(f, (DUP_X,), (t,))[1]
@@ -144,7 +145,7 @@ def test_reference_backward_first_derivatives_with_duplicates():
     # Reverse mode scatters with the largest position winning (the primitive's transpose is
     # max_unpool2d); forward mode is the gather of the tangent.
     g, ct = np.array([[[[5.0, 7.0]]]]), np.arange(1.0, 5.0).reshape(DUP_X.shape)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda g: ju.reference.max_unpool2d_backward(g, DUP_X, DUP_IDX, (1, 2))
         vjp = jax.vjp(f, g)[1](ct)[0]
         jvp = jax.jvp(f, (g,), (g,))[1]
@@ -164,9 +165,40 @@ def test_reference_second_derivatives_with_duplicates_equal_the_primitives(op):
         arg = g
     nestings = [(jax.jacfwd, jax.jacfwd), (jax.jacfwd, jax.jacrev),
                 (jax.jacrev, jax.jacfwd), (jax.jacrev, jax.jacrev)]
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for outer, inner in nestings:
             want = outer(inner(lambda a: jnp.sum(f(ju, a) ** 3)))(arg)
             got = outer(inner(lambda a: jnp.sum(f(ju.reference, a) ** 3)))(arg)
             np.testing.assert_array_equal(got, want, err_msg=f"{outer.__name__} of "
                                                               f"{inner.__name__}")
+
+
+@pytest.mark.parametrize("k,layout", [(1, "NCW"), (2, "NCHW"), (2, "NHWC"), (3, "NCDHW")])
+def test_reference_linear_transpose_is_the_other_op_as_for_the_primitives(rng, k, layout):
+    # jax.linear_transpose traces the reference's primal (custom_jvp rules are for
+    # differentiation only); with duplicated indices its transposes are still the
+    # primitives': the gather (every duplicate reads) and the scatter (largest position
+    # wins), which the numpy oracles compute.
+    last = layout.endswith("C")
+    n_c, size = (2, 3), (3,) * k
+    small = (2,) * k
+    shape = (2, *small, 3) if last else (*n_c, *small)
+    out_shape = (2, *size, 3) if last else (*n_c, *size)
+    idx = oracle.random_indices(rng, shape, 3**k).astype(np.int32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    ct = rng.standard_normal(out_shape).astype(np.float32)
+    fwd, bwd = f"max_unpool{k}d", f"max_unpool{k}d_backward"
+    ref_fwd_t = jax.linear_transpose(
+        lambda v: getattr(ju.reference, fwd)(v, idx, output_size=size, data_format=layout), x)
+    api_fwd_t = jax.linear_transpose(
+        lambda v: getattr(ju, fwd)(v, idx, output_size=size, data_format=layout), x)
+    want = oracle.gather_nd(ct, idx, k, last)
+    np.testing.assert_array_equal(ref_fwd_t(ct)[0], want)
+    np.testing.assert_array_equal(api_fwd_t(ct)[0], want)
+    ref_bwd_t = jax.linear_transpose(
+        lambda g: getattr(ju.reference, bwd)(g, x, idx, size, data_format=layout), ct)
+    api_bwd_t = jax.linear_transpose(
+        lambda g: getattr(ju, bwd)(g, x, idx, size, data_format=layout), ct)
+    want = oracle.unpool_nd(x, idx, size, last)
+    np.testing.assert_array_equal(jax.jit(ref_bwd_t)(x)[0], want)
+    np.testing.assert_array_equal(api_bwd_t(x)[0], want)

@@ -11,6 +11,7 @@ import pytest
 from dtypes import assert_bits_equal, needs_x64, random_values
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 # Outputs of several MB, which the kernels split into chunks of planes: one image of 16
 # channels goes in spans of 2 channels (NHWC: spans inside one image, the scalar loops),
@@ -41,7 +42,7 @@ def test_forward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype
                                                          shape):
     x = _layout(random_values(rng, shape, dtype), layout)
     idx = _layout(_indices_with_duplicates(rng, shape, index_dtype), layout)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=OUTPUT_HW,
                                                    data_format=layout))(x, idx)
     assert_bits_equal(out, oracle.unpool(x, idx, OUTPUT_HW, layout == "NHWC"))
@@ -57,7 +58,7 @@ def test_backward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtyp
     g = _layout(random_values(rng, (n, c, *OUTPUT_HW), dtype), layout)
     idx = _layout(_indices_with_duplicates(rng, shape, index_dtype), layout)
     x = jax.ShapeDtypeStruct(idx.shape, g.dtype)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, OUTPUT_HW,
                                                             data_format=layout))(g, idx)
     assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
@@ -83,7 +84,7 @@ def test_first_bad_index_in_flat_order_whichever_chunk_meets_it(op, layout, inde
     expected = (f"index {too_big} at (n=0, c=3, i=900)" if layout == "NCHW"
                 else f"index {negative} at (n=0, c=12, i=100)")
     idx = _layout(idx, layout)
-    with jax.enable_x64(index_dtype == "int64"):
+    with enable_x64(index_dtype == "int64"):
         if op == "max_unpool2d":
             f = jax.jit(lambda v, i: ju.max_unpool2d(v, i, output_size=hw, data_format=layout))
             values = jnp.ones(idx.shape, jnp.float32)
@@ -118,7 +119,7 @@ def test_forward_of_a_large_result_equals_numpy(rng, dtype, layout):
     idx = oracle.pool_indices(rng, shape)[0]  # unique per plane: fancy assignment is exact
     expected = np.zeros((c, hw[0] * hw[1]), x.dtype)
     expected[np.arange(c)[:, None], idx.reshape(c, -1)] = x.reshape(c, -1)
-    with jax.enable_x64(needs_x64(dtype)):
+    with enable_x64(needs_x64(dtype)):
         out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=hw, data_format=layout))(
             _layout(x, layout), _layout(idx, layout))
     assert_bits_equal(out, _layout(expected.reshape(n, c, *hw), layout))
@@ -135,7 +136,7 @@ def test_backward_of_a_large_result_equals_numpy(rng, dtype, index_dtype, layout
     idx = oracle.pool_indices(rng, shape)[0].astype(index_dtype)
     expected = np.take_along_axis(g.reshape(c, -1), idx.reshape(c, -1), axis=1)
     x = jax.ShapeDtypeStruct(_layout(idx, layout).shape, g.dtype)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))(
             _layout(g, layout), _layout(idx, layout))
     assert_bits_equal(out, _layout(expected.reshape(shape), layout))

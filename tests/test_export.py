@@ -116,6 +116,7 @@ def artifact(tmp_path_factory, operands):
     return path
 
 
+@pytest.mark.jax_window
 def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operands):
     fresh_process.run_ok("exported_run.py", str(artifact / "step.bin"),
                          str(artifact / "operands.npz"), str(artifact / "results.npz"))

@@ -109,8 +109,6 @@ def symbolic(names: str, *shapes, dtypes=(jnp.float32, jnp.int32)):
 
 # Guards the symbols leave open, and a call that breaks each: (name, function, symbols,
 # operand shapes as functions of them, the concrete shapes, the message expected).
-# Exported for CPU: "positive"'s output sizes (2*h - 2, ...) are too much for the jnp
-# lowering (test_the_jnp_lowering_refuses_planes_jax_cannot_size).
 BIG = (2**15, 2**15)
 REFUSALS = [
     ("elements", lambda x, i: ju.max_unpool2d(x, i, output_size=BIG), "b",
@@ -126,9 +124,6 @@ REFUSALS = [
      [lambda h, w: (1, 1, h, w), lambda h, w: (1, 1, 1, 1)], [(1, 1, 2**16, 2**16), (1, 1, 1, 1)],
      ("max_unpool2d_backward: int32 indices cannot address an output plane of more than "
      "2147483647 positions (use int64 indices), got (h, w) = (65536, 65536)")),
-    ("positive", lambda x, i: ju.max_unpool2d(x, i, 2, padding=1), "h, w",
-     [lambda h, w: (1, 1, h, w)] * 2, [(1, 1, 1, 5)] * 2,
-     "max_unpool2d: output_size must be positive, got (2*h - 2, 2*w - 2) = (0, 8)"),
 ]
 
 
@@ -244,6 +239,32 @@ def test_an_output_size_the_symbols_leave_open_is_refused_at_export():
                        r"stride of the default \(2\*h, 2\*w\) for every value of the symbolic "
                        r"dims"):
         export(lambda x, i: ju.max_unpool2d(x, i, 2, output_size=(x.shape[3],) * 2), x, i)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda x, i: ju.max_unpool2d(x, i, 2, padding=2),
+     (r"max_unpool2d: the default output size \(2\*h - 4, 2\*w - 4\) must be non-negative for "
+      r"every value of the symbolic dims, which their bounds do not decide; state it")),
+    (lambda x, i: ju.max_unpool2d(x, i, output_size=(x.shape[2] - 3, x.shape[3])),
+     (r"max_unpool2d: output_size \(h - 3, w\) must be non-negative for every value of the "
+      r"symbolic dims")),
+])
+def test_an_output_size_whose_sign_the_symbols_leave_open_is_refused_at_export(fn, message):
+    # A negative dim would fail jax's shape refinement at call time with MLIR's "invalid
+    # tensor dimension size", before any guard of ours could run.
+    x, i = symbolic("h, w", lambda h, w: (1, 1, h, w), lambda h, w: (1, 1, h, w))
+    with pytest.raises(ValueError, match=message):
+        export(fn, x, i)
+
+
+def test_a_constraint_that_decides_the_sign_lets_the_export_through():
+    h, w = jax.export.symbolic_shape("h, w", constraints=("h >= 2", "w >= 2"))
+    x = jax.ShapeDtypeStruct((1, 1, h, w), np.float32)
+    i = jax.ShapeDtypeStruct((1, 1, h, w), np.int32)
+    exp = export(lambda x, i: ju.max_unpool2d(x, i, 2, padding=2), x, i, platforms=("cpu",))
+    xs = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+    out = exp.call(xs, np.zeros((1, 1, 2, 3), np.int32))
+    assert out.shape == (1, 1, 0, 2)
 
 
 def test_the_jnp_lowering_refuses_planes_jax_cannot_size():

@@ -21,6 +21,7 @@ import pytest
 from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 GB = 2**30
 HW = (30000, 40000)          # 1.2e9 positions per plane: two planes pass 2**31
@@ -125,7 +126,7 @@ HUGE_FAR = [HUGE_HW[0] * HUGE_HW[1] - 1, HUGE_HW[0] * HUGE_HW[1] - 2, 2**31 + 7,
 def test_int64_indices_scatter_into_a_plane_past_int32():
     require_memory(HUGE_HW[0] * HUGE_HW[1])
     x = np.array([1, 2, 3, 4], np.int8).reshape(1, 1, 1, 4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         idx = np.array(HUGE_FAR, np.int64).reshape(1, 1, 1, 4)
         out = ju.max_unpool2d(x, idx, output_size=HUGE_HW)
     np.testing.assert_array_equal(far_values(out, np.array([HUGE_FAR]), False), x.reshape(1, 4))
@@ -135,7 +136,7 @@ def test_int64_indices_scatter_into_a_plane_past_int32():
 
 def test_int64_indices_gather_from_a_plane_past_int32():
     require_memory(HUGE_HW[0] * HUGE_HW[1])
-    with jax.enable_x64(True):
+    with enable_x64(True):
         grad = grad_planes(1, HUGE_HW, False)
         idx = np.array(HUGE_FAR, np.int64).reshape(1, 1, 1, 4)
         x = jax.ShapeDtypeStruct((1, 1, 1, 4), jnp.int8)
@@ -149,7 +150,7 @@ def test_int64_indices_gather_from_a_plane_past_int32():
 def test_int64_index_out_of_a_plane_past_int32_is_reported(bad):
     require_memory(HUGE_HW[0] * HUGE_HW[1])
     x = np.array([1, 2, 3, 4], np.int8).reshape(1, 1, 1, 4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         idx = np.array([0, 2**31 + 1, bad, 5], np.int64).reshape(1, 1, 1, 4)
         with pytest.raises(RUNTIME_ERRORS) as e:
             jax.block_until_ready(ju.max_unpool2d(x, idx, output_size=HUGE_HW))

@@ -17,6 +17,7 @@ def _step(idx, hw, data_format="NCHW"):
     return jax.value_and_grad(loss)
 
 
+@pytest.mark.jax_window
 def test_cpu_forward_and_grad_lower_to_the_ffi_calls_only(rng):
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
     idx, hw = oracle.pool_indices(rng, x.shape)
@@ -26,6 +27,7 @@ def test_cpu_forward_and_grad_lower_to_the_ffi_calls_only(rng):
     assert "stablehlo.scatter" not in text and "stablehlo.gather" not in text
 
 
+@pytest.mark.jax_window
 def test_other_platforms_lower_to_the_reference(rng):
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
     idx, hw = oracle.pool_indices(rng, x.shape)
@@ -46,6 +48,7 @@ def test_jit_equals_eager(rng):
     np.testing.assert_array_equal(jitted[1], oracle.gather(2 * oracle.unpool(x, idx, hw), idx))
 
 
+@pytest.mark.jax_window
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_eager_primitive_bind_runs(rng, op):
     x = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)

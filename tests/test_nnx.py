@@ -13,6 +13,7 @@ import pytest
 from flax import nnx
 
 import jax_unpool as ju
+import jax_unpool.nnx
 from jax_unpool import reference
 from jax_unpool.nnx import MaxPool2d, MaxUnpool2d
 
@@ -83,15 +84,16 @@ def test_layers_have_no_parameters():
     assert not jax.tree.leaves(nnx.state(MaxUnpool2d(2)))
 
 
-def test_a_bad_argument_reaches_the_function_error(x):
-    with pytest.raises(ValueError, match="max_unpool2d: data_format"):
-        MaxUnpool2d(2, data_format="NCWH")(x, x.astype(jnp.int32))
-
-
-def test_a_data_format_list_reaches_the_function_error(x):
-    with pytest.raises(ValueError, match=r"max_unpool2d: data_format must be one of .*got "
-                                         r"\['NHWC'\]"):
-        MaxUnpool2d(2, data_format=["NHWC"])(x, x.astype(jnp.int32))
+@pytest.mark.parametrize("data_format,shown", [
+    ("NCWH", "'NCWH'"), (["NHWC"], r"\['NHWC'\]"), (7, "7"), ("", "''"), (0, "0")])
+@pytest.mark.parametrize("layer", ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d",
+                                   "MaxUnpool2d", "MaxUnpool3d"])
+def test_a_bad_data_format_is_refused_when_the_layer_is_built(layer, data_format, shown):
+    # Not at the first call (where 7 gave "object of type 'int' has no len()"), and an
+    # empty or false value is not the default.
+    with pytest.raises(ValueError, match=rf"^{layer}: data_format must be one of \[.*\] or "
+                                         rf"None, got {shown}$"):
+        getattr(jax_unpool.nnx, layer)(2, data_format=data_format)
 
 
 def test_host_int64_indices_outside_int32_reach_the_function_error(x):

@@ -24,7 +24,8 @@ from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, ran
 from fake_cann.check_fake_cann import FakeCann, build
 
 import jax_unpool as ju
-from jax._src.lib import xla_client
+from jax_unpool import _compat
+from jax_unpool._compat import enable_x64
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
@@ -123,7 +124,7 @@ def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dt
     shape = _shape(rank, layout)
     x = random_values(rng, shape, dtype)
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)  # with duplicates
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = _forward(layout)(x, idx)
     assert_bits_equal(out, oracle.unpool(x, idx, HW, layout == "NHWC"))
     assert emulated.call_count(FWD_RUN.encode()) == 1
@@ -142,7 +143,7 @@ def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_d
     shape = _shape(rank, layout)
     g = random_values(rng, _grad_shape(shape, layout), dtype)
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1], index_dtype)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = _backward(shape, g.dtype, layout)(g, idx)
     assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
     assert emulated.call_count(BWD_RUN.encode()) == 1
@@ -156,7 +157,7 @@ def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_d
 def test_dtypes_beyond_the_lists_move_as_integers_of_their_width(emulated, rng, op, dtype):
     shape = SHAPES[4]
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1])
-    with jax.enable_x64(needs_x64(dtype)):
+    with enable_x64(needs_x64(dtype)):
         if op == "forward":
             x = random_values(rng, shape, dtype)
             out, expected = _forward()(x, idx), oracle.unpool(x, idx, HW)
@@ -180,6 +181,7 @@ def test_channels_last_is_a_strided_view_not_a_transpose(emulated, rng):
 FWD3_RUN, BWD3_RUN = "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"
 
 
+@pytest.mark.jax_window
 @pytest.mark.parametrize("fmt", ["NCW", "NWC", "CW", "NCDHW", "NDHWC", "CDHW", "DHWC"])
 def test_1d_and_3d_reach_aclnn(emulated, rng, fmt):
     # Issue 13: channels-first 3-D unpooling (and its gradient) goes through
@@ -221,6 +223,7 @@ def test_1d_and_3d_reach_aclnn(emulated, rng, fmt):
 # Autodiff and batching through aclnn
 # --------------------------------------------------------------------------------------
 
+@pytest.mark.jax_window
 def test_grad_runs_both_aclnn_ops(emulated, rng):
     x = random_values(rng, SHAPES[4], "float32")
     idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
@@ -249,6 +252,7 @@ def test_second_order_grad_runs_aclnn_forward(emulated, rng):
     assert emulated.call_count(FWD_RUN.encode()) == 1
 
 
+@pytest.mark.jax_window
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_vmap_is_one_aclnn_call(emulated, rng, op):
     batch, shape = 4, SHAPES[3]
@@ -427,6 +431,22 @@ def test_empty_backward_without_aclnn(emulated):
     assert emulated.call_count(BWD_GWS.encode()) == 0
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_zero_output_size_without_aclnn(emulated, k):
+    # An empty output plane (allowed, as in PyTorch): the forward's result is empty, the
+    # backward on the jnp reference reads 0 for every index (none lies in the plane).
+    shape, size = (2, 3, *[2] * k), (0, *[3] * (k - 1))
+    x, idx = np.ones(shape, np.float32), np.zeros(shape, np.int32)
+    out = jax.jit(lambda x, i: getattr(ju, f"max_unpool{k}d")(x, i, output_size=size))(x, idx)
+    assert out.shape == (2, 3, *size)
+    xs = jax.ShapeDtypeStruct(shape, jnp.float32)
+    back = jax.jit(lambda g, i: getattr(ju, f"max_unpool{k}d_backward")(g, xs, i, size))(
+        np.ones((2, 3, *size), np.float32), idx)
+    np.testing.assert_array_equal(back, np.zeros(shape, np.float32))
+    for op in (FWD_RUN, BWD_RUN, "aclnnMaxUnpool3d", "aclnnMaxUnpool3dBackward"):
+        assert emulated.call_count(op.encode()) == 0, op
+
+
 # 3-D (NCDHW) through aclnnMaxUnpool3d(Backward): the same lowering rules.
 SHAPE3, SIZE3 = (2, 3, 2, 3, 4), (3, 4, 5)
 
@@ -566,13 +586,15 @@ def test_gpu_and_tpu_platforms_are_never_routed_to_cann(fake_cann_dir, platform)
     assert npu.MAX_UNPOOL2D_TARGET not in text
 
 
+@pytest.mark.jax_window
 def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     # A plugin following the CUDA plugin installs its handler under XLA's upper-case name.
     seen = []
-    xla_client.register_custom_call_handler(
+    _compat.install_ffi_handler(
         "NPU_TEST_XLA", lambda name, fn, platform, *args: seen.append((name, platform)))
-    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", None)) == ["NPU_TEST_XLA"]
-    assert npu._with_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
+    assert _compat.platforms_with_ffi_handler(npu._ffi_platforms("npu_test_xla", None)) == \
+        ["NPU_TEST_XLA"]
+    assert _compat.platforms_with_ffi_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
     monkeypatch.setattr(npu, "_require_devices", lambda platform: None)
     monkeypatch.setattr(npu, "_targets_registered", set())
     monkeypatch.setattr(npu.mlir, "register_lowering", lambda *args, **kwargs: None)
@@ -746,15 +768,17 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
 def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     # The forwards are l0op::ScatterElements(..., "none") (hicann/ops-nn
     # aclnn_max_unpool{2,3}d.cpp): deterministic by CANN's docs, no winner named anywhere.
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    root = Path(__file__).resolve().parent.parent
+    pages = {str(f.relative_to(root)): " ".join(f.read_text().split())
+             for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
     docs = {f"{f.__module__}.{f.__name__}": " ".join(f.__doc__.split())
             for module in (ju, ju.reference) for name in dir(module)
             if name.startswith("max_unpool") and callable(f := getattr(module, name))
             and f.__doc__}
     assert len(docs) >= 12, sorted(docs)  # every public unpool function of both modules
-    for name, text in {"README.md": readme, **docs}.items():
+    for name, text in {**pages, **docs}.items():
         assert "wins, deterministically, on every backend" not in text, name
         assert "deterministically on every backend" not in text, name
-    bullet = readme.split("- Duplicated indices in a plane:")[1].split(" - ")[0]
+    bullet = pages["docs/semantics.md"].split("- Duplicated indices in a plane:")[1].split(" - ")[0]
     for text in (bullet, docs["jax_unpool._api.max_unpool2d"]):
         assert "which duplicate wins is unspecified" in text, text

@@ -15,6 +15,7 @@ from fake_cann.check_fake_cann import FakeCann, build
 from fresh_process import run_code
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
@@ -95,7 +96,7 @@ def _volumes(rng, rank, dtype, index_dtype="int64"):
 @pytest.mark.parametrize("dtype", VALUE_DTYPES)
 def test_forward_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank):
     x, idx = _volumes(rng, rank, dtype, index_dtype)  # duplicated indices: last writer wins
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = forward(x, idx)
     assert_bits_equal(out, oracle.unpool_nd(x, idx, VOLUME))
     assert emulated.call_count(FWD_RUN.encode()) == 1
@@ -108,7 +109,7 @@ def test_forward_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank):
 def test_backward_equals_numpy_loops(emulated, rng, dtype, rank):
     idx = oracle.random_indices(rng, SHAPES[rank], int(np.prod(VOLUME)), np.int64)
     g = random_values(rng, _out_shape(idx.shape), dtype)
-    with jax.enable_x64(True):  # int64 indices
+    with enable_x64(True):  # int64 indices
         out = backward(g, idx)
     assert_bits_equal(out, oracle.gather_nd(g, idx, 3))
     assert emulated.call_count(BWD_RUN.encode()) == 1
@@ -119,7 +120,7 @@ def test_backward_equals_numpy_loops(emulated, rng, dtype, rank):
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_workspace_stream_and_objects(emulated, rng, op):
     x, idx = _volumes(rng, 5, "float32")
-    with jax.enable_x64(True):
+    with enable_x64(True):
         if op == "forward":
             forward(x, idx).block_until_ready()
         else:
@@ -156,7 +157,7 @@ def test_attributes_are_refused_and_named(emulated, rng, op, attributes):
                               else (npu.MAX_UNPOOL3D_BACKWARD_TARGET, x.shape,
                                     random_values(rng, _out_shape(x.shape), "float32")))
     f = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(result, np.float32))
-    with jax.enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
         jax.jit(lambda v, i: f(v, i, **attributes))(values, idx)
     names = ", ".join(f"'{name}'" for name in sorted(attributes))
     plural = "s" if len(attributes) > 1 else ""
@@ -170,7 +171,7 @@ def test_attributes_are_refused_and_named(emulated, rng, op, attributes):
 def test_an_empty_input_with_a_non_empty_result_is_refused(emulated, op):
     empty, full = (1, 2, 0, 2, 2), (1, 2, 2, 2, 2)
     idx = np.zeros(full if op == "backward" else empty, np.int64)
-    with jax.enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
         if op == "forward":
             call(npu.MAX_UNPOOL3D_TARGET, full, np.float32, np.ones(empty, np.float32), idx)
         else:
@@ -188,7 +189,7 @@ def test_a_smaller_output_volume_is_refused_by_cann(emulated, rng, op):
     # in the backward too (the 2-D backward has no such rule).
     x, idx = _volumes(rng, 5, "float32")  # volumes of 2 x 3 x 4
     small = (1, 1, 7)
-    with jax.enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
         if op == "forward":
             forward(x, np.minimum(idx, 6), small)
         else:
@@ -209,7 +210,7 @@ def test_an_out_of_range_message_names_a_position_in_the_volume(emulated, rng, o
     # (n, c, i), and the handler says that i is flat over (D, H, W).
     x, idx = _volumes(rng, 5, "float32")
     idx[1, 2, 1, 0, 3] = 60
-    with jax.enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
         if op == "forward":
             forward(x, idx)
         else:
@@ -226,7 +227,7 @@ def test_an_out_of_range_message_names_a_position_in_the_volume(emulated, rng, o
 def test_a_failing_status_reaches_python(emulated, rng, function):
     emulated.fail_next(function.encode(), 561003, b"injected: no kernel package")
     x, idx = _volumes(rng, 4, "float32")
-    with jax.enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
         if function in (FWD_GWS, FWD_RUN):
             forward(x, idx)
         else:

@@ -19,6 +19,7 @@ from fake_cann.check_fake_cann import FakeCann, build
 from fresh_process import run_code
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see README: jax-ml/jax#34083
@@ -113,7 +114,7 @@ def test_values_and_indices_equal_pytorch(emulated, rng, k, dtype, layout, batch
         want_v, want_i = torch_pool(x, kernel, stride, padding, ceil_mode)
         if last:
             want_v, want_i = to_channels_last(want_v, k), to_channels_last(want_i, k)
-        with jax.enable_x64(index_dtype == "int64"):
+        with enable_x64(index_dtype == "int64"):
             values, indices = call(k, to_channels_last(x, k) if last else x, want_v.shape,
                                    index_dtype, **window_attributes(
                                        kernel, stride, padding, ceil_mode, channels_last=last))
@@ -169,7 +170,7 @@ CANN_REFUSES = [
 def test_what_cann_refuses_reaches_python_with_its_message(emulated, case):
     k, shape, (kernel, stride, padding, dilation), out, index_dtype, cann_says = case
     x = np.zeros(shape, np.float32)
-    with jax.enable_x64(index_dtype == "int64"), pytest.raises(RUNTIME_ERRORS) as err:
+    with enable_x64(index_dtype == "int64"), pytest.raises(RUNTIME_ERRORS) as err:
         call(k, x, out, index_dtype,
              **window_attributes(kernel, stride, padding, False, dilation=dilation))
     message = str(err.value)
@@ -251,7 +252,7 @@ def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(emulated, rng, 
     def pool(x):
         return bind_pool(x, kernel, stride, padding, dilation, ceil_mode, last, index_dtype)
 
-    with jax.enable_x64(index_dtype == "int64" or dtype == "float64"):
+    with enable_x64(index_dtype == "int64" or dtype == "float64"):
         text = jax.jit(pool).lower(x).as_text()
         values, indices = jax.jit(pool)(x)
         data_format = {1: "NCW", 2: "NCHW", 3: "NCDHW"}[len(kernel)]

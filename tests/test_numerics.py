@@ -9,6 +9,7 @@ import pytest
 from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 SHAPES = {3: (3, 4, 5), 4: (2, 3, 4, 5)}  # channels-first; NHWC moves C last
 LAYOUTS = ["NCHW", "NHWC"]
@@ -27,7 +28,7 @@ def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank,
     shape, hw = _shape(rank, layout), (6, 7)
     x = random_values(rng, shape, dtype)
     idx = oracle.random_indices(rng, shape, hw[0] * hw[1], index_dtype)  # with duplicates
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = jax.jit(lambda x, i: ju.max_unpool2d(x, i, output_size=hw, data_format=layout))(
             x, idx)
         ref = ju.reference.max_unpool2d(x, idx, output_size=hw, data_format=layout)
@@ -48,7 +49,7 @@ def test_backward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank
     g = random_values(rng, grad_shape, dtype)
     idx = oracle.random_indices(rng, shape, hw[0] * hw[1], index_dtype)
     x = jax.ShapeDtypeStruct(shape, g.dtype)
-    with jax.enable_x64(needs_x64(dtype, index_dtype)):
+    with enable_x64(needs_x64(dtype, index_dtype)):
         out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))(
             g, idx)
         ref = ju.reference.max_unpool2d_backward(g, x, idx, hw, data_format=layout)

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 POOL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
         3: ju.max_pool3d_with_indices}
@@ -67,7 +68,7 @@ def test_unsigned_ints_torch_does_not_pool_match_pytorchs_loop(dtype):
     x = rng.integers(0, 4, (2, 3, 9), dtype=dtype)
     x[0, 0] = info.min
     x[1, 1, ::3] = info.max
-    with jax.enable_x64(True):
+    with enable_x64(True):
         values, indices = POOL[1](x, 3, 2, 1, 1, True)
     want_values, want_indices = oracle.max_pool(x, (3,), (2,), (1,), (1,), True)
     np.testing.assert_array_equal(values, want_values)
@@ -168,7 +169,20 @@ def test_subnormal_floats_compare_as_in_torch(dtype):
     x = np.array([0.0, tiny, -tiny, 0.0, tiny, 2 * tiny], np.float64).reshape(1, 1, 6)
     xt = torch.from_numpy(x).to(getattr(torch, dtype))
     t_values, t_indices = TORCH[1](xt, 2, return_indices=True)
-    with jax.enable_x64(dtype == "float64"):
+    with enable_x64(dtype == "float64"):
         values, indices = POOL[1](jnp.asarray(x, dtype), 2)
     np.testing.assert_array_equal(indices, t_indices.numpy())
     np.testing.assert_array_equal(np.asarray(values, np.float64), t_values.double().numpy())
+
+
+@pytest.mark.parametrize("param,value,message", [
+    ("stride", (2.0, 2), r"max_pool2d_with_indices_p: stride must be a tuple of 2 ints, got \(2\.0"),
+    ("padding", [0, 0], r"max_pool2d_with_indices_p: padding must be a tuple of 2 ints"),
+    ("ceil_mode", 1, r"max_pool2d_with_indices_p: ceil_mode must be a bool, got 1"),
+])
+def test_a_bind_with_a_parameter_of_the_wrong_type_is_a_type_error(param, value, message):
+    # Checked at every bind: jax's caches hold 2.0 equal to 2 and 1 equal to True.
+    params = {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0), "dilation": (1, 1),
+              "ceil_mode": False, "channels_last": False, "index_dtype": np.dtype("int32")}
+    with pytest.raises(TypeError, match=message):
+        ju.max_pool2d_with_indices_p.bind(jnp.zeros((1, 1, 4, 4)), **{**params, param: value})

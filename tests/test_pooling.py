@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 from jax_unpool.pooling import max_pool2d_with_indices
 
 NAN, INF = np.nan, np.inf
@@ -88,7 +89,7 @@ def test_matches_torch_half_precision(shape, k, s, p, d, ceil, dtype):
 def test_matches_torch_float64_with_int64_indices(shape, k, s, p, d, ceil):
     x = normal(shape, np.float64)
     t_out, t_idx = torch_pool(x, k, s, p, d, ceil)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for pool in IMPLS:
             out, idx = pool(x, k, s, p, d, ceil, index_dtype=jnp.int64)
             assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
@@ -109,7 +110,7 @@ def test_int64_matches_torch_under_x64():
     x = np.random.default_rng(2).integers(-5, 5, (2, 2, 7, 7)).astype(np.int64)
     x[0, 0] = np.iinfo(np.int64).min
     t_out, t_idx = torch_pool(x, 3, 2, 1)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for pool in IMPLS:
             out, idx = pool(x, 3, 2, 1)
             assert out.dtype == jnp.int64
@@ -364,7 +365,7 @@ def test_index_dtype_int32_by_default():
 
 def test_index_dtype_int64_under_x64():
     x = normal((2, 5, 4))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         _, idx = max_pool2d_with_indices(x, 2, index_dtype=jnp.int64)
         assert idx.dtype == jnp.int64
     np.testing.assert_array_equal(np.asarray(idx), torch_pool(x, 2)[1])
@@ -372,7 +373,7 @@ def test_index_dtype_int64_under_x64():
 
 def test_index_dtype_int64_without_x64_warns_and_truncates_like_jax():
     match = "int64 requested in max_pool2d_with_indices"
-    with jax.enable_x64(False), pytest.warns(UserWarning, match=match):
+    with enable_x64(False), pytest.warns(UserWarning, match=match):
         _, idx = max_pool2d_with_indices(normal((1, 4, 4)), 2, index_dtype=jnp.int64)
     assert idx.dtype == jnp.int32
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from jax.test_util import check_grads
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 POOL = {1: ju.max_pool1d_with_indices, 3: ju.max_pool3d_with_indices}
 XLA_POOL = {1: ju.reference.max_pool1d_with_indices, 3: ju.reference.max_pool3d_with_indices}
@@ -74,7 +75,7 @@ def test_matches_torch_float64_with_int64_indices(k, case):
     shape, *args = case
     x = normal(shape, np.float64)
     t_out, t_idx = torch_pool(k, x, *args)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for pool in (POOL[k], XLA_POOL[k]):
             out, idx = pool(x, *args, index_dtype=jnp.int64)
             assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
@@ -129,7 +130,7 @@ def test_gradient_matches_torch(k, args):
     t_out, _ = TORCH[k](xt, *args, return_indices=True)
     ct = normal(tuple(t_out.shape), np.float64, seed=5)
     (t_out * torch.from_numpy(ct)).sum().backward()
-    with jax.enable_x64(True):
+    with enable_x64(True):
         for pool in (POOL[k], XLA_POOL[k]):
             _, vjp = jax.vjp(lambda x, pool=pool: pool(x, *args)[0], x)
             np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), rtol=1e-12)
@@ -139,7 +140,7 @@ def test_gradient_matches_torch(k, args):
 def test_gradients_to_order_two(k):
     shape = (2, 2, 9) if k == 1 else (1, 2, 4, 4, 4)
     x = normal(shape, np.float64, seed=3)  # distinct values: the argmax is stable
-    with jax.enable_x64(True):
+    with enable_x64(True):
         check_grads(lambda x: POOL[k](x, 3, 2, 1)[0], (jnp.asarray(x),), order=2,
                     modes=("fwd", "rev"))
 
@@ -231,7 +232,7 @@ def test_gradient_grid_matches_torch(k, kern, s, p, d, ceil, last, index_dtype):
     ct = normal(tuple(t_out.shape), seed=1)
     expected = _torch_grad(k, x, ct, args)
     move = (lambda a: np.moveaxis(a, 1, -1)) if last else (lambda a: a)
-    with jax.enable_x64(index_dtype == "int64"):
+    with enable_x64(index_dtype == "int64"):
         _, vjp = jax.vjp(lambda v: POOL_ALL[k](v, *args, data_format=FORMATS[k][last],
                                                index_dtype=index_dtype)[0], move(x))
         grad = vjp(move(ct))[0]
@@ -305,11 +306,46 @@ def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
     np.testing.assert_array_equal(np.asarray(grad).ravel(), [0.0, 10.0, 20.0])
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_float4_gradient_with_disjoint_windows(k):
+    # The unpool kernels move whole bytes only: packed float4 takes XLA's gather instead.
+    x = normal(GRID_SHAPES[k], seed=7).astype(jnp.float4_e2m1fn)
+    (out, idx), vjp = jax.vjp(lambda v: POOL_ALL[k](v, 2), x)
+    ct = normal(out.shape, seed=8).astype(jnp.float4_e2m1fn)
+    (grad,) = vjp((ct, np.zeros(idx.shape, jax.dtypes.float0)))
+    # Oracle: each cotangent at its window's argmax (distinct positions: disjoint windows).
+    n, c = x.shape[:2]
+    want = np.zeros((n, c, x[0, 0].size), np.float32)
+    flat_idx, flat_ct = np.asarray(idx).reshape(n, c, -1), np.asarray(ct, np.float32)
+    np.put_along_axis(want, flat_idx, flat_ct.reshape(n, c, -1), axis=2)
+    assert grad.dtype == jnp.float4_e2m1fn
+    np.testing.assert_array_equal(np.asarray(grad, np.float32), want.reshape(x.shape))
+    ref_pool = getattr(ju.reference, f"max_pool{k}d_with_indices")
+    _, ref_vjp = jax.vjp(lambda v: ref_pool(v, 2), x)
+    np.testing.assert_array_equal(np.asarray(ref_vjp((ct, np.zeros(idx.shape,
+                                                                   jax.dtypes.float0)))[0],
+                                             np.float32), want.reshape(x.shape))
+
+
+def test_torch_backward_adds_an_index_past_the_plane_into_the_next_plane():
+    # What the docs say of PyTorch's CPU backward (cpu_max_pool_backward adds at each
+    # index unchecked), shown without writing past a buffer: plane 0 gets the indices
+    # torch's forward gives the case above (3 lies past its 3 elements), plane 1
+    # in-plane ones. Plane 0's third cotangent lands on plane 1's first element.
+    args = ((1, 3), (1, 5), (0, 1), (1, 2), True)
+    x = torch.zeros(1, 2, 3, 1)
+    assert F.max_pool2d(x, *args, return_indices=True)[1].flatten().tolist() == [1, 2, 3] * 2
+    idx = torch.tensor([1, 2, 3, 0, 1, 2]).reshape(1, 2, 3, 1)
+    ct = torch.tensor([10.0, 20.0, 30.0, 1.0, 2.0, 4.0]).reshape(1, 2, 3, 1)
+    grad = torch.ops.aten.max_pool2d_with_indices_backward(ct, x, *args, idx)
+    assert grad.flatten().tolist() == [0.0, 10.0, 20.0, 30.0 + 1.0, 2.0, 4.0]
+
+
 @pytest.mark.parametrize("case", DISJOINT[::2])
 def test_disjoint_windows_gradients_to_order_two(case):
     k, shape, *args = case
     x = normal(shape, np.float64, seed=4)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         check_grads(lambda v: POOL_ALL[k](v, *args)[0] ** 2, (jnp.asarray(x),), order=2,
                     modes=("fwd", "rev"))
 

@@ -24,6 +24,7 @@ from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
 from jax_unpool import reference
+from jax_unpool._compat import enable_x64
 
 # Every 1-, 2-, 4- and 8-byte kind: the ops move bits, so each width and kind must survive.
 VALUE_DTYPES = [np.dtype(d) for d in (
@@ -142,7 +143,7 @@ def operands(case: Case) -> tuple[np.random.Generator, np.ndarray, np.ndarray]:
 def test_forward_ffi_oracle_and_reference_agree_bitwise(case):
     _, x, indices = operands(case)
     expected = numpy_oracle.unpool(bits(x), indices, case.output_hw, case.channels_last)
-    with jax.enable_x64(case.x64):
+    with enable_x64(case.x64):
         got = fwd_ffi(x, indices, output_size=case.output_hw, data_format=case.data_format)
         ref = fwd_ref(x, indices, output_size=case.output_hw, data_format=case.data_format)
     for out in (got, ref):
@@ -157,7 +158,7 @@ def test_backward_ffi_oracle_and_reference_agree_bitwise(case):
     rng, x, indices = operands(case)
     grad = random_values(rng, case.out_shape, case.dtype)
     expected = numpy_oracle.gather(bits(grad), indices, case.channels_last)
-    with jax.enable_x64(case.x64):
+    with enable_x64(case.x64):
         args = (grad, x, indices)
         kw = {"output_size": case.output_hw, "data_format": case.data_format}
         got, ref = bwd_ffi(*args, **kw), bwd_ref(*args, **kw)
@@ -343,7 +344,8 @@ def check_malformed_call(op: str, api, ref, values, indices, channels_last: bool
     if out.size > 10**6:  # a huge plane is accepted only with int64 indices; don't run it
         assert indices.dtype == np.int64 and hw[0] * hw[1] > 2**31 - 1
         return "accepted a huge plane (not run)"
-    message = expected_message(op, indices, hw, channels_last)
+    # An empty result never reaches a kernel (XLA replaces it): nothing to check indices.
+    message = None if out.size == 0 else expected_message(op, indices, hw, channels_last)
     if message is not None:
         with pytest.raises(RUNTIME_ERRORS) as real:
             jax.block_until_ready(api(values, indices))
@@ -367,7 +369,7 @@ HUGE_PLANE_CALLS = [Call(np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 2, 
 @example(HUGE_PLANE_CALLS[1])
 def test_malformed_forward_fails_cleanly_or_matches_reference(call):
     kw = call.kwargs
-    with jax.enable_x64(call.x64):
+    with enable_x64(call.x64):
         x, indices = jnp.asarray(call.x), jnp.asarray(call.indices)  # as the API converts
         note(f"x {x.dtype}{x.shape}, indices {indices.dtype}{indices.shape}, {kw}")
         event(check_malformed_call(
@@ -380,7 +382,7 @@ def test_malformed_forward_fails_cleanly_or_matches_reference(call):
 @given(backward_calls())
 def test_malformed_backward_fails_cleanly_or_matches_reference(call):
     kw, x = call.kwargs, call.x
-    with jax.enable_x64(call.x64):
+    with enable_x64(call.x64):
         grad, indices = jnp.asarray(call.grad), jnp.asarray(call.indices)
         if not isinstance(x, jax.ShapeDtypeStruct):
             x = jnp.asarray(x)

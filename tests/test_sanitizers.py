@@ -17,6 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -81,21 +83,65 @@ def test_sanitized_module_is_instrumented(sanitized_package):
     assert b"__asan_report_store" in data and b"__ubsan_handle_" in data
 
 
+# A healthy child prints at every test (pytest -q) or phase (the exercise script) within
+# seconds, under ASan within a minute or two; only a hang stays silent this long. No limit
+# on the whole run: on a loaded machine a healthy run takes as long as it takes.
+SILENCE_LIMIT_S = 20 * 60
+
+
+def run_until_silent(cmd: list[str], silence_limit_s: float, **popen) -> tuple[int, str, str]:
+    """Runs `cmd` to its end, unless it prints nothing (stdout or stderr) for
+    `silence_limit_s`: then it is killed. Returns (exit status, stdout, stderr); the exit
+    status is None for a killed child."""
+    # Files, not pipes: the child never blocks on a full pipe while we watch it.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, **popen)
+        printed, last_output = 0, time.monotonic()
+        while (status := child.poll()) is None:
+            time.sleep(min(2.0, silence_limit_s / 4))
+            size = os.fstat(out.fileno()).st_size + os.fstat(err.fileno()).st_size
+            if size != printed:
+                printed, last_output = size, time.monotonic()
+            elif time.monotonic() - last_output > silence_limit_s:
+                child.kill()
+                child.wait()
+                break  # status stays None
+        out.seek(0)
+        err.seek(0)
+        return status, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
 def run_sanitized(args: list[str], package: Path, preload: str) -> str:
     """Runs `python *args` with the sanitizer runtimes preloaded and `package` first on the
     path (also as the working directory, which `python -m` puts first); returns the output
     after asserting a clean exit without any sanitizer report."""
-    env = dict(os.environ, LD_PRELOAD=preload,
+    env = dict(os.environ, LD_PRELOAD=preload, PYTHONUNBUFFERED="1",  # progress as it comes
                PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]),
                # CPython and jaxlib keep allocations alive until exit by design: no leak check.
                ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
-    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=package, check=False)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-20000:]
+    status, stdout, stderr = run_until_silent([sys.executable, *args], SILENCE_LIMIT_S,
+                                              env=env, cwd=package)
+    output = stdout + stderr
+    assert status is not None, f"no output for {SILENCE_LIMIT_S} s, stopped:\n{output[-20000:]}"
+    assert status == 0, output[-20000:]
     assert not [r for r in REPORTS if r in output], output[-20000:]
-    return done.stdout
+    return stdout
+
+
+def test_a_slow_child_that_keeps_printing_runs_to_its_end():
+    # 3 s in all, never 1 s silent: a whole-run limit of 2 s would have stopped it.
+    code = "import time\nfor i in range(12):\n    print(i, flush=True)\n    time.sleep(0.25)"
+    status, stdout, _ = run_until_silent([sys.executable, "-c", code], 2.0)
+    assert (status, stdout.split()) == (0, [str(i) for i in range(12)])
+
+
+def test_a_silent_child_is_stopped():
+    code = "import time\nprint('started', flush=True)\ntime.sleep(60)\nprint('late')"
+    start = time.monotonic()
+    status, stdout, _ = run_until_silent([sys.executable, "-c", code], 1.0)
+    assert (status, stdout) == (None, "started\n")
+    assert time.monotonic() - start < 30
 
 
 def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, toolchain):

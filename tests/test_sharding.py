@@ -1,9 +1,10 @@
-"""Both ops, and the pools, on 8 devices: split along the plane dims (N, C, in either
-layout; 1-D and 3-D channels last too) the compiled step runs our CPU kernels on each
+"""Both ops, and the pools, on several devices: split along the plane dims (N, C, in
+either layout, of every spatial rank) the compiled step runs our CPU kernels on each
 device's shard with no communication; any split (H too) gives the numpy result; shard_map
 with a replicated operand differentiates correctly.
 
-The devices are simulated CPU devices in a fresh process (`sharded_cases.py`), because
+The devices are simulated CPU devices in a fresh process (`sharded_cases.py`: 2-D on 8
+devices; `sharded_ranks.py`: 1-D and 3-D on 4; `sharded_pools.py`: the pools), because
 this process's backend already started with one device. That process saves the compiled
 HLO and the results; the assertions and the numpy oracle are here.
 """
@@ -125,6 +126,28 @@ def ranks_run(tmp_path_factory) -> Path:
     return out
 
 
+def _size(fmt: str) -> tuple[int, ...]:
+    return (10,) if len(fmt) == 3 else (4, 6, 4)  # as in sharded_ranks.py
+
+
+@pytest.mark.jax_window
+@pytest.mark.parametrize("case", ["NCW-N", "NCW-NC", "NWC-N", "NCDHW-N", "NCDHW-NC",
+                                  "NDHWC-N"])
+def test_1d_3d_split_along_n_and_c_runs_our_kernels_per_shard(ranks_run, case):
+    hlo = (ranks_run / f"{case}.hlo.txt").read_text()
+    assert collective_counts(hlo) == dict.fromkeys(COLLECTIVES, 0), hlo
+    assert custom_call_targets(hlo) == TARGETS
+    saved = np.load(ranks_run / f"{case}.npz")
+    fmt = case.split("-")[0]
+    last, size = fmt.endswith("C"), _size(fmt)
+    y = oracle.unpool_nd(saved["x"], saved["indices"], size, last)
+    np.testing.assert_array_equal(saved["y"], y)
+    np.testing.assert_array_equal(saved["g"], oracle.gather_nd(2 * y, saved["indices"],
+                                                               len(size), last))
+    assert saved["same_sharding"]
+
+
+@pytest.mark.jax_window
 @pytest.mark.parametrize("case", ["NWC-C", "NWC-NC", "NDHWC-C", "NDHWC-NC"])
 def test_channels_last_1d_3d_split_along_c_runs_our_kernels_per_shard(ranks_run, case):
     # NWC and NDHWC reach the kernels as NHWC views: C stays split, nothing is gathered.
@@ -132,12 +155,29 @@ def test_channels_last_1d_3d_split_along_c_runs_our_kernels_per_shard(ranks_run,
     assert collective_counts(hlo) == dict.fromkeys(COLLECTIVES, 0)
     assert custom_call_targets(hlo) == TARGETS
     saved = np.load(ranks_run / f"{case}.npz")
-    size = (10,) if case.startswith("NWC") else (4, 6, 4)
+    size = _size(case.split("-")[0])
     y = oracle.unpool_nd(saved["x"], saved["indices"], size, channels_last=True)
     np.testing.assert_array_equal(saved["y"], y)
     np.testing.assert_array_equal(saved["g"], oracle.gather_nd(2 * y, saved["indices"],
                                                                len(size), channels_last=True))
     assert saved["same_sharding"]
+
+
+@pytest.mark.jax_window
+@pytest.mark.parametrize("case", ["shard_map-NCW-x", "shard_map-NDHWC-indices"])
+def test_1d_3d_shard_map_vjp_with_a_replicated_operand(ranks_run, case):
+    saved = np.load(ranks_run / f"{case}.npz")
+    x, indices, ct = saved["x"], saved["indices"], saved["ct"]
+    fmt = case.split("-")[1]
+    last, size = fmt.endswith("C"), _size(fmt)
+    devices = ct.shape[0]
+    x_all = np.broadcast_to(x, (devices, *x.shape[1:]))
+    i_all = np.broadcast_to(indices, (devices, *indices.shape[1:]))
+    np.testing.assert_array_equal(saved["y"], oracle.unpool_nd(x_all, i_all, size, last))
+    grad = oracle.gather_nd(ct, i_all, len(size), last)
+    if case.endswith("-x"):  # every device used the same x: its gradients add up
+        grad = grad.sum(axis=0, keepdims=True)
+    np.testing.assert_array_equal(saved["g"], grad)
 
 
 # --------------------------------------------------------------------------------------

@@ -244,11 +244,11 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
                         ") has no " + absent + ": " + advice);
 }
 
-ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs) {
+ffi::Error RefuseAttributes(const char* op, const AttributeNames& attrs) {
   if (attrs.size() == 0) return ffi::Error::Success();
   std::string names;
-  for (std::string_view name : attrs) {
-    names += (names.empty() ? "'" : ", '") + std::string(name) + "'";
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    names += (names.empty() ? "'" : ", '") + std::string(attrs[i]) + "'";
   }
   return ffi::Error::InvalidArgument(
       std::string(op) + ": unknown attribute" + (attrs.size() > 1 ? "s " : " ") + names +

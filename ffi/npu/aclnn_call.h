@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "npu/cann_library.h"
@@ -145,11 +146,27 @@ ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,
                           std::initializer_list<OptionalSymbol> symbols,
                           const char* advice = kNewerCann);
 
+// The names of a call's attributes, bound as `.Attrs<AttributeNames>()`: ffi::Dictionary
+// lists them only from jaxlib 0.8's FFI headers on, and the extension is built against
+// jaxlib 0.7's. A view of XLA's call frame (the stable C struct XLA_FFI_Attrs), valid
+// during the call; nothing is copied.
+class AttributeNames {
+ public:
+  explicit AttributeNames(const XLA_FFI_Attrs* attrs) : attrs_(attrs) {}
+  size_t size() const { return static_cast<size_t>(attrs_->size); }
+  std::string_view operator[](size_t i) const {
+    return {attrs_->names[i]->ptr, attrs_->names[i]->len};
+  }
+
+ private:
+  const XLA_FFI_Attrs* attrs_;
+};
+
 // INVALID_ARGUMENT naming every attribute in `attrs`; Success when there is none. For the
 // targets that take no attribute: XLA checks the attribute count only for handlers that
-// bind some, so these bind them all as a dictionary and refuse any -- channels_last=True
-// would otherwise be ignored and an NDHWC buffer read as NCDHW.
-ffi::Error RefuseAttributes(const char* op, const ffi::Dictionary& attrs);
+// bind some, so these bind them all and refuse any -- channels_last=True would otherwise
+// be ignored and an NDHWC buffer read as NCDHW.
+ffi::Error RefuseAttributes(const char* op, const AttributeNames& attrs);
 
 // Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
 // No exception escapes: the FFI boundary gets an ffi::Error.
@@ -188,3 +205,17 @@ ffi::Error OnHost(Impl&& impl) {
 }
 
 }  // namespace jax_unpool::npu
+
+// How `.Attrs<AttributeNames>()` decodes the call's attributes (AttrDecoding is the FFI's
+// customisation point for attribute types; ffi::Dictionary is decoded the same way).
+template <>
+struct xla::ffi::AttrDecoding<jax_unpool::npu::AttributeNames> {
+  using Type = jax_unpool::npu::AttributeNames;
+  static std::optional<Type> Decode(XLA_FFI_AttrType type, void* attr,
+                                    DiagnosticEngine& diagnostic) {
+    if (type != XLA_FFI_AttrType_DICTIONARY) {
+      return diagnostic.Emit("Wrong attribute type: expected a dictionary");
+    }
+    return Type(static_cast<const XLA_FFI_Attrs*>(attr));
+  }
+};

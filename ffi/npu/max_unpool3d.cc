@@ -12,7 +12,7 @@ constexpr const char* kOp = "max_unpool3d";
 constexpr int kSpatialRank = 3;
 
 ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuffer indices,
-                            ffi::Result<ffi::AnyBuffer> out, const ffi::Dictionary& attrs) {
+                            ffi::Result<ffi::AnyBuffer> out, const AttributeNames& attrs) {
   if (ffi::Error e = RefuseAttributes(kOp, attrs); !e.success()) return e;
   auto cann = RequireCann(kOp);
   if (cann.has_error()) return cann.error();
@@ -60,14 +60,14 @@ ffi::Error MaxUnpool3dAclnn(const Launch& launch, ffi::AnyBuffer x, ffi::AnyBuff
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                        ffi::Dictionary attrs) {
+                        AttributeNames attrs) {
   return OnDevice(stream, scratch, [&](const Launch& launch) {
     return MaxUnpool3dAclnn(launch, x, indices, out, attrs);
   });
 }
 
 ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                      ffi::Dictionary attrs) {
+                      AttributeNames attrs) {
   return OnHost(
       [&](const Launch& launch) { return MaxUnpool3dAclnn(launch, x, indices, out, attrs); });
 }
@@ -81,13 +81,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, OnDeviceImpl,
                                   .Arg<ffi::AnyBuffer>()       // x
                                   .Arg<ffi::AnyBuffer>()       // indices
                                   .Ret<ffi::AnyBuffer>()       // out
-                                  .Attrs<ffi::Dictionary>());  // any is refused
+                                  .Attrs<AttributeNames>());  // any is refused
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost, OnHostImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()       // x
                                   .Arg<ffi::AnyBuffer>()       // indices
                                   .Ret<ffi::AnyBuffer>()       // out
-                                  .Attrs<ffi::Dictionary>());  // any is refused
+                                  .Attrs<AttributeNames>());  // any is refused
 
 }  // namespace jax_unpool::npu

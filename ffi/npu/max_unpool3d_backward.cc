@@ -14,7 +14,7 @@ constexpr int kSpatialRank = 3;
 
 ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_output,
                                     ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                                    const ffi::Dictionary& attrs) {
+                                    const AttributeNames& attrs) {
   if (ffi::Error e = RefuseAttributes(kOp, attrs); !e.success()) return e;
   auto cann = RequireCann(kOp);
   if (cann.has_error()) return cann.error();
@@ -73,14 +73,14 @@ ffi::Error MaxUnpool3dBackwardAclnn(const Launch& launch, ffi::AnyBuffer grad_ou
 
 ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer grad_output,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                        ffi::Dictionary attrs) {
+                        AttributeNames attrs) {
   return OnDevice(stream, scratch, [&](const Launch& launch) {
     return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out, attrs);
   });
 }
 
 ffi::Error OnHostImpl(ffi::AnyBuffer grad_output, ffi::AnyBuffer indices,
-                      ffi::Result<ffi::AnyBuffer> out, ffi::Dictionary attrs) {
+                      ffi::Result<ffi::AnyBuffer> out, AttributeNames attrs) {
   return OnHost([&](const Launch& launch) {
     return MaxUnpool3dBackwardAclnn(launch, grad_output, indices, out, attrs);
   });
@@ -95,13 +95,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice, OnDeviceImpl,
                                   .Arg<ffi::AnyBuffer>()       // grad_output
                                   .Arg<ffi::AnyBuffer>()       // indices
                                   .Ret<ffi::AnyBuffer>()       // out
-                                  .Attrs<ffi::Dictionary>());  // any is refused
+                                  .Attrs<AttributeNames>());  // any is refused
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()       // grad_output
                                   .Arg<ffi::AnyBuffer>()       // indices
                                   .Ret<ffi::AnyBuffer>()       // out
-                                  .Attrs<ffi::Dictionary>());  // any is refused
+                                  .Attrs<AttributeNames>());  // any is refused
 
 }  // namespace jax_unpool::npu

@@ -56,7 +56,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_unpool as ju
-from jax_unpool.cli import bench_step
+from jax_unpool import _args
+from jax_unpool._compat import enable_x64
+from jax_unpool.cli import bench_step, options
 
 LARGE_SHAPES = ((8, 64, 112, 112), (32, 64, 56, 56), (16, 256, 28, 28), (64, 128, 14, 14))
 # Issue 13's 1-D (64, 256, 4096) and 3-D (16, 64, 32, 32, 32) inputs, pooled by 2 per axis.
@@ -587,18 +589,48 @@ def machine() -> dict[str, Any]:
 SECTIONS = ["unpool", "layout", "pool", "step"]
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """--shapes: N x C x 1 to 3 spatial sizes, all positive."""
+    try:
+        shape = tuple(int(d) for d in text.split("x"))
+    except ValueError:
+        shape = ()
+    if not 3 <= len(shape) <= 5 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a pooled shape: N, C and 1 to 3 spatial sizes, positive ints "
+            "joined by 'x', e.g. 8x64x112x112")
+    return shape
+
+
+def _value_dtype(text: str) -> str:
+    """--dtypes: a dtype both ops take (1, 2, 4 or 8 bytes, real: the pools compare)."""
+    try:
+        dtype = np.dtype(jnp.dtype(text))
+    except TypeError:
+        dtype = None
+    if (dtype is None or not _args.is_movable(dtype)
+            or jnp.issubdtype(dtype, jnp.complexfloating)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a value dtype: a real dtype of 1, 2, 4 or 8 bytes, e.g. "
+            "float32, bfloat16, int8")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jax_unpool bench", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny shapes, 2 samples (a few seconds)")
-    p.add_argument("--json", metavar="PATH", help="also write the rows and targets as JSON")
-    p.add_argument("--reps", type=int, help="samples per median (default 7; 2 with --quick)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
-    p.add_argument("--shapes", nargs="+", metavar="NxCx...",
+    p.add_argument("--json", metavar="PATH", type=options.writable_file,
+                   help="also write the rows and targets as JSON")
+    p.add_argument("--reps", type=options.positive_int,
+                   help="samples per median (default 7; 2 with --quick)")
+    p.add_argument("--warmup", type=options.non_negative_int, default=2,
+                   help="untimed calls first (default 2)")
+    p.add_argument("--shapes", nargs="+", metavar="NxCx...", type=_shape,
                    help="pooled shapes, channels first, 1-D to 3-D (default: the four large "
                         "2-D ones, 1x3x4x4, 64x256x2048 and 16x64x16x16x16)")
-    p.add_argument("--dtypes", nargs="+",
+    p.add_argument("--dtypes", nargs="+", type=_value_dtype,
                    help="value dtypes (default float32 bfloat16; float32 with --quick)")
     p.add_argument("--index-dtypes", nargs="+", default=["int32", "int64"],
                    choices=["int32", "int64"], help="index dtypes (default int32 int64)")
@@ -609,12 +641,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.shapes:
-        shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes]
-    else:
-        shapes = list(QUICK_SHAPES if args.quick else (*LARGE_SHAPES, TINY_SHAPE, *RANK_SHAPES))
+    shapes = args.shapes or list(QUICK_SHAPES if args.quick
+                                 else (*LARGE_SHAPES, TINY_SHAPE, *RANK_SHAPES))
     dtypes = args.dtypes or (["float32"] if args.quick else ["float32", "bfloat16"])
-    reps = args.reps or (2 if args.quick else 7)
+    reps = args.reps if args.reps is not None else (2 if args.quick else 7)
     warmup = 1 if args.quick else args.warmup
     threads = len(os.sched_getaffinity(0))  # the cores XLA's CPU client uses too
     torch = None if args.no_torch else _torch(threads)
@@ -624,7 +654,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict] = []
     for shape in shapes:
         for index_dtype in args.index_dtypes:
-            with jax.enable_x64(index_dtype == "int64"):  # int64 indices need x64
+            with enable_x64(index_dtype == "int64"):  # int64 indices need x64
                 for dtype in dtypes:
                     if "unpool" in args.sections:
                         rows += _unpool_rows(shape, dtype, index_dtype, torch, reps, warmup,

@@ -257,26 +257,34 @@ def save_png(path: str, rgb: np.ndarray) -> bool:
 # The command
 # ----------------------------------------------------------------------------------------
 
-def check_options(steps: int, size: int, batch: int, width: int) -> None:
+# The held-out images' seed is the training seed plus this; both must fit in int64
+# (jax.random.PRNGKey takes int64 seeds, numpy's generators non-negative ones).
+HELD_OUT_SEED_OFFSET = 1_000_003
+MAX_SEED = np.iinfo(np.int64).max - HELD_OUT_SEED_OFFSET
+
+
+def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0) -> None:
     """ValueError for options the model cannot run with."""
     if size < 16 or size % 4:
         raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {size}")
     if min(steps, batch, width) < 1:
         raise ValueError(f"demo: steps, batch and width must be positive, got {steps}, "
                          f"{batch}, {width}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {seed}")
 
 
 def run(steps: int = 800, size: int = 32, batch: int = 16, seed: int = 0,
         out: str = "unpool_demo.png", width: int = 24, test_count: int = 256,
         show: int = 4) -> dict[str, float]:
     """Train, evaluate on a held-out generated set, print the results, write the picture."""
-    check_options(steps, size, batch, width)
+    check_options(steps, size, batch, width, seed)
     start = time.perf_counter()
     print(f"optimiser: {optimizer(5e-3, steps)[1]}")
     params, losses = train(steps, size, batch, seed, width,
                            progress=lambda it: progress_bar(it, steps))
     # A different seed: the test images were never seen in training.
-    test_images, test_masks = make_dataset(test_count, size, seed + 1_000_003)
+    test_images, test_masks = make_dataset(test_count, size, seed + HELD_OUT_SEED_OFFSET)
     predicted = np.asarray(predict(params, test_images))
     model_iou = mean_iou(predicted, test_masks)
     # The trivial predictor: every pixel is background, the most frequent class.

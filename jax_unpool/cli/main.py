@@ -15,6 +15,8 @@ import re
 import sys
 from collections.abc import Sequence
 
+from jax_unpool.cli import options
+
 RANKS = (1, 2, 3)
 OPS = tuple(op.format(k) for k in RANKS for op in
             ("max_unpool{}d", "max_unpool{}d_backward", "max_pool{}d_with_indices"))
@@ -100,12 +102,12 @@ def bench(argv: Sequence[str]) -> int:
     return bench_module.main(list(argv)) or 0
 
 
-def demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def demo(args: argparse.Namespace) -> int:
     from jax_unpool.cli import demo as demo_module
     try:
-        demo_module.check_options(args.steps, args.size, args.batch, args.width)
+        demo_module.check_options(args.steps, args.size, args.batch, args.width, args.seed)
     except ValueError as error:  # a bad option value: report it the argparse way
-        parser.error(str(error))
+        args.command_parser.error(str(error))
     demo_module.run(steps=args.steps, size=args.size, batch=args.batch, seed=args.seed,
                     out=args.out, width=args.width)
     return 0
@@ -139,7 +141,9 @@ def _parser() -> argparse.ArgumentParser:
                              help="channels of the first layer (default 24)")
     demo_parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo_parser.add_argument("--out", default="unpool_demo.png", metavar="PATH",
+                             type=options.writable_file,
                              help="where to write the picture (default unpool_demo.png)")
+    demo_parser.set_defaults(command_parser=demo_parser)  # its usage line for its errors
     return parser
 
 
@@ -152,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
         return info()
-    return demo(args, parser)
+    return demo(args)
 
 
 if __name__ == "__main__":

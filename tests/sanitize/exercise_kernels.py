@@ -28,6 +28,7 @@ import numpy_oracle
 from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 
 # One value dtype per byte width, plus bool (1 byte) and a 2-byte float.
 VALUE_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, jnp.bfloat16, np.float16, np.float32,
@@ -95,7 +96,7 @@ def small_cases(rng) -> None:
                     g = values(rng, out_shape, dtype)
                     what = f"{dtype.name} {np.dtype(index_dtype).name} {fmt(rank, last)}"
                     kw = {"output_size": (4, 5), "data_format": fmt(rank, last)}
-                    with jax.enable_x64(True):
+                    with enable_x64(True):
                         check_equal(forward(x, idx, **kw),
                                     numpy_oracle.unpool(bits(x), idx, (4, 5), last),
                                     "forward " + what)
@@ -138,7 +139,7 @@ def threaded_pool_cases(rng) -> None:
     N=3, C=5 the 15 planes split into chunks that end inside an image."""
     for last in (False, True):
         for index_dtype in (np.int32, np.int64):
-            with jax.enable_x64(True):
+            with enable_x64(True):
                 x, idx, hw, want = big_case(rng, 3, 5, 96, 96, last, index_dtype)
                 f = fmt(4, last)
                 check_equal(forward(x, idx, output_size=hw, data_format=f), want,
@@ -249,12 +250,10 @@ def threaded_max_pool_cases(rng) -> None:
 def main() -> int:
     print(f"extension: {extension.__file__}", flush=True)
     rng = np.random.default_rng(0)
-    small_cases(rng)
-    zero_size_cases(rng)
-    threaded_pool_cases(rng)
-    python_threads(rng)
-    max_pool_cases(rng)
-    threaded_max_pool_cases(rng)
+    for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads,
+                  max_pool_cases, threaded_max_pool_cases):
+        phase(rng)
+        print(f"{phase.__name__}: done", flush=True)  # progress: the parent watches for it
     print(f"exercise_kernels: {checks} checks passed")
     return 0
 
