@@ -205,7 +205,8 @@ def _run_subset(release: str, wheel: Path, fake_cann: Path, work: Path) -> dict:
     report = work / "report.xml"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["JAX_UNPOOL_FAKE_CANN_DIR"] = str(fake_cann)
-    proc = subprocess.run([str(python), "-c", SUBSET_RUN, "-m", SUBSET, "-q",
+    # -o addopts=: no xdist there (pyproject's -n), one process per release.
+    proc = subprocess.run([str(python), "-c", SUBSET_RUN, "-m", SUBSET, "-q", "-o", "addopts=",
                            "-p", "no:cacheprovider", f"--basetemp={work / 'tmp'}",
                            f"--junitxml={report}", *files],
                           cwd=work, env=env, capture_output=True, text=True, timeout=900,

@@ -124,7 +124,7 @@ with npu.cpu_emulation(sys.argv[1]):
 # A device platform whose plugin has devices and an FFI handler: only the load decides.
 calls = []
 npu._require_devices = lambda platform: None
-npu._with_handler = lambda names: names
+npu._compat.platforms_with_ffi_handler = lambda names: names
 jax.ffi.register_ffi_target = lambda *a, **k: calls.append(a)
 npu.mlir.register_lowering = lambda *a, **k: calls.append(a)
 for library_dir in (None, sys.argv[1]):

@@ -169,6 +169,7 @@ SANITIZED_TESTS = [
 
 def test_native_code_tests_run_clean_under_asan_and_ubsan(sanitized_package, toolchain):
     paths = [str(REPO / "tests" / t) for t in SANITIZED_TESTS]
-    out = run_sanitized(["-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
-                        sanitized_package, toolchain["preload"])
+    # -o addopts=: one process (no xdist workers) under the sanitizers.
+    out = run_sanitized(["-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
+                         *paths], sanitized_package, toolchain["preload"])
     assert " passed" in out and " failed" not in out, out[-5000:]
