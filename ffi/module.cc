@@ -28,6 +28,7 @@ NB_MODULE(_jax_unpool, m) {
     d["max_unpool2d_backward"] = Capsule(jax_unpool::MaxUnpool2dBackwardCpu);
     d["max_unpool"] = Capsule(jax_unpool::MaxUnpoolCpu);
     d["max_unpool_backward"] = Capsule(jax_unpool::MaxUnpoolBackwardCpu);
+    d["max_pool"] = Capsule(jax_unpool::MaxPoolCpu);
     return d;
   });
   m.def("npu_registrations", []() {

@@ -82,6 +82,15 @@ inline std::string DataTypeName(ffi::DataType dtype) {
     case ffi::DataType::F64: return "float64";
     case ffi::DataType::C64: return "complex64";
     case ffi::DataType::C128: return "complex128";
+    case ffi::DataType::F8E5M2: return "float8_e5m2";
+    case ffi::DataType::F8E4M3: return "float8_e4m3";
+    case ffi::DataType::F8E3M4: return "float8_e3m4";
+    case ffi::DataType::F8E4M3FN: return "float8_e4m3fn";
+    case ffi::DataType::F8E4M3B11FNUZ: return "float8_e4m3b11fnuz";
+    case ffi::DataType::F8E4M3FNUZ: return "float8_e4m3fnuz";
+    case ffi::DataType::F8E5M2FNUZ: return "float8_e5m2fnuz";
+    case ffi::DataType::F8E8M0FNU: return "float8_e8m0fnu";
+    case ffi::DataType::F4E2M1FN: return "float4_e2m1fn";
     default: return "dtype #" + std::to_string(static_cast<int>(dtype));
   }
 }

@@ -13,6 +13,11 @@ from jax_unpool._api import (
     max_unpool3d_backward,
 )
 from jax_unpool._ffi import export_safety_checks
+from jax_unpool._pool_primitives import (
+    max_pool1d_with_indices_p,
+    max_pool2d_with_indices_p,
+    max_pool3d_with_indices_p,
+)
 from jax_unpool._primitives import (
     max_unpool1d_backward_p,
     max_unpool1d_p,
@@ -32,8 +37,11 @@ __version__ = "0.1.0"
 __all__ = [
     "export_safety_checks",
     "max_pool1d_with_indices",
+    "max_pool1d_with_indices_p",
     "max_pool2d_with_indices",
+    "max_pool2d_with_indices_p",
     "max_pool3d_with_indices",
+    "max_pool3d_with_indices_p",
     "max_unpool1d",
     "max_unpool1d_backward",
     "max_unpool1d_backward_p",

@@ -26,6 +26,8 @@ except ImportError:
 # Every spatial rank, with the `spatial_rank` attribute: what the CPU lowering calls.
 MAX_UNPOOL_TARGET = "jax_unpool_max_unpool_v2"
 MAX_UNPOOL_BACKWARD_TARGET = "jax_unpool_max_unpool_backward_v2"
+# The max pool with indices, every spatial rank (the window's attributes say which).
+MAX_POOL_TARGET = "jax_unpool_max_pool_v1"
 # 2-D only (no `spatial_rank`): kept for artifacts exported before the _v2 targets.
 MAX_UNPOOL2D_TARGET = "jax_unpool_max_unpool2d_v1"
 MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"
@@ -39,7 +41,7 @@ ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
 # kernel_size, stride, padding, dilation (int64 arrays of 2 or 3), ceil_mode, channels_last.
 ACLNN_MAX_POOL2D_TARGET = "jax_unpool_aclnn_max_pool2d_with_indices_v1"
 ACLNN_MAX_POOL3D_TARGET = "jax_unpool_aclnn_max_pool3d_with_argmax_v1"
-STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET,
+STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET, MAX_POOL_TARGET,
                   MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL2D_TARGET, ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL3D_TARGET, ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET,
@@ -48,6 +50,7 @@ STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET,
 _CPU_TARGETS = {
     "max_unpool": MAX_UNPOOL_TARGET,
     "max_unpool_backward": MAX_UNPOOL_BACKWARD_TARGET,
+    "max_pool": MAX_POOL_TARGET,
     "max_unpool2d": MAX_UNPOOL2D_TARGET,
     "max_unpool2d_backward": MAX_UNPOOL2D_BACKWARD_TARGET,
 }

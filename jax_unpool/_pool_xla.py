@@ -1,14 +1,15 @@
 """Max pooling with PyTorch's argmax indices in XLA ops: the geometry (PyTorch's argument
 checks and output sizes, at trace time) and the forward as one strided slice per kernel
 tap, which XLA fuses. ``jax_unpool.reference``'s pools are this module's `max_pool`; the
-public pools (``jax_unpool.pooling``) use it with the unpool primitive as the gradient.
+pool primitives (``jax_unpool._pool_primitives``) use the geometry, and the forward as
+their lowering wherever there is no native kernel.
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import NamedTuple
 
@@ -375,36 +376,34 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: Geometry) -> jax.Array:
     return out.reshape(idx.shape)
 
 
-# custom_jvp rather than differentiating the select chain: the tangent is one
-# gather at the argmax (not kh*kw selects), and integer x (float0 tangent) and
-# the indices (no gradient) are handled explicitly. `gather` is that gather: XLA's
-# (gather_at_argmax), or the caller's (jax_unpool.pooling's goes through the unpool
-# primitive where it can).
-@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _pool(x: jax.Array, g: Geometry, gather: Callable) -> tuple[jax.Array, jax.Array]:
+# custom_jvp rather than differentiating the select chain: the tangent is one gather at
+# the argmax (not kh*kw selects), and integer x (float0 tangent) and the indices (no
+# gradient) are handled explicitly.
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _pool(x: jax.Array, g: Geometry) -> tuple[jax.Array, jax.Array]:
     return pool_values_and_indices(x, g)
 
 
 # One compiled computation per geometry, so that eager calls do not dispatch the
 # kh*kw tap loop op by op (under an outer jit this is simply inlined).
-_pool_jit = jax.jit(_pool, static_argnums=(1, 2))
+_pool_jit = jax.jit(_pool, static_argnums=(1,))
 
 
 @_pool.defjvp
-def _pool_jvp(g: Geometry, gather: Callable, primals: tuple, tangents: tuple) -> tuple:
+def _pool_jvp(g: Geometry, primals: tuple, tangents: tuple) -> tuple:
     (x,), (t,) = primals, tangents
-    out, idx = _pool(x, g, gather)
+    out, idx = _pool(x, g)
     if t.dtype == jax.dtypes.float0:  # integer x: nothing to differentiate
         t_out = _symbolic.no_tangent(out.shape)
     else:
-        t_out = gather(t, idx, g)
+        t_out = gather_at_argmax(t, idx, g)
     return (out, idx), (t_out, _symbolic.no_tangent(idx.shape))
 
 
 def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
-             data_format, index_dtype, gather: Callable = gather_at_argmax):
-    """``max_pool{k}d_with_indices`` (named `fn` in errors) in XLA ops, its tangent
-    gathered at the argmax by `gather` (a function of (t, idx, geometry))."""
+             data_format, index_dtype):
+    """``max_pool{k}d_with_indices`` (named `fn` in errors) in XLA ops only, its gradient
+    XLA's scatter-add: ``jax_unpool.reference``'s pools."""
     x = _args.as_array(fn, "x", x)
     g = geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
                  data_format, index_dtype)
@@ -415,10 +414,10 @@ def max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mo
         x = x[None]
     if x.dtype == jnp.bool_:
         # Comparisons on bool are awkward in XLA; uint8 orders False < True the same.
-        out, idx = _pool_jit(x.astype(jnp.uint8), g, gather)
+        out, idx = _pool_jit(x.astype(jnp.uint8), g)
         out = out.astype(jnp.bool_)
     else:
-        out, idx = _pool_jit(x, g, gather)
+        out, idx = _pool_jit(x, g)
     if unbatched:
         out, idx = out[0], idx[0]
     return out, idx

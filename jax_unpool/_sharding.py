@@ -27,6 +27,7 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
+import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend import core
 from jax.extend.mlir import ir
@@ -208,6 +209,66 @@ def _infer_sharding(target, k, output_size, mesh, arg_shapes, result_shape):
 _per_shard_kernel = custom_partitioning(_kernel, static_argnums=(0, 1, 2))
 _per_shard_kernel.def_partition(_partition, infer_sharding_from_operands=_infer_sharding,
                                 sharding_rule=_rule)
+
+
+# The pool (x -> values, indices), channels last: the same split, one operand and two
+# results. `window` is the FFI call's attributes as a hashable tuple of (name, value).
+
+def _pool_rule(target, k, window, out_size, index_dtype, mesh, operand_types, result_types):
+    small = " ".join(f"o{d}" for d in range(k))
+    rule = f"... {' '.join(f'i{d}' for d in range(k))} c -> ... {small} c, ... {small} c"
+    return rule, {"need_replication_factors": (*(f"i{d}" for d in range(k)),
+                                               *(f"o{d}" for d in range(k)))}
+
+
+def _pool_kernel(target: str, k: int, window, out_size, index_dtype, x):
+    shape = (*x.shape[:-k - 1], *out_size, x.shape[-1])
+    attributes = {name: np.asarray(v, np.int64) if isinstance(v, tuple) else v
+                  for name, v in window}
+    return jax.ffi.ffi_call(target, (jax.ShapeDtypeStruct(shape, x.dtype),
+                                     jax.ShapeDtypeStruct(shape, index_dtype)))(
+        x, channels_last=True, **attributes)
+
+
+def _pool_partition(target, k, window, out_size, index_dtype, mesh, arg_shapes,
+                    result_shapes):
+    sharding = _plane_sharding(mesh, result_shapes[0].sharding, len(result_shapes[0].shape), k)
+    kernel = partial(_pool_kernel, target, k, window, out_size, index_dtype)
+    return mesh, kernel, (sharding, sharding), (sharding,)
+
+
+def _pool_infer_sharding(target, k, window, out_size, index_dtype, mesh, arg_shapes,
+                         result_shapes):
+    sharding = _plane_sharding(mesh, arg_shapes[0].sharding, len(arg_shapes[0].shape), k)
+    return (sharding, sharding)
+
+
+_per_shard_pool = custom_partitioning(_pool_kernel, static_argnums=(0, 1, 2, 3, 4))
+_per_shard_pool.def_partition(_pool_partition, infer_sharding_from_operands=_pool_infer_sharding,
+                              sharding_rule=_pool_rule)
+
+
+def pool_call_lowering(target: str):
+    """A pool primitive's lowering to the FFI call `target` (x -> values, indices), the
+    window as its attributes, partitioned along N and C as the unpool calls are (above)."""
+    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
+                 index_dtype):
+        k = len(kernel_size)
+        window = (("kernel_size", tuple(kernel_size)), ("stride", tuple(stride)),
+                  ("padding", tuple(padding)), ("dilation", tuple(dilation)),
+                  ("ceil_mode", bool(ceil_mode)))
+        if channels_last and not ctx.module_context.lowering_parameters.for_export:
+            values = ctx.avals_out[0]
+            out_size = tuple(values.shape[values.ndim - 1 - k:values.ndim - 1])
+            kernel = partial(_per_shard_pool, target, k, window, out_size,
+                             np.dtype(index_dtype))
+            return mlir.lower_fun(kernel, multiple_results=True)(ctx, x)
+        call = jax.ffi.ffi_lowering(target,
+                                    extra_attributes=call_attributes(ctx, channels_last, k))
+        return call(ctx, x, channels_last=bool(channels_last),
+                    **{name: np.asarray(v, np.int64) if isinstance(v, tuple) else v
+                       for name, v in window})
+    return lowering
 
 
 def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,

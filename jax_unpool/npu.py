@@ -8,13 +8,14 @@ functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
-        the aclnn FFI targets with the platform's PJRT plugin and makes both primitives
-        lower to them there. `platform` is JAX's name for the plugin's platform (none is
+        the aclnn FFI targets with the platform's PJRT plugin and makes the unpool
+        primitives lower to them there, and the pool primitives through `pool_lowering`. `platform` is JAX's name for the plugin's platform (none is
         official; it is a parameter); it must have devices, and is never a GPU or TPU
         platform. platform="cpu" is the host-emulation mode, for testing: the handlers run
         on host memory with no stream against an emulated CANN (tests/fake_cann), named by
-        an explicit library_dir, and both primitives' CPU lowering goes through them,
-        process-wide, until unregister_cpu_emulation() (or use `cpu_emulation()`).
+        an explicit library_dir, and the primitives' CPU lowering goes through them (the
+        pools' to the XLA ops where aclnn's would not give PyTorch's result), process-wide,
+        until unregister_cpu_emulation() (or use `cpu_emulation()`).
     is_available(library_dir=None) -> bool
         Whether CANN can be loaded (or already is); never raises.
     locate(library_dir=None) -> dict
@@ -67,7 +68,16 @@ from jax import core
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from jax_unpool import _args, _compat, _ffi, _jax_unpool, _planes, _primitives, _sharding
+from jax_unpool import (
+    _args,
+    _compat,
+    _ffi,
+    _jax_unpool,
+    _planes,
+    _pool_primitives,
+    _primitives,
+    _sharding,
+)
 
 __all__ = [
     "MAX_POOL2D_TARGET",
@@ -416,12 +426,15 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     return list(dict.fromkeys([platform, platform.upper()]))
 
 
-def _register_lowerings(platform: str, forward, backward) -> None:
-    """`forward` and `backward` as the lowerings of every rank's primitives on `platform`."""
+def _register_lowerings(platform: str, forward, backward, pool) -> None:
+    """`forward`, `backward` and `pool` as the lowerings of every rank's unpool, unpool
+    backward and pool primitives on `platform`."""
     for p in _primitives.max_unpool_p.values():
         mlir.register_lowering(p, forward, platform=platform)
     for p in _primitives.max_unpool_backward_p.values():
         mlir.register_lowering(p, backward, platform=platform)
+    for p in _pool_primitives.max_pool_p.values():
+        mlir.register_lowering(p, pool, platform=platform)
 
 
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
@@ -445,7 +458,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
 
     platform="cpu" is the host-emulation mode (testing): `library_dir` must name an
     emulated CANN; the handlers get host memory and no stream, and the CPU lowering of
-    both primitives goes through them for the whole process until
+    the primitives goes through them (the pools' as on an NPU) for the whole process until
     unregister_cpu_emulation(). jax's compilation caches are cleared on both transitions
     so that no program compiled before keeps the other lowering. A process serves one mode:
     a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
@@ -514,7 +527,8 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
         _register_lowerings(platform,
                             _primitives.forward_lowering(_max_unpool2d_aclnn_lowering),
                             _primitives.backward_lowering(
-                                _max_unpool2d_backward_aclnn_lowering))
+                                _max_unpool2d_backward_aclnn_lowering),
+                            pool_lowering(_pool_primitives.xla_lowering))
         _aclnn_pools = bool(aclnn_pools)
         if host:
             _cpu_emulation = True
@@ -523,14 +537,14 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
 
 
 def unregister_cpu_emulation() -> None:
-    """Ends the host-emulation mode: both primitives lower to the CPU FFI kernels again.
+    """Ends the host-emulation mode: the primitives lower to the CPU FFI kernels again.
     A no-op when the mode is off."""
     global _cpu_emulation
     with _lock:
         if not _cpu_emulation:
             return
         _register_lowerings("cpu", _primitives._forward_cpu_lowering,
-                            _primitives._backward_cpu_lowering)
+                            _primitives._backward_cpu_lowering, _pool_primitives.cpu_lowering)
         _cpu_emulation = False
         jax.clear_caches()
 

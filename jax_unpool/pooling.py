@@ -1,8 +1,10 @@
 """``max_pool{1,2,3}d_with_indices``: PyTorch's max pooling with argmax indices.
 
-The forward is XLA ops (jax_unpool._pool_xla). The gradient w.r.t. x goes through the
-unpool primitives (the native CPU kernel, aclnn on the NPU) whenever each input position
-is the argmax of at most one window; otherwise it is XLA's scatter-add.
+Each binds its rank's pool primitive (jax_unpool._pool_primitives): on CPU one native pass
+over x (the jax_unpool_max_pool_v1 kernel), elsewhere XLA ops (jax_unpool._pool_xla). The
+gradient w.r.t. x goes through the unpool primitives (the native CPU kernel, aclnn on the
+NPU) whenever each input position is the argmax of at most one window; otherwise it is
+XLA's scatter-add.
 """
 
 from __future__ import annotations
@@ -11,23 +13,24 @@ import jax
 import jax.numpy as jnp
 
 from jax_unpool import _args, _pool_xla
+from jax_unpool._pool_primitives import max_pool_p
 from jax_unpool._pool_xla import IntOrPair
-from jax_unpool._primitives import max_unpool_backward_p
 
 __all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
 
 
-def _gather_tangent(t: jax.Array, idx: jax.Array, g: _pool_xla.Geometry) -> jax.Array:
-    """t at the argmax positions. With unique argmaxes (`argmax_is_unique`) it is the
-    unpool primitives' gather, whose transpose is the unpool primitive (the native kernel
-    on CPU, aclnn on the NPU; second order transposes back to the gather); otherwise
-    XLA's gather, whose transpose is a scatter-add (overlapping windows sum up). Packed
-    sub-byte dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take
-    XLA's gather too."""
-    if _pool_xla.argmax_is_unique(g) and _args.is_movable(t.dtype):
-        return max_unpool_backward_p[g.k].bind(t, idx, channels_last=g.channels_last,
-                                               spatial_rank=g.k)
-    return _pool_xla.gather_at_argmax(t, idx, g)
+def _max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
+              data_format, index_dtype) -> tuple[jax.Array, jax.Array]:
+    """Checks the arguments as PyTorch does (errors name `fn`), then binds the primitive."""
+    x = _args.as_array(fn, "x", x)
+    g = _pool_xla.geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
+                           data_format, index_dtype)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {x.dtype}")
+    values, indices = max_pool_p[k].bind(
+        x, kernel_size=g.kernel, stride=g.stride, padding=g.padding, dilation=g.dilation,
+        ceil_mode=bool(ceil_mode), channels_last=g.channels_last, index_dtype=g.index_dtype)
+    return values, indices
 
 
 def max_pool2d_with_indices(
@@ -90,8 +93,10 @@ def max_pool2d_with_indices(
     its argmax position (sums where overlapping windows share an argmax); the
     indices are not differentiable (float0 tangent). Where windows cannot overlap
     (stride >= dilation * (kernel - 1) + 1 on every axis) the gradient is
-    ``max_unpool2d`` of the cotangent into the input plane (the native kernel). Works under ``jit``,
-    ``vmap``, ``grad``, ``jvp`` and higher orders.
+    ``max_unpool2d`` of the cotangent into the input plane (the native kernel). Works
+    under ``jit``, ``vmap``, ``grad``, ``jvp`` and higher orders, and under sharding of N
+    and C (no communication). On CPU values and indices come from one native pass over
+    ``x``; elsewhere from XLA ops.
 
     Raises (at trace time, naming the argument and the received value):
       ValueError: ``x`` not 3-D/4-D; empty H or W; kernel_size, stride or
@@ -102,8 +107,8 @@ def max_pool2d_with_indices(
         not ints or pairs of ints (tuples, lists or 1-D integer numpy arrays);
         ``ceil_mode`` not a bool; ``index_dtype`` not int32/int64; complex ``x``.
     """
-    return _pool_xla.max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype, _gather_tangent)
+    return _max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)
 
 
 def max_pool1d_with_indices(
@@ -125,8 +130,8 @@ def max_pool1d_with_indices(
     size, ``ceil_mode``, ``dilation``, padding never selected, ties, NaN, dtypes,
     differentiation, errors -- is as in :func:`max_pool2d_with_indices`.
     """
-    return _pool_xla.max_pool("max_pool1d_with_indices", 1, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype, _gather_tangent)
+    return _max_pool("max_pool1d_with_indices", 1, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)
 
 
 def max_pool3d_with_indices(
@@ -148,5 +153,5 @@ def max_pool3d_with_indices(
     ``d * H * W + h * W + w`` inside each input volume; windows are scanned in (d, h, w)
     order. Everything else is as in :func:`max_pool2d_with_indices`.
     """
-    return _pool_xla.max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype, _gather_tangent)
+    return _max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding, dilation,
+                     ceil_mode, data_format, index_dtype)

@@ -67,8 +67,9 @@ max_unpool3d_backward = _unpool_backward("max_unpool3d_backward", 3)
 
 
 def _pool(k: int, data_format: str):
-    """max_pool{k}d_with_indices with its gradient as XLA's scatter-add (the public ones
-    scatter through the unpool primitive where windows cannot overlap)."""
+    """max_pool{k}d_with_indices in XLA ops, its gradient XLA's scatter-add (the public ones
+    run the native kernel on CPU and scatter through the unpool primitive where windows
+    cannot overlap)."""
     fn = f"max_pool{k}d_with_indices"
 
     def pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,

@@ -6,6 +6,8 @@ are written once, for the contiguous-plane layout.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -115,6 +117,72 @@ def gather_nd(grad_output: np.ndarray, indices: np.ndarray, k: int,
             for i in range(js.shape[2]):
                 out[a, b, i] = gs[a, b, js[a, b, i]]
     return _spatial_back(out.reshape(n, c, *spatial), np.ndim(indices), k, channels_last)
+
+
+def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h)."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
+
+
+def lowest(dtype) -> float:
+    """What an empty window reports: -inf, or the most negative value of a dtype without
+    it (ints, bool, float8 formats with no inf), as PyTorch (for its dtypes) and the
+    package document."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biu":
+        return int(np.iinfo(dtype).min) if dtype.kind != "b" else 0
+    neg_inf = np.array(-np.inf).astype(dtype)
+    return float(neg_inf.astype(np.float64)) if np.isinf(neg_inf.astype(np.float64)) else \
+        float(np.array(np.finfo(dtype).min, dtype).astype(np.float64))
+
+
+def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,
+             channels_last: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch's CPU max pool loop (aten/src/ATen/native/cpu/MaxPoolKernel.cpp) for
+    k = len(kernel) spatial dims: per window, start from (-inf, the first in-bounds
+    position: `while (ih0 < 0) ih0 += dilationH`), and let an in-bounds tap replace the max
+    iff `val > maxval || isnan(val)`, in row-major scan order. Values are compared as
+    float64 (exact for every float dtype) or Python ints; the result holds the winning
+    element itself (bit for bit), or the dtype's lowest value when nothing won. Returns
+    (values, int64 indices)."""
+    k = len(kernel)
+    xs = _spatial_first(np.asarray(x), k, channels_last)
+    n, c, *size = xs.shape
+    out_size = [pool_output_size(size[a], kernel[a], stride[a], padding[a], dilation[a],
+                                 ceil_mode) for a in range(k)]
+    def as_number(v):
+        if xs.dtype.kind in "biu":
+            return int(v)
+        with np.errstate(invalid="ignore"):  # a signaling NaN becomes a quiet one
+            return float(np.asarray(v).astype(np.float64))
+    flat_strides = [int(np.prod(size[a + 1:])) for a in range(k)]
+    values = np.empty((n, c, *out_size), xs.dtype)
+    indices = np.empty((n, c, *out_size), np.int64)
+    empty = np.array(lowest(xs.dtype)).astype(xs.dtype)
+    for a in range(n):
+        for b in range(c):
+            for o in np.ndindex(*out_size):
+                first, ranges = [], []
+                for d in range(k):
+                    start = o[d] * stride[d] - padding[d]
+                    end = min(start + (kernel[d] - 1) * dilation[d] + 1, size[d])
+                    while start < 0:
+                        start += dilation[d]
+                    first.append(start)
+                    ranges.append(range(start, end, dilation[d]))
+                best, best_index = -np.inf, sum(f * s for f, s in zip(first, flat_strides))
+                winner = None
+                for taps in np.ndindex(*[len(r) for r in ranges]):
+                    pos = tuple(r[t] for r, t in zip(ranges, taps))
+                    v = as_number(xs[(a, b, *pos)])
+                    if v > best or math.isnan(v):
+                        best, winner = v, pos
+                        best_index = sum(p * s for p, s in zip(pos, flat_strides))
+                values[(a, b, *o)] = empty if winner is None else xs[(a, b, *winner)]
+                indices[(a, b, *o)] = best_index
+    return (_spatial_back(values, np.ndim(x), k, channels_last),
+            _spatial_back(indices, np.ndim(x), k, channels_last))
 
 
 def max_pool_nd(x: np.ndarray, kernel: int, stride: int, padding: int, k: int,

@@ -75,9 +75,12 @@ def test_quick_run_has_layout_pool_and_step_sections(result):
     for r in layout:
         assert r["nhwc_vs_nchw"] == pytest.approx(r["nhwc_ms"] / r["nchw_ms"])
     pool = _rows(result, "pool")
-    assert {(tuple(r["shape"]), r["op"]) for r in pool} == {
-        (shape, op) for shape in bench.QUICK_SHAPES for op in ("forward", "forward+grad")}
-    assert all(r["jax_unpool_ms"] > 0 and r["torch_ms"] > 0 for r in pool)
+    assert {(tuple(r["shape"]), r["op"], r["layout"]) for r in pool} == {
+        (shape, op, layout) for shape in bench.QUICK_SHAPES for op in ("forward", "forward+grad")
+        for layout in ("channels_first", "channels_last")}
+    assert all(r["jax_unpool_ms"] > 0 and r["xla_ms"] > 0 for r in pool)
+    # torch has no channels-last layout for every rank: it is timed channels first only
+    assert all((r["torch_ms"] is not None) == (r["layout"] == "channels_first") for r in pool)
     step = _rows(result, "step")
     assert {(r["layout"], r["impl"]) for r in step} == {
         (fmt, impl) for fmt in ("NHWC", "NCHW") for impl in ("ours", "xla")}
@@ -92,6 +95,8 @@ def test_quick_run_reports_every_target_and_the_machine(result):
     assert result["targets"]["forward_vs_xla"]["holds"] is None
     assert result["targets"]["pool_grad_vs_torch"]["holds"] is None
     assert result["targets"]["tiny_forward_vs_xla_per_call"]["value"] > 0
+    assert result["targets"]["tiny_pool_vs_xla_per_call"]["value"] > 0
+    assert result["targets"]["pool_per_byte_ncdhw_vs_nchw"]["holds"] is None
     assert result["machine"]["cores"] >= 1 and result["settings"]["quick"] is True
 
 

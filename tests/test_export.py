@@ -3,10 +3,12 @@ stable, versioned ones; with `export_safety_checks()` it serializes, and a fresh
 that imports jax_unpool runs it with identical results; the CUDA lowering of a
 multi-platform export uses the jnp reference, never the CPU targets. An artifact
 exported by the release before the `_v2` targets (calling the 2-D `_v1` ones for every
-rank) still runs."""
+rank) still runs, and so does one exported when the pools were XLA ops; the pools' own
+target round-trips through every rank and layout."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import jax_unpool as ju
 # Documented as stable: exported artifacts name them, so they must never change meaning.
 STABLE_TARGETS = ("jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2")
 V1_TARGETS = ("jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1")
+POOL_TARGET = "jax_unpool_max_pool_v1"
 OUTPUT_HW = (8, 8)
 
 
@@ -73,7 +76,8 @@ def test_safety_checks_name_the_stable_targets():
              "jax_unpool_aclnn_max_pool2d_with_indices_v1",
              "jax_unpool_aclnn_max_pool3d_with_argmax_v1")
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
-                                              for t in (*STABLE_TARGETS, *V1_TARGETS, *aclnn)}
+                                              for t in (*STABLE_TARGETS, POOL_TARGET,
+                                                        *V1_TARGETS, *aclnn)}
 
 
 def test_export_without_the_safety_checks_is_refused(operands):
@@ -156,3 +160,68 @@ def test_an_artifact_of_the_v1_targets_runs_with_todays_jax_unpool(tmp_path):
         np.testing.assert_array_equal(results[f"out{2 * c}"], (unpooled * weight).sum())
         np.testing.assert_array_equal(results[f"out{2 * c + 1}"],
                                       oracle.gather_nd(weight, indices, k, last))
+
+
+POOL_V0_ARTIFACT = Path(__file__).parent / "data" / "export_pool_v0"
+
+
+def _pool_step_module():
+    """data/export_pool_v0/make.py: the pool cases of every rank and layout and their step."""
+    spec = importlib.util.spec_from_file_location("pool_step", POOL_V0_ARTIFACT / "make.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_pool_step_results(results, cases, operands) -> None:
+    """Per case: values and indices as numpy's transcription of PyTorch's loop gives them,
+    and the gradient of sum(values * weight): each weight added at its argmax."""
+    for c, (_, fmt, _, kernel, stride, padding, dilation, ceil_mode) in enumerate(cases):
+        x, weight = operands[2 * c], operands[2 * c + 1]
+        k, last = len(fmt) - 2, fmt.endswith("C")
+        def each(v, k=k):
+            return (v,) * k if isinstance(v, int) else tuple(v)
+        values, indices = oracle.max_pool(x, each(kernel), each(kernel if stride is None
+                                                                else stride),
+                                          each(padding), each(dilation), ceil_mode, last)
+        # planes first: (N, C, positions)
+        def planes(a, k=k, last=last):
+            a = np.moveaxis(a, -1, 1) if last else a
+            return a.reshape(*a.shape[:2], -1)
+        grad = np.zeros(planes(x).shape, np.float32)
+        for n, ch, o in np.ndindex(*planes(indices).shape):
+            grad[n, ch, planes(indices)[n, ch, o]] += planes(weight)[n, ch, o]
+        grad = grad.reshape(np.moveaxis(x, -1, 1).shape if last else x.shape)
+        np.testing.assert_array_equal(results[f"out{3 * c}"], values)
+        np.testing.assert_array_equal(results[f"out{3 * c + 1}"], indices)
+        np.testing.assert_array_equal(results[f"out{3 * c + 2}"],
+                                      np.moveaxis(grad, 1, -1) if last else grad)
+
+
+def test_an_artifact_of_the_xla_ops_pools_runs_with_todays_jax_unpool(tmp_path):
+    """data/export_pool_v0 (see its make.py): values, indices and gradient of the pools of
+    every rank and layout, exported when the pools were XLA ops (their gradient through
+    the unpool primitive's `_v2` target where windows cannot overlap)."""
+    module = jax.export.deserialize(bytearray((POOL_V0_ARTIFACT / "step.bin").read_bytes()))
+    assert set(re.findall(r"custom_call @(\w+)", module.mlir_module())) == {
+        "jax_unpool_max_unpool_v2"}
+    fresh_process.run_ok("exported_run.py", str(POOL_V0_ARTIFACT / "step.bin"),
+                         str(POOL_V0_ARTIFACT / "operands.npz"), str(tmp_path / "results.npz"))
+    saved = np.load(POOL_V0_ARTIFACT / "operands.npz")
+    assert_pool_step_results(np.load(tmp_path / "results.npz"), _pool_step_module().CASES,
+                             [saved[f"arg{i}"] for i in range(len(saved.files))])
+
+
+def test_the_pools_round_trip_through_their_target_in_a_fresh_process(tmp_path):
+    step = _pool_step_module()
+    operands = step.operands()
+    exported = jax.export.export(jax.jit(step.step), platforms=("cpu",),
+                                 disabled_checks=ju.export_safety_checks())(*operands)
+    text = exported.mlir_module()
+    # one pool call per case, every rank and layout
+    assert text.count(f"stablehlo.custom_call @{POOL_TARGET}(") == len(step.CASES)
+    (tmp_path / "step.bin").write_bytes(exported.serialize())
+    np.savez(tmp_path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    fresh_process.run_ok("exported_run.py", str(tmp_path / "step.bin"),
+                         str(tmp_path / "operands.npz"), str(tmp_path / "results.npz"))
+    assert_pool_step_results(np.load(tmp_path / "results.npz"), step.CASES, operands)

@@ -1,5 +1,7 @@
 """Where each op runs: the FFI custom call on CPU, the jnp reference elsewhere."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,3 +62,38 @@ def test_eager_primitive_bind_runs(rng, op):
         out = ju.max_unpool2d_backward_p.bind(jnp.asarray(g), jnp.asarray(idx),
                                               channels_last=False)
         np.testing.assert_array_equal(out, oracle.gather(g, idx))
+
+
+# Every rank and layout of the pools, and an x pooled by 2 per axis.
+POOL_CASES = [(1, "NCW", (2, 3, 8)), (1, "NWC", (2, 8, 3)), (2, "NCHW", (2, 3, 8, 8)),
+              (2, "HWC", (8, 8, 3)), (3, "NCDHW", (1, 2, 4, 4, 4)), (3, "NDHWC", (1, 4, 4, 4, 2))]
+
+
+def _pool_step(pool, fmt):
+    return jax.value_and_grad(lambda v: pool(v, 2, data_format=fmt)[0].sum())
+
+
+@pytest.mark.parametrize("k,fmt,shape", POOL_CASES)
+def test_cpu_pools_compile_to_the_native_pool(k, fmt, shape):
+    # Compiled, not lowered: channels last is partitioned per shard (custom_partitioning)
+    # and gets its FFI call when XLA partitions it.
+    pool = getattr(ju, f"max_pool{k}d_with_indices")
+    hlo = jax.jit(_pool_step(pool, fmt)).lower(jnp.zeros(shape)).compile().as_text()
+    targets = re.findall(r'custom_call_target="([^"]+)"', hlo)
+    assert [t for t in targets if t.startswith("jax_unpool_max_pool")] == [
+        "jax_unpool_max_pool_v1"]
+    assert "jax_unpool_max_unpool_v2" in targets  # the gradient, windows being disjoint
+
+
+@pytest.mark.parametrize("k,fmt,shape", POOL_CASES)
+def test_reference_pools_stay_xla_ops(k, fmt, shape):
+    pool = getattr(ju.reference, f"max_pool{k}d_with_indices")
+    text = jax.jit(_pool_step(pool, fmt)).lower(jnp.zeros(shape)).as_text()
+    assert "custom_call" not in text
+
+
+def test_other_platforms_lower_the_pools_to_xla_ops():
+    exported = jax.export.export(jax.jit(_pool_step(ju.max_pool2d_with_indices, "NCHW")),
+                                 platforms=("cuda",))(jax.ShapeDtypeStruct((2, 3, 8, 8),
+                                                                           jnp.float32))
+    assert "custom_call" not in exported.mlir_module()

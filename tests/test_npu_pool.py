@@ -3,22 +3,20 @@ aclnnMaxPool3dWithArgmax) against the emulated CANN in tests/fake_cann, in host-
 mode, called directly with jax.ffi.ffi_call: values and indices bit-exact against PyTorch
 for every dtype the ops take, both layouts, both ranks of x, ties, NaN, -inf planes,
 padding and ceil_mode; the aclDataTypes handed to aclnn; the handler's refusals and
-CANN's reaching Python; a CANN without the pool ops. Then the NPU lowering of the pools
-(jax_unpool.npu.pool_lowering), on a stand-in primitive until main has the pool
-primitive: the aclnn call where the ops give PyTorch's result, the XLA ops elsewhere,
-values and indices equal to the XLA-ops path.
+CANN's reaching Python; a CANN without the pool ops. Then the NPU lowering of the pool
+primitives (jax_unpool.npu.pool_lowering, which register() installs): the aclnn call where
+the ops give PyTorch's result, the XLA ops elsewhere, values and indices equal to the
+XLA-ops path; the native CPU pool back when the emulation ends.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pool_stand_in
 import pytest
 import torch
 from dtypes import assert_bits_equal
 from fake_cann.check_fake_cann import FakeCann, build
 from fresh_process import run_code
-from jax.interpreters import mlir
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -200,15 +198,14 @@ def test_a_failing_status_reaches_python(emulated, rng, function):
 # The NPU lowering: aclnn where it gives PyTorch's result, the XLA ops elsewhere
 # --------------------------------------------------------------------------------------
 
-@pytest.fixture
-def npu_lowering(emulated):
-    """The stand-in pool primitive lowered for the CPU platform by npu.pool_lowering, in
-    host emulation; its XLA-ops lowering back afterwards."""
-    rule = npu.pool_lowering(pool_stand_in.xla_lowering)
-    mlir.register_lowering(pool_stand_in.stand_in_p, rule, platform="cpu")
-    yield emulated
-    mlir.register_lowering(pool_stand_in.stand_in_p, pool_stand_in.xla_lowering,
-                           platform="cpu")
+def bind_pool(x, kernel, stride, padding, dilation=None, ceil_mode=False,
+              channels_last=False, index_dtype="int32"):
+    """The pool primitive of rank len(kernel), bound directly."""
+    k = len(kernel)
+    return getattr(ju, f"max_pool{k}d_with_indices_p").bind(
+        jnp.asarray(x), kernel_size=tuple(kernel), stride=tuple(stride),
+        padding=tuple(padding), dilation=tuple(dilation or (1,) * k), ceil_mode=ceil_mode,
+        channels_last=channels_last, index_dtype=np.dtype(index_dtype))
 
 
 F32, BF16, F16 = "float32", "bfloat16", "float16"
@@ -247,14 +244,13 @@ def _route_input(rng, shape, dtype):
 
 
 @pytest.mark.parametrize("case", ROUTES, ids=[c[0] for c in ROUTES])
-def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(npu_lowering, rng, case):
+def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(emulated, rng, case):
     _, shape, dtype, (kernel, stride, padding, dilation, ceil_mode), last, index_dtype, target \
         = case
     x = _route_input(rng, shape, dtype)
 
     def pool(x):
-        return pool_stand_in.pool(x, kernel, stride, padding, dilation, ceil_mode, last,
-                                  index_dtype)
+        return bind_pool(x, kernel, stride, padding, dilation, ceil_mode, last, index_dtype)
 
     with enable_x64(index_dtype == "int64" or dtype == "float64"):
         text = jax.jit(pool).lower(x).as_text()
@@ -271,11 +267,32 @@ def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(npu_lowering, r
     assert_bits_equal(indices, want_i)
 
 
-def test_aclnn_pools_false_keeps_the_xla_ops(npu_lowering, fake_cann_dir, rng):
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
+    # What a user's code reaches: ju.max_pool{k}d_with_indices, jitted, and its gradient
+    # (the aclnn unpool: 2x2 stride 2 windows cannot overlap), against PyTorch.
+    x = hard_values(rng, SHAPES[k], "float32")
+    x[np.isnan(x)] = 0.5  # a finite gradient to compare
+    pool = getattr(ju, OP[k])
+    text = jax.jit(lambda x: pool(x, 2)).lower(x).as_text()
+    assert TARGET[k] in text and "jax_unpool_max_pool_v1" not in text
+    values, indices = jax.jit(lambda x: pool(x, 2))(x)
+    grad = jax.jit(jax.grad(lambda x: (pool(x, 2)[0] ** 2).sum()))(x)
+    assert emulated.call_count(RUN[k].encode()) == 2  # the forward, and again in the grad
+    t = torch.from_numpy(x).requires_grad_(True)
+    t_pool = getattr(torch.nn.functional, f"max_pool{k}d")
+    want_v, want_i = t_pool(t, 2, return_indices=True)
+    (want_g,) = torch.autograd.grad((want_v ** 2).sum(), t)
+    assert_bits_equal(values, want_v.detach().numpy())
+    assert_bits_equal(indices, want_i.numpy().astype(np.int32))
+    assert_bits_equal(grad, want_g.numpy())
+
+
+def test_aclnn_pools_false_keeps_the_xla_ops(emulated, fake_cann_dir, rng):
     x = hard_values(rng, SHAPES[2], "float32")
 
     def pool(x):
-        return pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0))
+        return ju.max_pool2d_with_indices(x, 2)
 
     assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
     npu.register("cpu", fake_cann_dir, aclnn_pools=False)
@@ -307,13 +324,9 @@ for k, target in ((2, ju.npu.MAX_POOL2D_TARGET), (3, ju.npu.MAX_POOL3D_TARGET)):
             np.zeros((1, 1) + (2,) * k, np.float32))
     except Exception as err:
         print(err)
-# The NPU lowering keeps the XLA ops, with their answer.
-import pool_stand_in
-from jax.interpreters import mlir
-mlir.register_lowering(pool_stand_in.stand_in_p,
-                       ju.npu.pool_lowering(pool_stand_in.xla_lowering), platform="cpu")
+# The pools' NPU lowering (installed by register) keeps the XLA ops, with their answer.
 x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
-pool = jax.jit(lambda x: pool_stand_in.pool(x, (2, 2), (2, 2), (0, 0)))
+pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
 text = pool.lower(x).as_text()
 assert "aclnn" not in text and "custom_call" not in text, text
 values, indices = pool(x)
@@ -340,3 +353,16 @@ def test_a_cann_without_the_pool_ops_loads_says_what_is_missing_and_keeps_xla_op
          f"{advice}"),
         "XLA ops",
     ]
+
+
+def test_the_native_cpu_pool_is_back_when_the_emulation_ends(fake_cann_dir):
+    x = np.zeros(SHAPES[2], np.float32)
+
+    def pool(x):
+        return ju.max_pool2d_with_indices(x, 2)
+
+    with npu.cpu_emulation(fake_cann_dir):
+        text = jax.jit(pool).lower(x).as_text()
+        assert npu.MAX_POOL2D_TARGET in text and "jax_unpool_max_pool_v1" not in text
+    text = jax.jit(pool).lower(x).as_text()
+    assert "jax_unpool_max_pool_v1" in text and npu.MAX_POOL2D_TARGET not in text

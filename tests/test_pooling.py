@@ -1,4 +1,6 @@
-"""max_pool2d_with_indices: parity with torch.nn.functional.max_pool2d(return_indices=True)."""
+"""max_pool2d_with_indices: parity with torch.nn.functional.max_pool2d(return_indices=True),
+for both implementations: the public function (on CPU the native kernel) and
+jax_unpool.reference's (XLA ops)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 from jax_unpool.pooling import max_pool2d_with_indices
 
 NAN, INF = np.nan, np.inf
+# The native pool (the public function) and the XLA-ops one (the reference): every parity
+# check below holds for both.
+IMPLS = (max_pool2d_with_indices, ju.reference.max_pool2d_with_indices)
 
 
 def torch_pool(x: np.ndarray, *args, **kwargs) -> tuple[np.ndarray, np.ndarray]:
@@ -26,11 +32,12 @@ def torch_pool(x: np.ndarray, *args, **kwargs) -> tuple[np.ndarray, np.ndarray]:
 
 
 def assert_same_as_torch(x: np.ndarray, *args, **kwargs) -> None:
-    out, idx = max_pool2d_with_indices(x, *args, **kwargs)
     t_out, t_idx = torch_pool(x, *args, **kwargs)
-    assert out.dtype == x.dtype and idx.dtype == jnp.int32
-    np.testing.assert_array_equal(np.asarray(out), t_out)  # NaNs compare equal here
-    np.testing.assert_array_equal(np.asarray(idx), t_idx)
+    for pool in IMPLS:
+        out, idx = pool(x, *args, **kwargs)
+        assert out.dtype == x.dtype and idx.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(out), t_out)  # NaNs compare equal here
+        np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 def normal(shape, dtype=np.float32, seed=0) -> np.ndarray:
@@ -67,12 +74,13 @@ def test_matches_torch_float32(shape, k, s, p, d, ceil):
 def test_matches_torch_half_precision(shape, k, s, p, d, ceil, dtype):
     x = normal(shape)
     if dtype == "bfloat16":  # numpy has no bfloat16: compare through float32, exact
-        out, idx = max_pool2d_with_indices(jnp.asarray(x, jnp.bfloat16), k, s, p, d, ceil)
         xt = torch.from_numpy(x).bfloat16()
         t_out, t_idx = F.max_pool2d(xt, k, s, p, d, ceil, return_indices=True)
-        assert out.dtype == jnp.bfloat16
-        np.testing.assert_array_equal(np.asarray(out, np.float32), t_out.float().numpy())
-        np.testing.assert_array_equal(np.asarray(idx), t_idx.numpy())
+        for pool in IMPLS:
+            out, idx = pool(jnp.asarray(x, jnp.bfloat16), k, s, p, d, ceil)
+            assert out.dtype == jnp.bfloat16
+            np.testing.assert_array_equal(np.asarray(out, np.float32), t_out.float().numpy())
+            np.testing.assert_array_equal(np.asarray(idx), t_idx.numpy())
     else:
         assert_same_as_torch(x.astype(dtype), k, s, p, d, ceil)
 
@@ -80,12 +88,13 @@ def test_matches_torch_half_precision(shape, k, s, p, d, ceil, dtype):
 @pytest.mark.parametrize("shape,k,s,p,d,ceil", CONFIGS[1:3] + CONFIGS[7:8])
 def test_matches_torch_float64_with_int64_indices(shape, k, s, p, d, ceil):
     x = normal(shape, np.float64)
+    t_out, t_idx = torch_pool(x, k, s, p, d, ceil)
     with enable_x64(True):
-        out, idx = max_pool2d_with_indices(x, k, s, p, d, ceil, index_dtype=jnp.int64)
-        assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
-        t_out, t_idx = torch_pool(x, k, s, p, d, ceil)
-        np.testing.assert_array_equal(np.asarray(out), t_out)
-        np.testing.assert_array_equal(np.asarray(idx), t_idx)
+        for pool in IMPLS:
+            out, idx = pool(x, k, s, p, d, ceil, index_dtype=jnp.int64)
+            assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
+            np.testing.assert_array_equal(np.asarray(out), t_out)
+            np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32])
@@ -100,23 +109,25 @@ def test_integer_dtypes_match_torch(dtype):
 def test_int64_matches_torch_under_x64():
     x = np.random.default_rng(2).integers(-5, 5, (2, 2, 7, 7)).astype(np.int64)
     x[0, 0] = np.iinfo(np.int64).min
+    t_out, t_idx = torch_pool(x, 3, 2, 1)
     with enable_x64(True):
-        out, idx = max_pool2d_with_indices(x, 3, 2, 1)
-        assert out.dtype == jnp.int64
-        t_out, t_idx = torch_pool(x, 3, 2, 1)
-        np.testing.assert_array_equal(np.asarray(out), t_out)
-        np.testing.assert_array_equal(np.asarray(idx), t_idx)
+        for pool in IMPLS:
+            out, idx = pool(x, 3, 2, 1)
+            assert out.dtype == jnp.int64
+            np.testing.assert_array_equal(np.asarray(out), t_out)
+            np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 def test_bool_pools_like_uint8():
     # PyTorch has no bool max_pool2d; bool must order False < True like uint8.
     x = np.random.default_rng(3).random((2, 2, 7, 7)) < 0.2
-    out, idx = max_pool2d_with_indices(x, 3, 2, 1)
-    u_out, u_idx = max_pool2d_with_indices(x.astype(np.uint8), 3, 2, 1)
-    assert out.dtype == jnp.bool_
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(u_out).astype(bool))
-    np.testing.assert_array_equal(np.asarray(idx), np.asarray(u_idx))
-    assert np.asarray(out).any() and not np.asarray(out).all()
+    t_out, t_idx = torch_pool(x.astype(np.uint8), 3, 2, 1)
+    for pool in IMPLS:
+        out, idx = pool(x, 3, 2, 1)
+        assert out.dtype == jnp.bool_
+        np.testing.assert_array_equal(np.asarray(out), t_out.astype(bool))
+        np.testing.assert_array_equal(np.asarray(idx), t_idx)
+    assert t_out.any() and not t_out.all()
 
 
 # ------------------------------------------------------------------ ties, NaN, padding
@@ -141,8 +152,9 @@ def test_many_ties_first_maximum_wins(k, s, p, d, ceil):
 def test_tie_resolved_in_row_major_kernel_order():
     # Maximum 5 at (0, 1) and (1, 0) of the window: (0, 1) comes first in the scan.
     x = np.array([[[[1, 5], [5, 2]]]], np.float32)
-    out, idx = max_pool2d_with_indices(x, 2)
-    assert out.item() == 5 and idx.item() == 1
+    for pool in IMPLS:
+        out, idx = pool(x, 2)
+        assert out.item() == 5 and idx.item() == 1
 
 
 @pytest.mark.parametrize(
@@ -215,9 +227,10 @@ def test_random_geometry_matches_torch_or_both_reject(hw, k, s, d, pad_frac, cei
         with pytest.raises(ValueError, match="output size must be positive"):
             max_pool2d_with_indices(x, k, s, p, d, ceil)
         return
-    out, idx = max_pool2d_with_indices(x, k, s, p, d, ceil)
-    np.testing.assert_array_equal(np.asarray(out), t_out)
-    np.testing.assert_array_equal(np.asarray(idx), t_idx)
+    for pool in IMPLS:
+        out, idx = pool(x, k, s, p, d, ceil)
+        np.testing.assert_array_equal(np.asarray(out), t_out)
+        np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 # ------------------------------------------------------------------ layout, shapes
@@ -303,8 +316,10 @@ def test_gradient_matches_torch(shape, args):
     x = np.random.default_rng(6).integers(0, 4, shape).astype(np.float32)  # ties too
     out_shape = max_pool2d_with_indices(x, *args)[0].shape
     g = normal(out_shape, seed=7)
-    grad = jax.jit(jax.grad(lambda v: (max_pool2d_with_indices(v, *args)[0] * g).sum()))(x)
-    np.testing.assert_allclose(np.asarray(grad), torch_grad(x, g, *args), rtol=1e-6, atol=1e-6)
+    for pool in IMPLS:
+        grad = jax.jit(jax.grad(lambda v, pool=pool: (pool(v, *args)[0] * g).sum()))(x)
+        np.testing.assert_allclose(np.asarray(grad), torch_grad(x, g, *args), rtol=1e-6,
+                                   atol=1e-6)
 
 
 def test_gradient_nhwc_is_transposed_nchw_gradient():

@@ -1,6 +1,7 @@
 """max_pool1d_with_indices / max_pool3d_with_indices: parity with torch's max_pool1d/3d
 (return_indices=True) -- values, indices, ties, NaN, padding, ceil_mode, dilation, dtypes,
-layouts -- and their gradients."""
+layouts -- and their gradients, for both implementations where they differ: the public
+functions (on CPU the native kernel) and jax_unpool.reference's (XLA ops)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
 POOL = {1: ju.max_pool1d_with_indices, 3: ju.max_pool3d_with_indices}
+XLA_POOL = {1: ju.reference.max_pool1d_with_indices, 3: ju.reference.max_pool3d_with_indices}
 TORCH = {1: F.max_pool1d, 3: F.max_pool3d}
 NAN, INF = np.nan, np.inf
 
@@ -27,11 +29,12 @@ def torch_pool(k, x, *args, **kwargs):
 
 
 def assert_same_as_torch(k, x, *args, **kwargs):
-    out, idx = POOL[k](x, *args, **kwargs)
     t_out, t_idx = torch_pool(k, x, *args, **kwargs)
-    assert out.dtype == x.dtype and idx.dtype == jnp.int32
-    np.testing.assert_array_equal(np.asarray(out), t_out)  # NaNs compare equal here
-    np.testing.assert_array_equal(np.asarray(idx), t_idx)
+    for pool in (POOL[k], XLA_POOL[k]):
+        out, idx = pool(x, *args, **kwargs)
+        assert out.dtype == x.dtype and idx.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(out), t_out)  # NaNs compare equal here
+        np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 def normal(shape, dtype=np.float32, seed=0):
@@ -71,12 +74,13 @@ def test_matches_torch_float32(k, case):
 def test_matches_torch_float64_with_int64_indices(k, case):
     shape, *args = case
     x = normal(shape, np.float64)
+    t_out, t_idx = torch_pool(k, x, *args)
     with enable_x64(True):
-        out, idx = POOL[k](x, *args, index_dtype=jnp.int64)
-        assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
-        t_out, t_idx = torch_pool(k, x, *args)
-        np.testing.assert_array_equal(np.asarray(out), t_out)
-        np.testing.assert_array_equal(np.asarray(idx), t_idx)
+        for pool in (POOL[k], XLA_POOL[k]):
+            out, idx = pool(x, *args, index_dtype=jnp.int64)
+            assert out.dtype == jnp.float64 and idx.dtype == jnp.int64
+            np.testing.assert_array_equal(np.asarray(out), t_out)
+            np.testing.assert_array_equal(np.asarray(idx), t_idx)
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -127,8 +131,9 @@ def test_gradient_matches_torch(k, args):
     ct = normal(tuple(t_out.shape), np.float64, seed=5)
     (t_out * torch.from_numpy(ct)).sum().backward()
     with enable_x64(True):
-        _, vjp = jax.vjp(lambda x: POOL[k](x, *args)[0], x)
-        np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), rtol=1e-12)
+        for pool in (POOL[k], XLA_POOL[k]):
+            _, vjp = jax.vjp(lambda x, pool=pool: pool(x, *args)[0], x)
+            np.testing.assert_allclose(vjp(ct)[0], xt.grad.numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -155,14 +155,14 @@ def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, tool
 
 # Tests that drive the native code hard: the kernels' own tests (thread splits, large
 # results, first bad index across chunks), the aclnn handlers against the emulated CANN,
-# hand-built calls and an edited artifact at the FFI boundary (their child processes
-# inherit the preloaded runtimes and the sanitized package),
+# hand-built calls (the pool's too) and an edited artifact at the FFI boundary (their
+# child processes inherit the preloaded runtimes and the sanitized package),
 # concurrency, deterministic errors, and the bitwise properties on random shapes.
 SANITIZED_TESTS = [
     "test_cpu_kernels.py", "test_npu.py", "test_npu3d.py", "test_npu_pool.py",
     "test_concurrency.py",
     "test_determinism.py",
-    "test_boundary.py",
+    "test_boundary.py", "test_pool_boundary.py",
     "test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",
     "test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
 

@@ -1,12 +1,12 @@
-"""Both ops on several devices: split along the plane dims (N, C, in either layout, of
-every spatial rank) the compiled step runs our CPU kernels on each device's shard with no
-communication; any split (H too) gives the numpy result; shard_map with a replicated
-operand differentiates correctly.
+"""Both ops, and the pools, on several devices: split along the plane dims (N, C, in
+either layout, of every spatial rank) the compiled step runs our CPU kernels on each
+device's shard with no communication; any split (H too) gives the numpy result; shard_map
+with a replicated operand differentiates correctly.
 
 The devices are simulated CPU devices in a fresh process (`sharded_cases.py`: 2-D on 8
-devices; `sharded_ranks.py`: 1-D and 3-D on 4), because this process's backend already
-started with one device. That process saves the compiled HLO and the results; the
-assertions and the numpy oracle are here.
+devices; `sharded_ranks.py`: 1-D and 3-D on 4; `sharded_pools.py`: the pools), because
+this process's backend already started with one device. That process saves the compiled
+HLO and the results; the assertions and the numpy oracle are here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 import numpy_oracle as oracle
 import pytest
 import sharded_cases as cases
+import sharded_pools as pool_cases
 
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce",
                "reduce-scatter")
@@ -177,3 +178,41 @@ def test_1d_3d_shard_map_vjp_with_a_replicated_operand(ranks_run, case):
     if case.endswith("-x"):  # every device used the same x: its gradients add up
         grad = grad.sum(axis=0, keepdims=True)
     np.testing.assert_array_equal(saved["g"], grad)
+
+
+# --------------------------------------------------------------------------------------
+# The pools (sharded_pools.py): every rank and layout split along N and C
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pools_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sharded_pools")
+    fresh_process.run_ok("sharded_pools.py", str(out))
+    return out
+
+
+@pytest.mark.parametrize("case", list(pool_cases.CASES))
+def test_pools_split_along_n_and_c_run_the_native_pool_per_shard(pools_run, case):
+    fmt, _, window, spec, kind = pool_cases.CASES[case]
+    hlo = (pools_run / f"{case}.hlo.txt").read_text()
+    assert collective_counts(hlo) == dict.fromkeys(COLLECTIVES, 0)
+    assert "jax_unpool_max_pool_v1" in custom_call_targets(hlo)
+    saved = np.load(pools_run / f"{case}.npz")
+    k, last = sum(d in "DHW" for d in fmt), fmt.endswith("C")
+    values, indices = oracle.max_pool(saved["x"], (window[0],) * k, (window[1],) * k,
+                                      (window[2],) * k, (1,) * k, False, last)
+    np.testing.assert_array_equal(saved["values"], values)
+    np.testing.assert_array_equal(saved["indices"], indices)
+    # the gradient: each cotangent added at its argmax
+    planes = (lambda a: np.moveaxis(a, -1, 0 if a.ndim == k + 1 else 1)) if last else \
+        (lambda a: a)
+    x, ct, idx = (planes(saved[n]) for n in ("x", "ct", "indices"))
+    lead = x.shape[:x.ndim - k]
+    grad = np.zeros((*lead, int(np.prod(x.shape[-k:]))), np.float32)
+    for pos in np.ndindex(*idx.shape):
+        grad[(*pos[:len(lead)], idx[pos])] += ct[pos]
+    np.testing.assert_array_equal(planes(saved["grad"]), grad.reshape(x.shape))
+    if kind == "explicit":  # the sharding is the type: the results keep the operands'
+        specs = json.loads((pools_run / "specs.json").read_text())[case]
+        want = [list(e) if isinstance(e, tuple) else e for e in spec]
+        assert all(s[:len(want)] == want for s in specs), specs

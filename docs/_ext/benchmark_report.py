@@ -75,14 +75,15 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "pool": (
         ("max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
          "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference"),
-        [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
+        [("op", lambda r: r["op"]), ("layout", lambda r: r.get("format", "-")),
          ("shape", lambda r: _shape(r.get("shape"))),
          ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
          ("XLA ms", lambda r: _number(r.get("xla_ms"))),
          ("torch ms", lambda r: _number(r.get("torch_ms"))),
          ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
          ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
-         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1))],
+         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
+         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction")))],
     ),
     "step": (
         ("SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "

@@ -1,7 +1,8 @@
 // The CPU handlers (XLA FFI, typed API). All take (values, indices) -> out and the
 // `channels_last` attribute; see max_unpool.cc and max_unpool_backward.cc. The *2d*
 // ones are the 2-D _v1 targets; MaxUnpoolCpu and MaxUnpoolBackwardCpu (the _v2 targets)
-// also take `spatial_rank` (1, 2 or 3) and serve every rank.
+// also take `spatial_rank` (1, 2 or 3) and serve every rank. MaxPoolCpu (max_pool.cc) is
+// the pool: x -> (values, indices), with its window as attributes.
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -12,5 +13,6 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPoolCpu);
 
 }  // namespace jax_unpool

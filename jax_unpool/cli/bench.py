@@ -23,8 +23,10 @@ reports the achieved GB/s and its fraction of the faulted-copy bandwidth.
 
 Indices are those of a 2x2 (2 per axis), stride-2 max-pool (one per window, drawn with
 numpy, not with the op under test), for 1-D, 2-D and 3-D shapes. Further sections: NHWC
-against NCHW (2-D), :func:`jax_unpool.max_pool2d_with_indices` (and 1-D/3-D) against
-``torch.max_poolNd(return_indices=True)``, forward and forward + gradient, and ``step``:
+against NCHW (2-D), and ``pool``: :func:`jax_unpool.max_pool2d_with_indices` (and 1-D/3-D;
+on CPU the native pool) against the XLA-ops pool (:mod:`jax_unpool.reference`) and
+``torch.max_poolNd(return_indices=True)``, forward and forward + gradient, channels first
+and channels last (torch: channels first only), and ``step``:
 one jitted training step of a SegNet-style model with jax_unpool against the same model
 with XLA's scatter/gather (:mod:`jax_unpool.cli.bench_step`).
 
@@ -86,8 +88,20 @@ TARGETS = {
     "nhwc_vs_nchw_forward": ("<=", 1.3),
     "nhwc_vs_nchw_backward": ("<=", 1.3),
     "pool_vs_torch": ("<=", 1.0),
-    "pool_grad_vs_torch": ("<=", 0.5),
+    "pool_grad_vs_torch": ("<=", 0.25),
+    "pool_forward_vs_xla": (">=", 2.5),
+    "pool_forward_of_bandwidth_32mb": (">=", 0.7),
+    "tiny_pool_vs_xla_per_call": ("<=", 1.0),
+    # ms per byte of each rank and layout over 2-D NCHW's (forward; the large shapes for
+    # 2-D, the rank shapes for 1-D and 3-D)
+    "pool_per_byte_nhwc_vs_nchw": ("<=", 1.3),
+    "pool_per_byte_ncw_vs_nchw": ("<=", 1.3),
+    "pool_per_byte_nwc_vs_nchw": ("<=", 1.3),
+    "pool_per_byte_ncdhw_vs_nchw": ("<=", 1.3),
+    "pool_per_byte_ndhwc_vs_nchw": ("<=", 1.3),
 }
+# The pool targets' "large input": where the pool's input is at least this big.
+POOL_BANDWIDTH_INPUT_BYTES = 32 << 20
 
 
 # --------------------------------------------------------------------------------------
@@ -239,6 +253,7 @@ UNPOOL = {1: (ju.max_unpool1d, ju.reference.max_unpool1d, ju.max_unpool1d_backwa
               ju.reference.max_unpool2d_backward, "max_unpool2d"),
           3: (ju.max_unpool3d, ju.reference.max_unpool3d, ju.max_unpool3d_backward,
               ju.reference.max_unpool3d_backward, "max_unpool3d")}
+FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 POOL = {1: (ju.max_pool1d_with_indices, ju.reference.max_pool1d_with_indices, "max_pool1d"),
         2: (ju.max_pool2d_with_indices, ju.reference.max_pool2d_with_indices, "max_pool2d"),
         3: (ju.max_pool3d_with_indices, ju.reference.max_pool3d_with_indices, "max_pool3d")}
@@ -333,35 +348,41 @@ def _layout_rows(shape, dtype, index_dtype, reps, warmup, rng) -> list[dict]:
             for op, k in (("forward", "fwd"), ("backward", "bwd"))]
 
 
-def _pool_rows(shape, dtype, torch, reps, warmup, rng, bw) -> list[dict]:
+def _pool_rows(shape, dtype, torch, reps, warmup, rng, bw, channels_last=False
+               ) -> list[dict]:
     """max_poolNd_with_indices (2 per axis, stride 2) of an input twice `shape` per
     spatial axis, whose results have the benchmark shape: the forward, and the forward +
-    gradient w.r.t. x, against torch (``return_indices=True``, then autograd) and against
-    the XLA reference (whose gradient is XLA's scatter-add)."""
+    gradient w.r.t. x, against the XLA-ops pool (whose gradient is XLA's scatter-add) and,
+    channels first, against torch (``return_indices=True``, then autograd)."""
     k = len(shape) - 2
     ours_p, xla_p, torch_name = POOL[k]
     n, c, *spatial = shape
     in_shape = (n, c, *(d * KERNEL for d in spatial))
     x_np = _values(rng, in_shape, dtype)
     ct_np = _values(rng, shape, dtype)
+    fmt = FORMATS[k][channels_last]
+    if channels_last:
+        x_np, ct_np = _nhwc(x_np), _nhwc(ct_np)
 
     def with_grad(pool):
         def f(x, ct):
-            (out, idx), vjp = jax.vjp(lambda v: pool(v, KERNEL), x)
+            (out, idx), vjp = jax.vjp(lambda v: pool(v, KERNEL, data_format=fmt), x)
             return out, idx, vjp((ct, np.zeros(idx.shape, jax.dtypes.float0)))[0]
         return jax.jit(f)
 
-    fwd = {"jax_unpool": _jax_call(jax.jit(lambda x: ours_p(x, KERNEL)), *inputs(x_np)),
-           "xla": _jax_call(jax.jit(lambda x: xla_p(x, KERNEL)), *inputs(x_np))}
+    fwd = {"jax_unpool": _jax_call(jax.jit(lambda x: ours_p(x, KERNEL, data_format=fmt)),
+                                   *inputs(x_np)),
+           "xla": _jax_call(jax.jit(lambda x: xla_p(x, KERNEL, data_format=fmt)),
+                            *inputs(x_np))}
     grad = {"jax_unpool": _jax_call(with_grad(ours_p), *inputs(x_np, ct_np)),
             "xla": _jax_call(with_grad(xla_p), *inputs(x_np, ct_np))}
-    if torch is not None:
+    if torch is not None and not channels_last:
         t_pool = getattr(torch.nn.functional, torch_name)
         tx, tct = _to_torch(torch, x_np), _to_torch(torch, ct_np)
         tx_grad = tx.clone().requires_grad_(True)
 
         def torch_grad():
-            out, idx = t_pool(tx_grad, KERNEL, return_indices=True)
+            out, _ = t_pool(tx_grad, KERNEL, return_indices=True)
             return torch.autograd.grad(out, tx_grad, tct)
 
         try:
@@ -375,7 +396,9 @@ def _pool_rows(shape, dtype, torch, reps, warmup, rng, bw) -> list[dict]:
     x_bytes, out_bytes = x_np.nbytes, ct_np.nbytes
     idx_bytes = out_bytes // ct_np.itemsize * 4
     common = {"section": "pool", "rank": k, "shape": list(shape), "input_shape": list(in_shape),
-              "dtype": dtype, "index_dtype": "int32"}
+              "dtype": dtype, "index_dtype": "int32", "format": fmt,
+              "layout": "channels_last" if channels_last else "channels_first",
+              "input_bytes": x_bytes}
     rows = [_row(common, "forward", t_fwd, x_bytes + out_bytes + idx_bytes, bw),
             # + the cotangent and the indices read, the gradient written
             _row(common, "forward+grad", t_grad,
@@ -405,6 +428,41 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _pool_targets(rows: list[dict], large: list[list[int]]) -> dict[str, float | None]:
+    """The pool's targets (float32): against torch and the XLA ops, the fraction of the
+    memory bandwidth, the tiny shape's call, and each rank and layout's time per byte
+    over 2-D NCHW's."""
+    def pool_rows(op, fmt, shapes=None):
+        return [r for r in rows if r["section"] == "pool" and r["op"] == op
+                and r["format"] == fmt and r["dtype"] == "float32"
+                and (shapes is None or r["shape"] in shapes)]
+
+    def median_of(op, fmt, field, shapes=None, keep=lambda r: True):
+        return _median([r.get(field) for r in pool_rows(op, fmt, shapes) if keep(r)])
+
+    def ms_per_byte(fmt, shapes):
+        return _median([r["jax_unpool_ms"] / r["bytes"]
+                        for r in pool_rows("forward", fmt, shapes)])
+
+    tiny = median_of("forward", "NCHW", "speedup_vs_xla", [list(TINY_SHAPE)])
+    values = {
+        "pool_vs_torch": median_of("forward", "NCHW", "vs_torch", large),
+        "pool_grad_vs_torch": median_of("forward+grad", "NCHW", "vs_torch", large),
+        "pool_forward_vs_xla": median_of("forward", "NCHW", "speedup_vs_xla", large),
+        "pool_forward_of_bandwidth_32mb": median_of(
+            "forward", "NCHW", "bandwidth_fraction", large,
+            keep=lambda r: r["input_bytes"] >= POOL_BANDWIDTH_INPUT_BYTES),
+        "tiny_pool_vs_xla_per_call": None if tiny is None else 1 / tiny,
+    }
+    nchw = ms_per_byte("NCHW", large)
+    ranks = [list(s) for s in RANK_SHAPES]
+    for fmt, shapes in (("NHWC", large), ("NCW", ranks), ("NWC", ranks), ("NCDHW", ranks),
+                        ("NDHWC", ranks)):
+        values[f"pool_per_byte_{fmt.lower()}_vs_nchw"] = _ratio(ms_per_byte(fmt, shapes),
+                                                                 nchw)
+    return values
+
+
 def summarize(rows: list[dict]) -> dict[str, dict]:
     """The targets, each the median over the large 2-D shapes (float32 values, int32
     indices) of the per-shape ratio, or the tiny shape's ratio; None when not measured."""
@@ -422,8 +480,7 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
         tiny = pick("unpool", op, "speedup_vs_xla", [list(TINY_SHAPE)])
         values[f"tiny_{op}_vs_xla_per_call"] = None if tiny is None else 1 / tiny
         values[f"nhwc_vs_nchw_{op}"] = pick("layout", op, "nhwc_vs_nchw", large)
-    values["pool_vs_torch"] = pick("pool", "forward", "vs_torch", large)
-    values["pool_grad_vs_torch"] = pick("pool", "forward+grad", "vs_torch", large)
+    values.update(_pool_targets(rows, large))
     summary = {}
     for name, (cmp, target) in TARGETS.items():
         v = values[name]
@@ -444,14 +501,14 @@ def _gb(v: float | None) -> str:
     return _fmt(v, ".1f")
 
 
-def _op_table(rows: list[dict], first: str) -> list[str]:
-    head = (f"{'op':<13}{first:<20}{'dtype':<10}{'index':<7}{'ours':>9}{'xla':>9}"
+def _op_table(rows: list[dict], first: str, label=lambda r: r["op"]) -> list[str]:
+    head = (f"{'op':<19}{first:<20}{'dtype':<10}{'index':<7}{'ours':>9}{'xla':>9}"
             f"{'torch':>9}{'roof':>9}{'xla/ours':>9}{'torch/ours':>11}{'GB/s':>7}"
             f"{'xla':>7}{'torch':>7}{'of bw':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['op']:<13}{_name(r['shape']):<20}{r['dtype']:<10}"
+            f"{label(r):<19}{_name(r['shape']):<20}{r['dtype']:<10}"
             f"{r['index_dtype']:<7}{_ms(r['jax_unpool_ms']):>9}{_ms(r['xla_ms']):>9}"
             f"{_ms(r['torch_ms']):>9}{_ms(r['roofline_ms']):>9}"
             f"{_fmt(r['speedup_vs_xla']):>9}{_fmt(r['speedup_vs_torch']):>11}"
@@ -470,8 +527,8 @@ def format_table(result: dict) -> str:
                  "GB/s / copy faulted")
     unpool = [r for r in rows if r["section"] == "unpool"]
     if unpool:
-        lines += ["", "max_unpool (channels first): milliseconds per call; xla/ours and "
-                  "torch/ours are speedups"]
+        lines += ["", ("max_unpool (channels first): milliseconds per call; xla/ours and "
+                       "torch/ours are speedups")]
         lines += _op_table(unpool, "shape")
     layout = [r for r in rows if r["section"] == "layout"]
     if layout:
@@ -485,14 +542,15 @@ def format_table(result: dict) -> str:
                          f"{_fmt(r['nhwc_vs_nchw']):>11}")
     pool = [r for r in rows if r["section"] == "pool"]
     if pool:
-        lines += ["", ("max_poolNd_with_indices (2 per axis, stride 2; shape = pooled result) "
-                       "against torch.max_poolNd(return_indices=True) [+ autograd]; xla = "
-                       "the reference (gradient: XLA's scatter-add)")]
-        lines += _op_table(pool, "shape")
+        lines += ["", ("max_poolNd_with_indices (2 per axis, stride 2; shape = pooled result, "
+                       "channels first; ours = the native pool) against the XLA ops (xla; "
+                       "gradient: XLA's scatter-add) and torch.max_poolNd(return_indices="
+                       "True) [+ autograd]")]
+        lines += _op_table(pool, "shape", label=lambda r: f"{r['op']} {r['format']}")
     step = [r for r in rows if r["section"] == "step"]
     if step:
-        lines += ["", "SegNet-style training step (jitted; pooling = its 2 pools + 2 unpools, "
-                  "forward and gradient, timed alone)"]
+        lines += ["", ("SegNet-style training step (jitted; pooling = its 2 pools + 2 "
+                       "unpools, forward and gradient, timed alone)")]
         head = (f"{'layout':<8}{'batch x image x width':<22}{'impl':<6}{'step ms':>9}"
                 f"{'pooling ms':>12}{'share':>7}")
         lines += [head, "-" * len(head)]
@@ -500,7 +558,8 @@ def format_table(result: dict) -> str:
             lines.append(f"{r['layout']:<8}{_name([r['batch'], r['image'], r['width']]):<22}"
                          f"{r['impl']:<6}{_ms(r['step_ms']):>9}{_ms(r['pooling_ms']):>12}"
                          f"{_fmt(r['pooling_share']):>7}")
-    lines += ["", "targets (float32 values, int32 indices; median over the large 2-D shapes)"]
+    lines += ["", ("targets (float32 values, int32 indices; median over the large 2-D "
+                   "shapes; pool_per_byte_*: 1-D and 3-D over the rank shapes)")]
     for name, s in result["targets"].items():
         verdict = {True: "holds", False: "MISSED", None: "not measured"}[s["holds"]]
         lines.append(f"  {name:<32}{_fmt(s['value'], '.3f'):>8}  (target {s['target']}): "
@@ -604,7 +663,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         rows += _layout_rows(shape, dtype, index_dtype, reps, warmup, rng)
         if "pool" in args.sections:
             for dtype in dtypes:
-                rows += _pool_rows(shape, dtype, torch, reps, warmup, rng, bw)
+                for channels_last in (False, True):
+                    rows += _pool_rows(shape, dtype, torch, reps, warmup, rng, bw,
+                                       channels_last)
     if "step" in args.sections:
         for fmt in ("NHWC", "NCHW"):
             rows += _step_rows(fmt, QUICK_STEP if args.quick else STEP, reps, warmup)

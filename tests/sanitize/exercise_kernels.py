@@ -1,11 +1,15 @@
 """Exercises every path of the CPU kernels once, checking each answer; run under
 AddressSanitizer + UndefinedBehaviorSanitizer by tests/test_sanitizers.py.
 
-Covers both ops, every value byte width, int32 and int64 indices, NCHW and NHWC, rank 3
-and 4, duplicated indices, zero-size operands, out-of-range errors (first, last, negative,
-one past the end), inputs big enough to be split across the XLA thread pool (chunk
-boundaries inside an image), and Python threads calling at once. Exits non-zero on any
-wrong answer; the sanitizers abort the process on any memory or UB error.
+Covers both unpool ops, every value byte width, int32 and int64 indices, NCHW and NHWC,
+rank 3 and 4, duplicated indices, zero-size operands, out-of-range errors (first, last,
+negative, one past the end), inputs big enough to be split across the XLA thread pool
+(chunk boundaries inside an image), and Python threads calling at once. And the pool:
+every dtype family it orders (bool, ints, float16/bfloat16, float8, float32/64), both
+index dtypes, every rank and layout, its fast path (2 per axis, odd sizes, ceil_mode) and
+its generic one (padding, dilation, windows of padding only, windows larger than x),
+thread-pool splits and Python threads. Exits non-zero on any wrong answer; the sanitizers
+abort the process on any memory or UB error.
 """
 
 from __future__ import annotations
@@ -190,10 +194,64 @@ def python_threads(rng) -> None:
         raise errors[0]
 
 
+POOL_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, np.uint16, jnp.bfloat16, np.float16,
+                                     jnp.float8_e4m3fn, np.float32, np.int64, np.float64)]
+# (kernel, stride, padding, dilation, ceil_mode): the fast path with odd sizes, padding and
+# overlap, dilation with windows of padding only, windows larger than x.
+POOL_WINDOWS = [(2, 2, 0, 1, True), (3, 2, 1, 1, False), (2, 2, 1, 3, True), (5, 1, 2, 1, False)]
+POOL = {k: getattr(ju, f"max_pool{k}d_with_indices") for k in (1, 2, 3)}
+
+
+def pool_layout(k, last):
+    return {1: "NCW", 2: "NCHW", 3: "NCDHW"}[k] if not last else \
+        {1: "NWC", 2: "NHWC", 3: "NDHWC"}[k]
+
+
+def check_pool(x, k, window, last, index_dtype, what) -> None:
+    with jax.enable_x64(True):
+        values, indices = POOL[k](x, *window, data_format=pool_layout(k, last),
+                                  index_dtype=index_dtype)
+    want_values, want_indices = numpy_oracle.max_pool(
+        x, *(((w,) * k) for w in window[:4]), window[4], last)
+    check_equal(values, want_values, "pool values " + what)
+    check_equal(indices, want_indices.astype(index_dtype), "pool indices " + what)
+
+
+def max_pool_cases(rng) -> None:
+    """Every dtype family x index type x rank x layout x window kind, small."""
+    for i, dtype in enumerate(POOL_DTYPES):
+        for k in (1, 2, 3):
+            for last in (False, True):
+                spatial = (5, 6, 7)[3 - k:]
+                shape = (2, *spatial, 3) if last else (2, 3, *spatial)
+                x = values(rng, shape, dtype)
+                for j, window in enumerate(POOL_WINDOWS):
+                    index_dtype = (np.int32, np.int64)[(i + j) % 2]
+                    check_pool(x, k, window, last, index_dtype,
+                               f"{dtype.name} {k}-D {pool_layout(k, last)} {window}")
+
+
+def threaded_max_pool_cases(rng) -> None:
+    """Inputs of several MB, odd sizes: chunks of rows (positions, channels last) go to
+    the XLA thread pool and end inside planes and images. The oracle is the XLA-ops pool
+    (numpy's loops would take minutes), on values it compares as PyTorch does (XLA's CPU
+    code reads subnormal floats as zero)."""
+    for last in (False, True):
+        shape = (3, 127, 129, 11) if last else (3, 11, 127, 129)
+        x = rng.integers(-50, 50, shape).astype(np.float32)
+        for window in POOL_WINDOWS[:2]:
+            fmt = pool_layout(2, last)
+            for got, want in zip(POOL[2](x, *window, data_format=fmt),
+                                 ju.reference.max_pool2d_with_indices(x, *window,
+                                                                      data_format=fmt)):
+                check_equal(got, want, f"threaded pool {fmt} {window}")
+
+
 def main() -> int:
     print(f"extension: {extension.__file__}", flush=True)
     rng = np.random.default_rng(0)
-    for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads):
+    for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads,
+                  max_pool_cases, threaded_max_pool_cases):
         phase(rng)
         print(f"{phase.__name__}: done", flush=True)  # progress: the parent watches for it
     print(f"exercise_kernels: {checks} checks passed")

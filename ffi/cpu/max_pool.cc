@@ -1,0 +1,393 @@
+// CPU max pool with indices, PyTorch's semantics (aten/src/ATen/native/cpu/MaxPoolKernel.cpp):
+// each window starts from (lowest value, first in-bounds position) and an in-bounds tap
+// replaces the running max iff `val > maxval || isnan(val)`, in row-major scan order over
+// the window. So the first maximum wins ties, the last NaN wins, padding is never
+// selected, and a ceil_mode window of padding only reports the lowest value and its first
+// tap right of the left padding, past the input.
+//
+// One pass over x writes values and indices together. Work is split into output rows
+// (channels first: the W outputs of one (n, c, d, h)) or output positions (channels last:
+// the C channels of one (n, d, h, w)), across XLA's intra-op pool. Windows of 2 with
+// stride 2 (most real use) take a fast path whose loops the compiler vectorises: across
+// w (channels first) or across the contiguous channels (channels last).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+#include "cpu/kernels.h"
+#include "cpu/output_pages.h"
+#include "cpu/planes.h"
+#include "cpu/pool_geometry.h"
+#include "cpu/pool_values.h"
+
+namespace jax_unpool {
+namespace {
+
+template <typename Order, typename I>
+class Pool {
+ public:
+  using Raw = typename Order::Raw;
+  using Key = typename Order::Key;
+
+  Pool(const PoolGeometry& g, Order order, const Raw* x, Raw* values, I* indices)
+      : g_(g), order_(order), x_(x), values_(values), indices_(indices) {}
+
+  // Channels first: output rows [u0, u1), a row being (plane, od, oh).
+  void Rows(int64_t u0, int64_t u1) const {
+    std::vector<Key> best(static_cast<size_t>(g_.out[2]));
+    // The row's coordinates are counted up, not divided out of u: 64-bit divisions per
+    // row cost as much as pooling a short row.
+    int64_t oh = u0 % g_.out[1], od = u0 / g_.out[1] % g_.out[0];
+    const Raw* src = x_ + u0 / (g_.out[0] * g_.out[1]) * g_.in_plane();
+    for (int64_t u = u0; u < u1; ++u) {
+      Raw* out = values_ + u * g_.out[2];
+      I* idx = indices_ + u * g_.out[2];
+      if (fast_ && Full(0, od) && Full(1, oh)) {
+        FastRow(src, od, oh, out, idx);
+      } else {
+        GenericRow(src, od, oh, out, idx, best.data());
+      }
+      if (++oh == g_.out[1]) {
+        oh = 0;
+        if (++od == g_.out[0]) {
+          od = 0;
+          src += g_.in_plane();
+        }
+      }
+    }
+  }
+
+  // Channels last: output positions [u0, u1), a position being (n, od, oh, ow).
+  void Positions(int64_t u0, int64_t u1) const {
+    std::vector<Key> best(static_cast<size_t>(g_.C));
+    int64_t ow = u0 % g_.out[2], oh = u0 / g_.out[2] % g_.out[1],
+            od = u0 / (g_.out[2] * g_.out[1]) % g_.out[0];
+    const Raw* src = x_ + u0 / g_.out_plane() * g_.in_plane() * g_.C;
+    for (int64_t u = u0; u < u1; ++u) {
+      Raw* out = values_ + u * g_.C;
+      I* idx = indices_ + u * g_.C;
+      if (fast_ && Full(0, od) && Full(1, oh) && Full(2, ow)) {
+        FastPosition(src, od, oh, ow, out, idx);
+      } else {
+        GenericPosition(src, od, oh, ow, out, idx, best.data());
+      }
+      if (++ow == g_.out[2]) {
+        ow = 0;
+        if (++oh == g_.out[1]) {
+          oh = 0;
+          if (++od == g_.out[0]) {
+            od = 0;
+            src += g_.in_plane() * g_.C;
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  // Whether window o of axis a lies inside the input (always, for an axis of size 1).
+  bool Full(int a, int64_t o) const { return g_.Tap(a, o, g_.kernel[a] - 1) < g_.in[a]; }
+  bool Inside(int a, int64_t i) const { return i >= 0 && i < g_.in[a]; }
+  // Flat position of the window's initial argmax (PyTorch's, possibly past the input).
+  int64_t FirstFlat(int64_t od, int64_t oh, int64_t ow) const {
+    return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
+  }
+
+  // 2 per axis, stride 2: the taps of output w of a full row are 2 * w and 2 * w + 1 of
+  // each of the row's 1, 2 or 4 input rows, in scan order. One pass per input row, each a
+  // loop without branches that the compiler vectorises (the output row stays in cache).
+  void FastRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx) const {
+    const int64_t full = g_.in[2] / 2;  // outputs whose window lies inside the row
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t offset = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2];
+        const Raw* row = src + offset;
+        const I base = static_cast<I>(offset);
+        if (td == 0 && th == 0) {
+          InBlocks(full, [&](int64_t o0, int64_t o1) { FirstPairs(row, base, o0, o1, out, idx); });
+        } else {
+          InBlocks(full, [&](int64_t o0, int64_t o1) { MorePairs(row, base, o0, o1, out, idx); });
+        }
+      }
+    }
+    for (int64_t ow = full; ow < g_.out[2]; ++ow)  // ceil_mode: a last window half outside
+      out[ow] = Element(src, 1, od, oh, ow, &idx[ow]);
+  }
+
+  // Runs pass(o0, o1) over [0, count) so that the vectorised loop never ends in its scalar
+  // remainder, whose float compares branch (and mispredict on data): whole blocks first,
+  // then the last block again, overlapping. A pass may repeat outputs: with PyTorch's rule
+  // a window's taps seen twice, in the same order, give the same result.
+  template <typename Pass>
+  static void InBlocks(int64_t count, const Pass& pass) {
+    constexpr int64_t kBlock = 16 / sizeof(Raw);  // values per 16-byte vector (SSE2)
+    const int64_t body = count / kBlock * kBlock;
+    pass(0, body);
+    if (body != count) pass(count >= kBlock ? count - kBlock : body, count);
+  }
+
+  // The first input row of a window row: the max of each pair.
+  void FirstPairs(const Raw* __restrict row, I base, int64_t o0, int64_t o1,
+                  Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t ow = o0; ow < o1; ++ow) {
+      const Raw a = row[2 * ow], b = row[2 * ow + 1];
+      const bool take = Replaces(order_.Decode(b), order_.Decode(a));
+      out[ow] = take ? b : a;
+      idx[ow] = base + static_cast<I>(2 * ow) + static_cast<I>(take);
+    }
+  }
+
+  // A later input row: each pair against the running max.
+  void MorePairs(const Raw* __restrict row, I base, int64_t o0, int64_t o1,
+                 Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t ow = o0; ow < o1; ++ow) {
+      const Raw a = row[2 * ow], b = row[2 * ow + 1];
+      Raw best = out[ow];
+      I best_idx = idx[ow];
+      const bool take_a = Replaces(order_.Decode(a), order_.Decode(best));
+      best = take_a ? a : best;
+      best_idx = take_a ? base + static_cast<I>(2 * ow) : best_idx;
+      const bool take_b = Replaces(order_.Decode(b), order_.Decode(best));
+      out[ow] = take_b ? b : best;
+      idx[ow] = take_b ? base + static_cast<I>(2 * ow + 1) : best_idx;
+    }
+  }
+
+  // Any window: starts from (lowest, first position) and goes over the in-bounds taps of
+  // every output w at once, tap row by tap row and tap by tap, so that each output sees
+  // its taps in scan order.
+  void GenericRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx, Key* best) const {
+    const int64_t W = g_.in[2], Wo = g_.out[2], s = g_.stride[2];
+    const int64_t first_row = (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * W;
+    const Raw lowest = order_.Lowest();
+    for (int64_t ow = 0; ow < Wo; ++ow) {
+      best[ow] = order_.Decode(lowest);
+      out[ow] = lowest;
+      idx[ow] = static_cast<I>(first_row + g_.First(2, ow));
+    }
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        const int64_t offset = (d * g_.in[1] + h) * W;
+        const Raw* row = src + offset;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          // w = ow * s + shift; the outputs whose tap tw lies inside the row.
+          const int64_t shift = tw * g_.dil[2] - g_.pad[2];
+          const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+          const int64_t hi = std::min(Wo, W - 1 - shift < 0 ? 0 : (W - 1 - shift) / s + 1);
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            const int64_t w = ow * s + shift;
+            const Key v = order_.Decode(row[w]);
+            if (Replaces(v, best[ow])) {
+              best[ow] = v;
+              out[ow] = row[w];
+              idx[ow] = static_cast<I>(offset + w);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // One output of any window; element i of the plane is src[i * step].
+  Raw Element(const Raw* src, int64_t step, int64_t od, int64_t oh, int64_t ow, I* idx) const {
+    Raw best_raw = order_.Lowest();
+    Key best = order_.Decode(best_raw);
+    int64_t best_idx = FirstFlat(od, oh, ow);
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          const int64_t w = g_.Tap(2, ow, tw);
+          if (!Inside(2, w)) continue;
+          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
+          const Key v = order_.Decode(src[i * step]);
+          if (Replaces(v, best)) {
+            best = v;
+            best_raw = src[i * step];
+            best_idx = i;
+          }
+        }
+      }
+    }
+    *idx = static_cast<I>(best_idx);
+    return best_raw;
+  }
+
+  // Channels last, 2 per axis, stride 2: the 2, 4 or 8 taps of a full window are rows of
+  // C contiguous values each.
+  void FastPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out,
+                    I* idx) const {
+    int64_t flat[8];
+    int taps = 0;
+    for (int64_t td = 0; td < g_.kernel[0]; ++td)
+      for (int64_t th = 0; th < g_.kernel[1]; ++th)
+        for (int64_t tw = 0; tw < 2; ++tw)
+          flat[taps++] = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2] +
+                         g_.Tap(2, ow, tw);
+    switch (taps) {
+      case 2: FastPositionOf<2>(src, flat, out, idx); break;
+      case 4: FastPositionOf<4>(src, flat, out, idx); break;
+      default: FastPositionOf<8>(src, flat, out, idx); break;
+    }
+  }
+
+  template <int T>
+  void FastPositionOf(const Raw* src, const int64_t* flat, Raw* __restrict out,
+                      I* __restrict idx) const {
+    const Raw* __restrict tap[T];
+    I position[T];
+    for (int t = 0; t < T; ++t) {
+      tap[t] = src + flat[t] * g_.C;
+      position[t] = static_cast<I>(flat[t]);
+    }
+    for (int64_t c = 0; c < g_.C; ++c) {
+      Raw best_raw = tap[0][c];
+      Key best = order_.Decode(best_raw);
+      I best_idx = position[0];
+      for (int t = 1; t < T; ++t) {
+        const Raw raw = tap[t][c];
+        const Key v = order_.Decode(raw);
+        const bool take = Replaces(v, best);
+        best = take ? v : best;
+        best_raw = take ? raw : best_raw;
+        best_idx = take ? position[t] : best_idx;
+      }
+      out[c] = best_raw;
+      idx[c] = best_idx;
+    }
+  }
+
+  // Channels last, any window: the in-bounds taps in scan order, each a row of C values.
+  void GenericPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out, I* idx,
+                       Key* best) const {
+    const Raw lowest = order_.Lowest();
+    const I first = static_cast<I>(FirstFlat(od, oh, ow));
+    for (int64_t c = 0; c < g_.C; ++c) {
+      best[c] = order_.Decode(lowest);
+      out[c] = lowest;
+      idx[c] = first;
+    }
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          const int64_t w = g_.Tap(2, ow, tw);
+          if (!Inside(2, w)) continue;
+          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
+          const Raw* tap = src + i * g_.C;
+          for (int64_t c = 0; c < g_.C; ++c) {
+            const Key v = order_.Decode(tap[c]);
+            if (Replaces(v, best[c])) {
+              best[c] = v;
+              out[c] = tap[c];
+              idx[c] = static_cast<I>(i);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  const PoolGeometry& g_;
+  const Order order_;
+  const Raw* x_;
+  Raw* values_;
+  I* indices_;
+  const bool fast_ = g_.TwoByStrideTwo();
+};
+
+// XLA runs its CPU code with subnormal floats read as zero (MXCSR's DAZ and FTZ flags),
+// where PyTorch compares them exactly: a chunk clears both for its compares and restores
+// them after.
+class ExactFloatCompares {
+ public:
+#if defined(__SSE__)
+  ExactFloatCompares() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~kFlushFlags); }
+  ~ExactFloatCompares() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFlushFlags = 0x8040;  // FTZ (bit 15) and DAZ (bit 6)
+  unsigned saved_;
+#endif
+};
+
+ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+                   ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
+                   ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
+                   ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
+                   bool ceil_mode) {
+  return NoThrow("max_pool", [&]() -> ffi::Error {
+    auto checked = CheckPoolCall(x, *values, *indices, channels_last, kernel_size, stride,
+                                 padding, dilation, ceil_mode);
+    if (checked.has_error()) return checked.error();
+    PoolGeometry g = *checked;
+    // One channel last is the same memory as one channel first.
+    if (g.C == 1) g.channels_last = false;
+    const int64_t units = g.channels_last ? g.N * g.out_plane()
+                                          : g.N * g.C * g.out[0] * g.out[1];
+    if (units == 0 || values->element_count() == 0) return ffi::Error::Success();
+    // The pool's results are a quarter of x or less: most fall below glibc's 32 MiB mmap
+    // threshold and come from its heap, whose top glibc gives back to the kernel when
+    // they are freed, so that each call faults them in again (measured: ~5000 faults per
+    // call on the 103 MB input of the benchmark). Huge pages from 4 MiB up, as numpy
+    // advises its arrays, cut that 5- to 6-fold.
+    constexpr size_t kAdviseBytes = size_t{4} << 20;
+    AdviseHugePages(values->untyped_data(), values->size_bytes(), kAdviseBytes);
+    AdviseHugePages(indices->untyped_data(), indices->size_bytes(), kAdviseBytes);
+    const int64_t bytes =
+        static_cast<int64_t>(x.size_bytes() + values->size_bytes() + indices->size_bytes());
+    return VisitPoolValueType(x.element_type(), [&](auto order) {
+      using Order = decltype(order);
+      using Raw = typename Order::Raw;
+      return VisitIndexType(indices->element_type(), [&](auto index_tag) {
+        using I = typename decltype(index_tag)::type;
+        const Pool<Order, I> kernel(g, order, static_cast<const Raw*>(x.untyped_data()),
+                                    static_cast<Raw*>(values->untyped_data()),
+                                    static_cast<I*>(indices->untyped_data()));
+        return ForEachPlaneChunk(
+            pool, units, bytes,
+            [&](int64_t u0, int64_t u1) {
+              const ExactFloatCompares exact;
+              if (g.channels_last) {
+                kernel.Positions(u0, u1);
+              } else {
+                kernel.Rows(u0, u1);
+              }
+              return BadIndex{};
+            },
+            [](const BadIndex&) { return ffi::Error::Internal("max_pool: no index to check"); });
+      });
+    });
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Ret<ffi::AnyBuffer>()  // values
+                                  .Ret<ffi::AnyBuffer>()  // indices
+                                  .Attr<bool>("channels_last")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("padding")
+                                  .Attr<ffi::Span<const int64_t>>("dilation")
+                                  .Attr<bool>("ceil_mode"));
+
+}  // namespace jax_unpool

@@ -1,0 +1,180 @@
+// The max pool's call checked, attributes and buffers, before any memory is touched, and
+// its window geometry. A hand-written jax.ffi.ffi_call or an edited jax.export artifact
+// can pass anything: every attribute is checked as PyTorch checks it, and the results
+// must have exactly the shape PyTorch's output-size rule gives.
+//
+// Every spatial rank is seen as 3-D (D, H, W): a 1-D or 2-D pool has leading axes of
+// size 1 with a window of 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "buffer_checks.h"
+#include "cpu/pool_values.h"
+#include "value_types.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+
+struct PoolGeometry {
+  int k = 2;  // spatial rank
+  bool channels_last = false;
+  int64_t N = 1, C = 1;
+  // Per axis (D, H, W): input and output sizes and the window.
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+  // Input coordinate of tap t of window o along axis a (may lie in the padding).
+  int64_t Tap(int a, int64_t o, int64_t t) const { return o * stride[a] - pad[a] + t * dil[a]; }
+  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
+  // past the left padding (`while (ih0 < 0) ih0 += dilationH`). It lies past the input
+  // when a ceil_mode window holds only padding; PyTorch returns that index, and so do we.
+  int64_t First(int a, int64_t o) const {
+    const int64_t start = o * stride[a] - pad[a];
+    return start >= 0 ? start : start + (-start + dil[a] - 1) / dil[a] * dil[a];
+  }
+  // Windows of 2 taps, stride 2, no padding or dilation on every axis (the common case):
+  // the kernels' fast path. Axes of size 1 with a window of 1 do not count.
+  bool TwoByStrideTwo() const {
+    for (int a = 3 - k; a < 3; ++a)
+      if (kernel[a] != 2 || stride[a] != 2 || pad[a] != 0 || dil[a] != 1) return false;
+    return true;
+  }
+};
+
+namespace pool_checks {
+
+inline const char* OpName(int k) {
+  static constexpr const char* kNames[] = {"max_pool1d_with_indices", "max_pool2d_with_indices",
+                                           "max_pool3d_with_indices"};
+  return kNames[k - 1];
+}
+
+inline std::string List(ffi::Span<const int64_t> v) {
+  std::string s = "(";
+  for (size_t a = 0; a < v.size(); ++a) s += (a ? ", " : "") + std::to_string(v[a]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+// PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h); the arguments are
+// bounded by CheckPoolCall, so nothing overflows.
+inline int64_t OutputSize(int64_t size, int64_t k, int64_t s, int64_t p, int64_t d,
+                          bool ceil_mode) {
+  const int64_t num = size + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
+  if (ceil_mode && (out - 1) * s >= size + p) --out;
+  return out;
+}
+
+}  // namespace pool_checks
+
+// Checks the attributes and the buffers (x -> values, indices) of a max pool call and
+// returns its geometry, or INVALID_ARGUMENT naming the op, what was expected and what
+// was received.
+inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
+                                                const ffi::AnyBuffer& values,
+                                                const ffi::AnyBuffer& indices,
+                                                bool channels_last,
+                                                ffi::Span<const int64_t> kernel_size,
+                                                ffi::Span<const int64_t> stride,
+                                                ffi::Span<const int64_t> padding,
+                                                ffi::Span<const int64_t> dilation,
+                                                bool ceil_mode) {
+  using namespace pool_checks;  // NOLINT: this file's own helpers
+  const auto fail = [](const std::string& what) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(what));
+  };
+  const size_t k = kernel_size.size();
+  if (k < 1 || k > 3 || stride.size() != k || padding.size() != k || dilation.size() != k) {
+    return fail("max_pool: kernel_size, stride, padding and dilation must have one entry per "
+                "spatial dim (1, 2 or 3 of them), got kernel_size=" + List(kernel_size) +
+                ", stride=" + List(stride) + ", padding=" + List(padding) +
+                ", dilation=" + List(dilation));
+  }
+  const std::string op = OpName(static_cast<int>(k));
+  // Sizes above 2^31 are no real window, and keep the arithmetic below far from overflow.
+  constexpr int64_t kMax = int64_t{1} << 31;
+  for (size_t a = 0; a < k; ++a) {
+    if (kernel_size[a] < 1 || kernel_size[a] > kMax)
+      return fail(op + ": kernel_size must be positive (and at most 2^31), got " +
+                  List(kernel_size));
+    if (stride[a] < 1 || stride[a] > kMax)
+      return fail(op + ": stride must be positive (and at most 2^31), got " + List(stride));
+    if (dilation[a] < 1 || dilation[a] > kMax)
+      return fail(op + ": dilation must be positive (and at most 2^31), got " + List(dilation));
+    if (padding[a] < 0 || padding[a] > kernel_size[a] / 2)
+      return fail(op + ": padding must be non-negative and at most half of kernel_size "
+                  "(padding <= kernel_size // 2), got padding=" + List(padding) +
+                  " and kernel_size=" + List(kernel_size));
+  }
+  const NamedBuffer vs{"values", values}, is{"indices", indices};
+  if (!IsPoolValueType(x.element_type()))
+    return fail(op + ": unsupported value dtype " + DataTypeName(x.element_type()));
+  if (values.element_type() != x.element_type())
+    return fail(op + ": values has dtype " + DataTypeName(values.element_type()) +
+                " but x has dtype " + DataTypeName(x.element_type()) + "; they must be equal");
+  if (!IsIndexType(indices.element_type()))
+    return fail(op + ": indices must be int32 or int64, got " +
+                DataTypeName(indices.element_type()));
+  const auto dims = x.dimensions();
+  const size_t rank = dims.size();
+  if (rank != k + 1 && rank != k + 2)
+    return fail(op + ": x must have rank " + std::to_string(k + 1) + " or " +
+                std::to_string(k + 2) + ", got shape " + ShapeString(dims));
+
+  PoolGeometry g;
+  g.k = static_cast<int>(k);
+  g.channels_last = channels_last;
+  const size_t s = rank - k - (channels_last ? 1 : 0);  // the first spatial dim
+  g.N = rank == k + 2 ? dims[0] : 1;
+  g.C = dims[channels_last ? rank - 1 : s - 1];
+  // The result shape PyTorch gives: x's with each spatial size pooled.
+  int64_t expected[5];
+  for (size_t d = 0; d < rank; ++d) expected[d] = dims[d];
+  for (size_t a = 0; a < k; ++a) {
+    const size_t axis = 3 - k + a;
+    g.in[axis] = dims[s + a];
+    g.kernel[axis] = kernel_size[a];
+    g.stride[axis] = stride[a];
+    g.pad[axis] = padding[a];
+    g.dil[axis] = dilation[a];
+    if (g.in[axis] < 1)
+      return fail(op + ": x must have non-empty spatial dims, got shape " + ShapeString(dims) +
+                  (channels_last ? " (channels last)" : " (channels first)"));
+    g.out[axis] = OutputSize(g.in[axis], kernel_size[a], stride[a], padding[a], dilation[a],
+                             ceil_mode);
+    if (g.out[axis] < 1)
+      return fail(op + ": output size must be positive, got " + std::to_string(g.out[axis]) +
+                  " along spatial dim " + std::to_string(a) + " of x of shape " +
+                  ShapeString(dims) + ": the input is too small for kernel_size=" +
+                  List(kernel_size) + ", dilation=" + List(dilation));
+    expected[s + a] = g.out[axis];
+  }
+  const ffi::Span<const int64_t> want(expected, rank);
+  for (const NamedBuffer* r : {&vs, &is}) {
+    if (!buffer_checks::SameDims(r->dims(), want))
+      return fail(op + ": " + r->name + " has shape " + ShapeString(r->dims()) +
+                  " but pooling x of shape " + ShapeString(dims) + " gives " +
+                  ShapeString(want) + " (ceil_mode=" + (ceil_mode ? "True" : "False") + ")");
+  }
+  // The largest index any window can report (a tap past the input included: the index of
+  // a ceil_mode window of padding only) must fit the index dtype.
+  __int128 largest = 0, flat_stride = 1;
+  for (int a = 2; a >= 3 - g.k; --a) {
+    largest += static_cast<__int128>(g.Tap(a, g.out[a] - 1, g.kernel[a] - 1)) * flat_stride;
+    flat_stride *= g.in[a];
+  }
+  const int64_t index_max = indices.element_type() == ffi::DataType::S32
+                                ? std::numeric_limits<int32_t>::max()
+                                : std::numeric_limits<int64_t>::max();
+  if (largest > index_max)
+    return fail(op + ": indices of dtype " + DataTypeName(indices.element_type()) +
+                " cannot hold the flat positions of x of shape " + ShapeString(dims) +
+                "; use int64");
+  return g;
+}
+
+}  // namespace jax_unpool
