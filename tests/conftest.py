@@ -20,3 +20,14 @@ def fake_cann_dir(tmp_path_factory):
 
     prebuilt = os.environ.get("JAX_UNPOOL_FAKE_CANN_DIR")
     return build(Path(prebuilt) if prebuilt else tmp_path_factory.mktemp("fake_cann_npu"))
+
+
+# Files that take minutes start first: under xdist (a file per worker, in collection
+# order) one started last would leave the other workers idle while it runs alone.
+SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_ranks.py",
+                    "test_notebook.py", "test_npu.py", "test_sharding.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise

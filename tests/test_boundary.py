@@ -344,7 +344,11 @@ def test_aclnn_pool_target_direct_call(aclnn_pool_outcomes, case):
         assert outcome.get("equal") is True, f"{name}: {outcome}"
     elif expected.startswith("!"):
         assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
-        assert outcome["message"].startswith(expected[1:]), outcome
+        # XLA's own decoding errors read as the FFI headers compiled in write them: the
+        # build's (jaxlib 0.7.2) or, in the sanitizer build, the environment's, which put
+        # "[execute] " first.
+        message = outcome["message"].replace("[execute] ", "", 1)
+        assert message.startswith(expected[1:]), outcome
     else:
         assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
         op = "max_pool2d_with_indices" if k == 2 else "max_pool3d_with_indices"

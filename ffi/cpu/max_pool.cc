@@ -242,29 +242,42 @@ class Pool {
     }
   }
 
+  // Tap by tap in scan order, each over the C contiguous channels: loops without branches
+  // that the compiler vectorises (a loop over the taps inside one over C does not).
   template <int T>
-  void FastPositionOf(const Raw* src, const int64_t* flat, Raw* __restrict out,
-                      I* __restrict idx) const {
-    const Raw* __restrict tap[T];
-    I position[T];
-    for (int t = 0; t < T; ++t) {
-      tap[t] = src + flat[t] * g_.C;
-      position[t] = static_cast<I>(flat[t]);
+  void FastPositionOf(const Raw* src, const int64_t* flat, Raw* out, I* idx) const {
+    const Raw* first = src + flat[0] * g_.C;
+    const Raw* second = src + flat[1] * g_.C;
+    InBlocks(g_.C, [&](int64_t c0, int64_t c1) {
+      FirstTaps(first, second, static_cast<I>(flat[0]), static_cast<I>(flat[1]), c0, c1, out,
+                idx);
+    });
+    for (int t = 2; t < T; ++t) {
+      const Raw* tap = src + flat[t] * g_.C;
+      InBlocks(g_.C, [&](int64_t c0, int64_t c1) {
+        MoreTaps(tap, static_cast<I>(flat[t]), c0, c1, out, idx);
+      });
     }
-    for (int64_t c = 0; c < g_.C; ++c) {
-      Raw best_raw = tap[0][c];
-      Key best = order_.Decode(best_raw);
-      I best_idx = position[0];
-      for (int t = 1; t < T; ++t) {
-        const Raw raw = tap[t][c];
-        const Key v = order_.Decode(raw);
-        const bool take = Replaces(v, best);
-        best = take ? v : best;
-        best_raw = take ? raw : best_raw;
-        best_idx = take ? position[t] : best_idx;
-      }
-      out[c] = best_raw;
-      idx[c] = best_idx;
+  }
+
+  void FirstTaps(const Raw* __restrict a, const Raw* __restrict b, I pa, I pb, int64_t c0,
+                 int64_t c1, Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t c = c0; c < c1; ++c) {
+      const Raw va = a[c], vb = b[c];
+      const bool take = Replaces(order_.Decode(vb), order_.Decode(va));
+      out[c] = take ? vb : va;
+      idx[c] = take ? pb : pa;
+    }
+  }
+
+  // A repeated channel (InBlocks' overlap) is harmless: a tap against itself keeps it.
+  void MoreTaps(const Raw* __restrict tap, I position, int64_t c0, int64_t c1,
+                Raw* __restrict out, I* __restrict idx) const {
+    for (int64_t c = c0; c < c1; ++c) {
+      const Raw v = tap[c], best = out[c];
+      const bool take = Replaces(order_.Decode(v), order_.Decode(best));
+      out[c] = take ? v : best;
+      idx[c] = take ? position : idx[c];
     }
   }
 
