@@ -8,6 +8,7 @@ another CANN runtime.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,34 @@ def run_code(code: str, *args: str) -> subprocess.CompletedProcess:
 def run_ok(script: str, *args: str) -> None:
     proc = run(script, *args)
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+
+
+def run_cases(script: str, cases: list[dict], tmp_path: Path, *args: str
+              ) -> dict[str, dict]:
+    """Runs `script` (which prints "START <name>" and "DONE <json>" per case) on every
+    case in child processes; a child that dies is restarted after the case it died in,
+    which is reported as {"crash": ...}."""
+    outcomes: dict[str, dict] = {}
+    todo = list(cases)
+    while todo:
+        path = tmp_path / f"cases-{Path(script).stem}-{'-'.join(args[:1])}-{len(outcomes)}.json"
+        path.write_text(json.dumps(todo))
+        try:
+            proc = run(script, str(path), *args)
+            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stdout, stderr, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), None
+        started = None
+        for line in stdout.splitlines():
+            if line.startswith("START "):
+                started = line[len("START "):]
+            elif line.startswith("DONE "):
+                done = json.loads(line[len("DONE "):])
+                outcomes[done.pop("name")] = done
+                started = None
+        if rc == 0 and started is None:
+            break
+        victim = started or todo[0]["name"]  # died in a case, or before the first one
+        outcomes[victim] = {"crash": f"exit status {rc}", "stderr": stderr[-3000:]}
+        todo = [c for c in todo if c["name"] not in outcomes]
+    return outcomes

@@ -10,9 +10,7 @@ fails the case it happened in and nothing else.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 
 import fresh_process
 import numpy as np
@@ -317,12 +315,12 @@ POOL_CASES = [
       "size")),
     ("pool2d an attribute too many", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "extra": True},
      # XLA's decoding, compiled in from jaxlib 0.7's FFI headers (the build's)
-     "!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 7 with name(s): "
-     "ceil_mode, channels_last, dilation, extra, kernel_size, padding, stride"),
+     ("!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 7 with name(s): "
+     "ceil_mode, channels_last, dilation, extra, kernel_size, padding, stride")),
     ("pool2d an attribute missing", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
      {n: v for n, v in W2.items() if n != "channels_last"},
-     "!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 5 with name(s): "
-     "ceil_mode, dilation, kernel_size, padding, stride"),
+     ("!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 5 with name(s): "
+     "ceil_mode, dilation, kernel_size, padding, stride")),
 ]
 
 
@@ -370,32 +368,7 @@ def _as_json(case) -> dict:
 
 
 def run_cases(family: str, cases: list[dict], tmp_path, *extra: str) -> dict[str, dict]:
-    """Runs every case in child processes; a child that dies is restarted after the
-    case it died in, which is reported as {"crash": ...}."""
-    outcomes: dict[str, dict] = {}
-    todo = list(cases)
-    while todo:
-        path = tmp_path / f"cases-{family}-{len(outcomes)}.json"
-        path.write_text(json.dumps(todo))
-        try:
-            proc = fresh_process.run("boundary_calls.py", str(path), family, *extra)
-            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            stdout, stderr, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), None
-        started = None
-        for line in stdout.splitlines():
-            if line.startswith("START "):
-                started = line[len("START "):]
-            elif line.startswith("DONE "):
-                done = json.loads(line[len("DONE "):])
-                outcomes[done.pop("name")] = done
-                started = None
-        if rc == 0 and started is None:
-            break
-        victim = started or todo[0]["name"]  # died in a case, or before the first one
-        outcomes[victim] = {"crash": f"exit status {rc}", "stderr": stderr[-3000:]}
-        todo = [c for c in todo if c["name"] not in outcomes]
-    return outcomes
+    return fresh_process.run_cases("boundary_calls.py", cases, tmp_path, family, *extra)
 
 
 def check(outcome: dict, case) -> None:

@@ -7,9 +7,6 @@ oracle's values and indices), never a crash. Every call runs in a child process
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import fresh_process
 import numpy_oracle
 import pytest
@@ -154,32 +151,7 @@ def _json(case) -> dict:
 
 
 def run_cases(cases: list[dict], tmp_path) -> dict[str, dict]:
-    """Runs every case in child processes; a child that dies is restarted after the
-    case it died in, which is reported as {"crash": ...}."""
-    outcomes: dict[str, dict] = {}
-    todo = list(cases)
-    while todo:
-        path = tmp_path / f"cases-{len(outcomes)}.json"
-        path.write_text(json.dumps(todo))
-        try:
-            proc = fresh_process.run("pool_boundary_calls.py", str(path))
-            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            stdout, stderr, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), None
-        started = None
-        for line in stdout.splitlines():
-            if line.startswith("START "):
-                started = line[len("START "):]
-            elif line.startswith("DONE "):
-                done = json.loads(line[len("DONE "):])
-                outcomes[done.pop("name")] = done
-                started = None
-        if rc == 0 and started is None:
-            break
-        victim = started or todo[0]["name"]  # died in a case, or before the first one
-        outcomes[victim] = {"crash": f"exit status {rc}", "stderr": stderr[-3000:]}
-        todo = [c for c in todo if c["name"] not in outcomes]
-    return outcomes
+    return fresh_process.run_cases("pool_boundary_calls.py", cases, tmp_path)
 
 
 @pytest.fixture(scope="module")

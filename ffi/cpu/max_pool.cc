@@ -97,6 +97,24 @@ class Pool {
     return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
   }
 
+  // Calls f(i) for each in-bounds tap of window (od, oh, ow), i its flat position in the
+  // plane, in scan order (PyTorch's order, which decides ties).
+  template <typename F>
+  void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
+    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+      const int64_t d = g_.Tap(0, od, td);
+      if (!Inside(0, d)) continue;
+      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
+        const int64_t h = g_.Tap(1, oh, th);
+        if (!Inside(1, h)) continue;
+        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+          const int64_t w = g_.Tap(2, ow, tw);
+          if (Inside(2, w)) f((d * g_.in[1] + h) * g_.in[2] + w);
+        }
+      }
+    }
+  }
+
   // 2 per axis, stride 2: the taps of output w of a full row are 2 * w and 2 * w + 1 of
   // each of the row's 1, 2 or 4 input rows, in scan order. One pass per input row, each a
   // loop without branches that the compiler vectorises (the output row stays in cache).
@@ -201,25 +219,14 @@ class Pool {
     Raw best_raw = order_.Lowest();
     Key best = order_.Decode(best_raw);
     int64_t best_idx = FirstFlat(od, oh, ow);
-    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
-      const int64_t d = g_.Tap(0, od, td);
-      if (!Inside(0, d)) continue;
-      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
-        const int64_t h = g_.Tap(1, oh, th);
-        if (!Inside(1, h)) continue;
-        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
-          const int64_t w = g_.Tap(2, ow, tw);
-          if (!Inside(2, w)) continue;
-          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
-          const Key v = order_.Decode(src[i * step]);
-          if (Replaces(v, best)) {
-            best = v;
-            best_raw = src[i * step];
-            best_idx = i;
-          }
-        }
+    ForEachTap(od, oh, ow, [&](int64_t i) {
+      const Key v = order_.Decode(src[i * step]);
+      if (Replaces(v, best)) {
+        best = v;
+        best_raw = src[i * step];
+        best_idx = i;
       }
-    }
+    });
     *idx = static_cast<I>(best_idx);
     return best_raw;
   }
@@ -291,28 +298,17 @@ class Pool {
       out[c] = lowest;
       idx[c] = first;
     }
-    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
-      const int64_t d = g_.Tap(0, od, td);
-      if (!Inside(0, d)) continue;
-      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
-        const int64_t h = g_.Tap(1, oh, th);
-        if (!Inside(1, h)) continue;
-        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
-          const int64_t w = g_.Tap(2, ow, tw);
-          if (!Inside(2, w)) continue;
-          const int64_t i = (d * g_.in[1] + h) * g_.in[2] + w;
-          const Raw* tap = src + i * g_.C;
-          for (int64_t c = 0; c < g_.C; ++c) {
-            const Key v = order_.Decode(tap[c]);
-            if (Replaces(v, best[c])) {
-              best[c] = v;
-              out[c] = tap[c];
-              idx[c] = static_cast<I>(i);
-            }
-          }
+    ForEachTap(od, oh, ow, [&](int64_t i) {
+      const Raw* tap = src + i * g_.C;
+      for (int64_t c = 0; c < g_.C; ++c) {
+        const Key v = order_.Decode(tap[c]);
+        if (Replaces(v, best[c])) {
+          best[c] = v;
+          out[c] = tap[c];
+          idx[c] = static_cast<I>(i);
         }
       }
-    }
+    });
   }
 
   const PoolGeometry& g_;
