@@ -47,13 +47,13 @@ def test_info(tmp_path):
     assert f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, numpy {np.__version__}" in out
     assert (f"flax {importlib.metadata.version('flax')} (for jax_unpool.nnx, jax_unpool.linen), "
             f"equinox {importlib.metadata.version('equinox')} (for jax_unpool.equinox)") in out
-    # One row per op of every rank, a column per platform: on CPU the unpool ops lower to
-    # our FFI kernels, the poolings to XLA ops.
+    # One row per op of every rank, a column per platform: on CPU every op lowers to our
+    # FFI kernels (the unpools' and the pool's).
     assert re.search(r"^  op +cpu$", out, re.MULTILINE), out
     for k in (1, 2, 3):
         for op, impl in ((f"max_unpool{k}d", r"XLA FFI \(C\+\+\)"),
                          (f"max_unpool{k}d_backward", r"XLA FFI \(C\+\+\)"),
-                         (f"max_pool{k}d_with_indices", r"jnp \(XLA\)")):
+                         (f"max_pool{k}d_with_indices", r"XLA FFI \(C\+\+\)")):
             assert re.search(rf"^  {op} +{impl}$", out, re.MULTILINE), (op, out)
     assert re.search(r"^  cpu: \d+ x cpu$", out, re.MULTILINE)
     # Asked in a fresh process, as the command was: this one may have loaded an emulated
@@ -117,7 +117,8 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
     assert result.returncode == 0, result.stderr
     before, after = result.stdout.split("CANN (Ascend NPU toolkit): found; route the ops to "
                                         "aclnn with jax_unpool.npu.register()\n")
-    for op in ("max_unpool1d", "max_unpool2d_backward", "max_unpool3d"):
+    for op in ("max_unpool1d", "max_unpool2d_backward", "max_unpool3d",
+               "max_pool2d_with_indices", "max_pool3d_with_indices"):
         assert re.search(rf"^  {op} +XLA FFI \(C\+\+\)$", before, re.MULTILINE), before
         assert re.search(rf"^  {op} +aclnn$", after, re.MULTILINE), after
     assert after.rstrip().endswith("CANN (Ascend NPU toolkit): found")

@@ -41,12 +41,12 @@ def _implementation(op: str, platform_name: str) -> str:
     import jax_unpool
     from jax_unpool import _ffi
 
-    if "pool" in op and "unpool" not in op:
-        return "jnp (XLA)"
-    k = int(op[len("max_unpool")])
+    k = int(re.search(r"\d", op).group())
     x = jax.ShapeDtypeStruct((1, 1, *[2] * k), jnp.float32)
     idx = jax.ShapeDtypeStruct(x.shape, jnp.int32)
-    if op.endswith("_backward"):
+    if op.startswith("max_pool"):
+        fn, args = (lambda x: getattr(jax_unpool, op)(x, 2)), (x,)
+    elif op.endswith("_backward"):
         size = (4,) * k
         out = jax.ShapeDtypeStruct((1, 1, *size), jnp.float32)
         fn, args = (lambda g, i: getattr(jax_unpool, op)(g, x, i, size)), (out, idx)
@@ -56,7 +56,8 @@ def _implementation(op: str, platform_name: str) -> str:
     targets = re.findall(r"custom_call @(\w+)", text)
     if not targets:
         return "jnp reference"
-    if targets[0] in (_ffi.MAX_UNPOOL_TARGET, _ffi.MAX_UNPOOL_BACKWARD_TARGET):
+    if targets[0] in (_ffi.MAX_UNPOOL_TARGET, _ffi.MAX_UNPOOL_BACKWARD_TARGET,
+                      _ffi.MAX_POOL_TARGET):
         return "XLA FFI (C++)"
     return "aclnn" if "aclnn" in targets[0] else f"custom call {targets[0]}"
 
