@@ -92,7 +92,8 @@ def test_demo_rejects_a_size_the_poolings_cannot_halve(tmp_path):
 
 
 def test_bench_quick_prints_a_table(tmp_path):
-    result = run_cli("bench", "--quick", "--no-torch", cwd=tmp_path)
+    # One section: test_bench runs all of them (in-process); this checks the command.
+    result = run_cli("bench", "--quick", "--no-torch", "--sections", "unpool", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     # Rows like "forward  2x4x8x8  float32  int32  0.01  0.01  1.01": op, shape, dtypes, times.
     for op in ("forward", "backward"):

@@ -165,11 +165,16 @@ SANITIZED_TESTS = [
     "test_boundary.py", "test_pool_boundary.py",
     "test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",
     "test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
+# Left out: the loader tests that start a fresh interpreter to load an emulated CANN a
+# particular way (their handler calls are the ones the tests above make; under ASan each
+# child costs tens of seconds, and CI time is budgeted).
+NOT_SANITIZED = "not (in_a_fresh_process or already_loaded_runtime or a_cann_without)"
 
 
 def test_native_code_tests_run_clean_under_asan_and_ubsan(sanitized_package, toolchain):
     paths = [str(REPO / "tests" / t) for t in SANITIZED_TESTS]
     # -o addopts=: one process (no xdist workers) under the sanitizers.
     out = run_sanitized(["-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
-                         *paths], sanitized_package, toolchain["preload"])
+                         "-k", NOT_SANITIZED, *paths], sanitized_package,
+                        toolchain["preload"])
     assert " passed" in out and " failed" not in out, out[-5000:]
