@@ -97,22 +97,30 @@ class Pool {
     return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
   }
 
-  // Calls f(i) for each in-bounds tap of window (od, oh, ow), i its flat position in the
-  // plane, in scan order (PyTorch's order, which decides ties).
+  // Calls f(offset) for each in-bounds input row (d, h) of window row (od, oh), offset the
+  // flat position of the row's first element, in scan order.
   template <typename F>
-  void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
+  void ForEachTapRow(int64_t od, int64_t oh, const F& f) const {
     for (int64_t td = 0; td < g_.kernel[0]; ++td) {
       const int64_t d = g_.Tap(0, od, td);
       if (!Inside(0, d)) continue;
       for (int64_t th = 0; th < g_.kernel[1]; ++th) {
         const int64_t h = g_.Tap(1, oh, th);
-        if (!Inside(1, h)) continue;
-        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
-          const int64_t w = g_.Tap(2, ow, tw);
-          if (Inside(2, w)) f((d * g_.in[1] + h) * g_.in[2] + w);
-        }
+        if (Inside(1, h)) f((d * g_.in[1] + h) * g_.in[2]);
       }
     }
+  }
+
+  // Calls f(i) for each in-bounds tap of window (od, oh, ow), i its flat position in the
+  // plane, in scan order (PyTorch's order, which decides ties).
+  template <typename F>
+  void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
+    ForEachTapRow(od, oh, [&](int64_t offset) {
+      for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+        const int64_t w = g_.Tap(2, ow, tw);
+        if (Inside(2, w)) f(offset + w);
+      }
+    });
   }
 
   // 2 per axis, stride 2: the taps of output w of a full row are 2 * w and 2 * w + 1 of
@@ -187,31 +195,24 @@ class Pool {
       out[ow] = lowest;
       idx[ow] = static_cast<I>(first_row + g_.First(2, ow));
     }
-    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
-      const int64_t d = g_.Tap(0, od, td);
-      if (!Inside(0, d)) continue;
-      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
-        const int64_t h = g_.Tap(1, oh, th);
-        if (!Inside(1, h)) continue;
-        const int64_t offset = (d * g_.in[1] + h) * W;
-        const Raw* row = src + offset;
-        for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
-          // w = ow * s + shift; the outputs whose tap tw lies inside the row.
-          const int64_t shift = tw * g_.dil[2] - g_.pad[2];
-          const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
-          const int64_t hi = std::min(Wo, W - 1 - shift < 0 ? 0 : (W - 1 - shift) / s + 1);
-          for (int64_t ow = lo; ow < hi; ++ow) {
-            const int64_t w = ow * s + shift;
-            const Key v = order_.Decode(row[w]);
-            if (Replaces(v, best[ow])) {
-              best[ow] = v;
-              out[ow] = row[w];
-              idx[ow] = static_cast<I>(offset + w);
-            }
+    ForEachTapRow(od, oh, [&](int64_t offset) {
+      const Raw* row = src + offset;
+      for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+        // w = ow * s + shift; the outputs whose tap tw lies inside the row.
+        const int64_t shift = tw * g_.dil[2] - g_.pad[2];
+        const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+        const int64_t hi = std::min(Wo, W - 1 - shift < 0 ? 0 : (W - 1 - shift) / s + 1);
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const int64_t w = ow * s + shift;
+          const Key v = order_.Decode(row[w]);
+          if (Replaces(v, best[ow])) {
+            best[ow] = v;
+            out[ow] = row[w];
+            idx[ow] = static_cast<I>(offset + w);
           }
         }
       }
-    }
+    });
   }
 
   // One output of any window; element i of the plane is src[i * step].
