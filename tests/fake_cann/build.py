@@ -16,7 +16,9 @@ Every library carries its file name as its SONAME, as real CANN's do, so that
 
 libascendcl.so and the opapi library forward to the libnnopbase.so of their own
 directory, so all three share one state per output directory. A build is skipped when a
-stamp in ``out_dir`` matches the hash of the sources and options. Usable as a script:
+stamp in ``out_dir`` matches the hash of the sources and options, and each library
+already compiled from the same sources and options (in ``$FAKECANN_CACHE``, default a
+directory under the system's temp dir) is copied instead of compiled again. Usable as a script:
 ``python tests/fake_cann/build.py OUT_DIR [OPAPI_NAME | LAYOUT]``.
 """
 
@@ -74,6 +76,17 @@ LAYOUTS = {
 OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
 
 
+# Every library a build compiles, by the hash of everything it is made from: the test
+# suite builds the emulator some twenty times (per worker, per packaging, per fresh
+# process), and core.cc, the same in each, takes seconds to compile.
+_CACHE = pathlib.Path(os.environ.get("FAKECANN_CACHE")
+                      or pathlib.Path(tempfile.gettempdir()) / f"fakecann-cache-{os.getuid()}")
+
+
+def _target_key(build_key: str, lib: str, args: Sequence[str]) -> str:
+    return hashlib.sha256("\0".join([build_key, lib, *args]).encode()).hexdigest()[:32]
+
+
 def _compiler() -> str:
     for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if name and shutil.which(name):
@@ -108,9 +121,11 @@ def build(
     digest = hashlib.sha256()
     for name in SOURCES:
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
-    for item in (cxx, repr(sorted(opapis.items())), *CXXFLAGS, *extra_flags, VERSION_SCRIPT):
+    for item in (cxx, *CXXFLAGS, *extra_flags, VERSION_SCRIPT):
         digest.update(item.encode() + b"\0")
-    key = digest.hexdigest()
+    sources_key = digest.hexdigest()  # what every library is made from
+    digest.update(repr(sorted(opapis.items())).encode())
+    key = digest.hexdigest()  # and which libraries
 
     targets = {
         "libnnopbase.so": ["core.cc"],
@@ -130,6 +145,10 @@ def build(
         version_script.write_text(VERSION_SCRIPT)
         for lib, args in targets.items():
             tmp_lib = pathlib.Path(tmp) / lib
+            cached = _CACHE / f"{lib}-{_target_key(sources_key, lib, args)}"
+            if cached.is_file():  # built before, by this or another process
+                shutil.copy2(cached, tmp_lib)
+                continue
             cmd = [
                 cxx,
                 *CXXFLAGS,
@@ -147,6 +166,10 @@ def build(
                 raise RuntimeError(
                     f"building fake CANN {lib} failed:\n{' '.join(cmd)}\n{proc.stderr}"
                 )
+            _CACHE.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=_CACHE, prefix=".tmp-", delete=False) as part:
+                shutil.copyfile(tmp_lib, part.name)
+            os.replace(part.name, cached)  # atomic: a reader sees no half-written file
         # Atomic replacement: a process that already loaded an older build keeps its
         # mapping; concurrent builders into one directory end with a complete set.
         for lib in targets:

@@ -134,16 +134,21 @@ def big_case(rng, n, c, h, w, last, index_dtype, dtype=np.float32):
     return x, idx.astype(index_dtype), hw, out
 
 
+# Every value byte width, each index dtype twice, in the thread-pool splits.
+THREADED_DTYPES = ((np.uint8, np.int32), (jnp.bfloat16, np.int64), (np.float32, np.int32),
+                   (np.float64, np.int64))
+
+
 def threaded_pool_cases(rng) -> None:
     """Inputs of several MB: ForEachPlaneChunk hands chunks to the XLA thread pool. With
     N=3, C=5 the 15 planes split into chunks that end inside an image."""
     for last in (False, True):
-        for index_dtype in (np.int32, np.int64):
+        for dtype, index_dtype in THREADED_DTYPES:
             with enable_x64(True):
-                x, idx, hw, want = big_case(rng, 3, 5, 96, 96, last, index_dtype)
+                x, idx, hw, want = big_case(rng, 3, 5, 96, 96, last, index_dtype, dtype)
                 f = fmt(4, last)
                 check_equal(forward(x, idx, output_size=hw, data_format=f), want,
-                            f"forward pool {f}")
+                            f"forward pool {f} {np.dtype(dtype)}")
                 # gathering the scattered plane back gives x (indices are unique)
                 check_equal(backward(want, x, idx, output_size=hw, data_format=f), x,
                             f"backward pool {f}")
