@@ -28,13 +28,16 @@ def _conv(x: jax.Array, w: jax.Array, fmt: str) -> jax.Array:
 
 
 def init(width: int, in_ch: int = 3, classes: int = 4, seed: int = 0) -> list[jax.Array]:
-    """HWIO weights of the six convolutions (the last is the 1x1 classifier)."""
-    chans = [(in_ch, width), (width, 2 * width), (2 * width, 2 * width), (2 * width, width),
-             (width, width)]
-    keys = jax.random.split(jax.random.key(seed), len(chans) + 1)
-    ws = [jax.random.normal(k, (3, 3, i, o)) * np.sqrt(2 / (9 * i))
-          for k, (i, o) in zip(keys, chans)]
-    return ws + [jax.random.normal(keys[-1], (1, 1, width, classes)) / np.sqrt(width)]
+    """HWIO weights of the six convolutions (the last is the 1x1 classifier), He-scaled."""
+    shapes = [(3, 3, in_ch, width), (3, 3, width, 2 * width), (3, 3, 2 * width, 2 * width),
+              (3, 3, 2 * width, width), (3, 3, width, width), (1, 1, width, classes)]
+    sizes = [int(np.prod(s)) for s in shapes]
+    # One draw for all: XLA compiles each jax.random.normal of a new shape on its own
+    # (seconds each on 2 cores).
+    draws = np.split(np.asarray(jax.random.normal(jax.random.key(seed), (sum(sizes),))),
+                     np.cumsum(sizes)[:-1])
+    return [jnp.asarray(d.reshape(s) * np.float32(np.sqrt(2 / (s[0] * s[1] * s[2]))))
+            for d, s in zip(draws, shapes)]
 
 
 def apply(ops: ModuleType, fmt: str, ws: list[jax.Array], x: jax.Array) -> jax.Array:
