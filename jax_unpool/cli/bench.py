@@ -19,7 +19,9 @@ Memory bandwidth (section ``memory``, always run first): numpy on as many thread
 uses, over 256 MiB: a STREAM-like copy and a write-only fill into buffers whose pages are
 already faulted in, and the same into fresh buffers (XLA hands out fresh results, whose
 pages the OS faults in on first write), of 4 KiB pages and of huge pages. Every row
-reports the achieved GB/s and its fraction of the faulted-copy bandwidth.
+reports the achieved GB/s and its fraction of the faulted-copy bandwidth, and (``sys``)
+the operating system's CPU time per call of ours (all threads): where that is large, the
+call's time goes to the OS zeroing the fresh pages of its results, not to the kernel.
 
 Indices are those of a 2x2 (2 per axis), stride-2 max-pool (one per window, drawn with
 numpy, not with the op under test), for 1-D, 2-D and 3-D shapes. Further sections: NHWC
@@ -139,13 +141,25 @@ def _name(shape: Sequence[int]) -> str:
 # timing
 # --------------------------------------------------------------------------------------
 
-def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dict[str, float]:
+def _system_seconds() -> float | None:
+    """CPU seconds this process has spent in the operating system (all threads), or None
+    where there is no getrusage."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int,
+             system_ms: dict[str, float | None] | None = None) -> dict[str, float]:
     """Median milliseconds per call of each zero-argument call, in its steady state. The
     calls take turns sample by sample, in an order that rotates; before a sample come a
     pause and an untimed call; a sample repeats a fast call until it lasts
     ~SAMPLE_SECONDS. (Taking turns spreads load from elsewhere over all calls alike;
     the untimed call gives each sample the same cache state: without it, whoever's
-    data some earlier call left in the last-level cache -- hundreds of MB here -- wins.)"""
+    data some earlier call left in the last-level cache -- hundreds of MB here -- wins.)
+    Given `system_ms`, fills it with each call's median OS CPU milliseconds per call."""
     repeat = {}
     for name, call in calls.items():
         for _ in range(warmup):
@@ -155,6 +169,7 @@ def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dic
         once = time.perf_counter() - start
         repeat[name] = max(1, min(2000, int(SAMPLE_SECONDS / max(once, 1e-7))))
     samples: dict[str, list[float]] = {name: [] for name in calls}
+    system: dict[str, list[float]] = {name: [] for name in calls}
     names = list(calls)
     for rep in range(reps):
         # The order rotates: each call follows each other one in turn.
@@ -162,10 +177,15 @@ def _measure(calls: dict[str, Callable[[], Any]], reps: int, warmup: int) -> dic
             call = calls[name]
             time.sleep(PAUSE_SECONDS)
             call()  # untimed: the timed call finds its own data, not another's, in cache
-            start = time.perf_counter()
+            start, start_system = time.perf_counter(), _system_seconds()
             for _ in range(repeat[name]):
                 call()
             samples[name].append((time.perf_counter() - start) / repeat[name])
+            if start_system is not None:
+                system[name].append((_system_seconds() - start_system) / repeat[name])
+    if system_ms is not None:
+        system_ms.update({name: statistics.median(s) * 1e3 if s else None
+                          for name, s in system.items()})
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
 
 
@@ -291,25 +311,28 @@ def _unpool_rows(shape, dtype, index_dtype, torch, reps, warmup, rng, bw) -> lis
         ti_planes, tg_planes = ti.view(n, c, -1), tg.view(n, c, -1)
         bwd["torch"] = lambda: torch.gather(tg_planes, 2, ti_planes).view(shape)
 
-    t_fwd = _measure(fwd, reps, warmup)
-    t_bwd = _measure(bwd, reps, warmup)
+    sys_fwd, sys_bwd = {}, {}
+    t_fwd = _measure(fwd, reps, warmup, sys_fwd)
+    t_bwd = _measure(bwd, reps, warmup, sys_bwd)
     # The least traffic: values and indices read, the result written (fresh pages).
     small, big = x_np.nbytes + i_np.nbytes, g_np.nbytes
     common = {"section": "unpool", "rank": k, "shape": list(shape),
               "output_shape": list(out_shape), "dtype": dtype, "index_dtype": index_dtype,
               "layout": "channels_first"}
     rows = []
-    for op, t, nbytes in (("forward", t_fwd, small + big), ("backward", t_bwd,
-                                                           big + small)):
-        rows.append(_row(common, op, t, nbytes, bw))
+    for op, t, sys_ms, nbytes in (("forward", t_fwd, sys_fwd, small + big),
+                                  ("backward", t_bwd, sys_bwd, big + small)):
+        rows.append(_row(common, op, t, nbytes, bw, sys_ms))
     return rows
 
 
-def _row(common: dict, op: str, t: dict[str, float], nbytes: int, bw: dict) -> dict:
+def _row(common: dict, op: str, t: dict[str, float], nbytes: int, bw: dict,
+         sys_ms: dict[str, float | None]) -> dict:
     ours = t["jax_unpool"]
     roof = nbytes / bw["copy_faulted"] / 1e6  # ms at DRAM copy bandwidth, no page faults
     return {**common, "op": op, "bytes": nbytes, "jax_unpool_ms": ours, "xla_ms": t.get("xla"),
             "torch_ms": t.get("torch"), "roofline_ms": roof,
+            "jax_unpool_sys_ms": sys_ms.get("jax_unpool"), "xla_sys_ms": sys_ms.get("xla"),
             "speedup_vs_xla": _ratio(t.get("xla"), ours),
             "speedup_vs_torch": _ratio(t.get("torch"), ours),
             "vs_roofline": _ratio(ours, roof),
@@ -391,18 +414,19 @@ def _pool_rows(shape, dtype, torch, reps, warmup, rng, bw, channels_last=False
             grad["torch"] = torch_grad
         except RuntimeError:  # a value dtype torch's CPU kernel lacks
             pass
-    t_fwd = _measure(fwd, reps, warmup)
-    t_grad = _measure(grad, reps, warmup)
+    sys_fwd, sys_grad = {}, {}
+    t_fwd = _measure(fwd, reps, warmup, sys_fwd)
+    t_grad = _measure(grad, reps, warmup, sys_grad)
     x_bytes, out_bytes = x_np.nbytes, ct_np.nbytes
     idx_bytes = out_bytes // ct_np.itemsize * 4
     common = {"section": "pool", "rank": k, "shape": list(shape), "input_shape": list(in_shape),
               "dtype": dtype, "index_dtype": "int32", "format": fmt,
               "layout": "channels_last" if channels_last else "channels_first",
               "input_bytes": x_bytes}
-    rows = [_row(common, "forward", t_fwd, x_bytes + out_bytes + idx_bytes, bw),
+    rows = [_row(common, "forward", t_fwd, x_bytes + out_bytes + idx_bytes, bw, sys_fwd),
             # + the cotangent and the indices read, the gradient written
             _row(common, "forward+grad", t_grad,
-                 2 * x_bytes + 2 * out_bytes + 2 * idx_bytes, bw)]
+                 2 * x_bytes + 2 * out_bytes + 2 * idx_bytes, bw, sys_grad)]
     for r in rows:
         r["vs_torch"] = _ratio(r["jax_unpool_ms"], r["torch_ms"])
     return rows
@@ -504,7 +528,7 @@ def _gb(v: float | None) -> str:
 def _op_table(rows: list[dict], first: str, label=lambda r: r["op"]) -> list[str]:
     head = (f"{'op':<19}{first:<20}{'dtype':<10}{'index':<7}{'ours':>9}{'xla':>9}"
             f"{'torch':>9}{'roof':>9}{'xla/ours':>9}{'torch/ours':>11}{'GB/s':>7}"
-            f"{'xla':>7}{'torch':>7}{'of bw':>7}")
+            f"{'xla':>7}{'torch':>7}{'of bw':>7}{'sys':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
@@ -513,7 +537,7 @@ def _op_table(rows: list[dict], first: str, label=lambda r: r["op"]) -> list[str
             f"{_ms(r['torch_ms']):>9}{_ms(r['roofline_ms']):>9}"
             f"{_fmt(r['speedup_vs_xla']):>9}{_fmt(r['speedup_vs_torch']):>11}"
             f"{_gb(r['jax_unpool_gbps']):>7}{_gb(r['xla_gbps']):>7}{_gb(r['torch_gbps']):>7}"
-            f"{_fmt(r['bandwidth_fraction']):>7}")
+            f"{_fmt(r['bandwidth_fraction']):>7}{_ms(r.get('jax_unpool_sys_ms')):>8}")
     return lines
 
 
@@ -524,7 +548,8 @@ def format_table(result: dict) -> str:
                  + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in bw.items()))
     lines.append("roof = the op's least traffic (inputs read, result written) at the copy "
                  "bandwidth into faulted pages; GB/s = that traffic per second; of bw = ours "
-                 "GB/s / copy faulted")
+                 "GB/s / copy faulted; sys = ours' OS CPU ms per call (all threads: the OS "
+                 "zeroing its results' fresh pages)")
     unpool = [r for r in rows if r["section"] == "unpool"]
     if unpool:
         lines += ["", ("max_unpool (channels first): milliseconds per call; xla/ours and "
