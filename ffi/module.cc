@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cpu/kernels.h"
+#include "cpu/simd.h"
 #include "npu/cann_library.h"
 #include "npu/handlers.h"
 
@@ -31,6 +32,9 @@ NB_MODULE(_jax_unpool, m) {
     d["max_pool"] = Capsule(jax_unpool::MaxPoolCpu);
     return d;
   });
+  // How the CPU unpool backward gathers 4- and 8-byte values: "avx2" (vpgather*) or
+  // "scalar" (loads), by CPU and JAX_UNPOOL_CPU_GATHER (cpu/simd.h).
+  m.def("cpu_gather", []() { return jax_unpool::UseVectorGathers() ? "avx2" : "scalar"; });
   m.def("npu_registrations", []() {
     nb::dict d;
     d["max_unpool2d"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnDevice);

@@ -1,16 +1,25 @@
 """The CPU kernels on problems big enough to be split across threads: results against
 numpy loops when planes (NCHW) and channel spans of one image (NHWC) go to different
 chunks, the first bad index in flat order whichever chunk meets it, and results large
-enough for the huge-page advice (forward) and streaming stores (backward)."""
+enough for the huge-page advice (forward) and streaming stores (backward). The backward's
+two gather loops (AVX2 and scalar loads; the CPU picks one) both run."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy_oracle as oracle
 import pytest
+from cpu_features import cpu_has_avx2, expected_gather
 from dtypes import assert_bits_equal, needs_x64, random_values
 
 import jax_unpool as ju
+from jax_unpool import _ffi
 from jax_unpool._compat import enable_x64
 
 # Outputs of several MB, which the kernels split into chunks of planes: one image of 16
@@ -140,3 +149,26 @@ def test_backward_of_a_large_result_equals_numpy(rng, dtype, index_dtype, layout
         out = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, hw, data_format=layout))(
             _layout(g, layout), _layout(idx, layout))
     assert_bits_equal(out, _layout(expected.reshape(shape), layout))
+
+
+def test_backward_gathers_with_the_loop_the_cpu_and_the_environment_choose():
+    assert _ffi._jax_unpool.cpu_gather() == expected_gather()
+
+
+@pytest.mark.skipif(not cpu_has_avx2(), reason="no AVX2: the scalar loop is the only one")
+def test_backward_tests_pass_with_the_other_gather_loop():
+    # This process gathers with one loop; a child reruns this file's backward tests (values
+    # against numpy, the first bad index) with the other one.
+    other = "vector" if expected_gather() == "scalar" else "scalar"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, JAX_UNPOOL_CPU_GATHER=other,
+               PYTHONPATH=os.pathsep.join([str(Path(ju.__file__).resolve().parents[1]),
+                                           os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
+         __file__, "-k", "backward and not other_gather_loop"],
+        env=env, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    # the child checked its loop (the test above) and ran the backward grid (52 tests)
+    ran = re.search(r"(\d+) passed", proc.stdout)
+    assert ran and int(ran.group(1)) > 50, proc.stdout[-3000:]

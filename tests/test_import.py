@@ -3,6 +3,7 @@ package says what happened and what to run, not "circular import"."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,19 @@ def test_unbuilt_source_tree_names_the_missing_module_and_the_command(tmp_path):
                     f"_jax_unpool (this is a source tree that was not built): run `pip "
                     f"install .` in {tmp_path}"), done.stderr
     assert "circular import" not in done.stderr
+
+
+def test_a_misspelt_gather_choice_is_an_import_error_naming_the_variable():
+    # The kernel reads JAX_UNPOOL_CPU_GATHER itself and would ignore a typo: refused here.
+    env = dict(os.environ, JAX_UNPOOL_CPU_GATHER="avx2",
+               PYTHONPATH=os.pathsep.join([str(Path(jax_unpool.__file__).parents[1]),
+                                           os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", "import jax_unpool"], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: jax_unpool: environment variable JAX_UNPOOL_CPU_GATHER must be "
+        "'vector', 'scalar' or unset, got 'avx2'"), done.stderr
 
 
 def _package_imports(module: Path, package: Path) -> set[str]:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cpu_features import cpu_has_avx2
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "sanitize" / "exercise_kernels.py"
@@ -113,11 +114,13 @@ def run_until_silent(cmd: list[str], silence_limit_s: float, **popen) -> tuple[i
         return status, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
-def run_sanitized(args: list[str], package: Path, preload: str) -> str:
+def run_sanitized(args: list[str], package: Path, preload: str,
+                  extra_env: dict[str, str] | None = None) -> str:
     """Runs `python *args` with the sanitizer runtimes preloaded and `package` first on the
-    path (also as the working directory, which `python -m` puts first); returns the output
-    after asserting a clean exit without any sanitizer report."""
-    env = dict(os.environ, LD_PRELOAD=preload, PYTHONUNBUFFERED="1",  # progress as it comes
+    path (also as the working directory, which `python -m` puts first), and `extra_env`;
+    returns the output after asserting a clean exit without any sanitizer report."""
+    env = dict(os.environ, **(extra_env or {}), LD_PRELOAD=preload,
+               PYTHONUNBUFFERED="1",  # progress as it comes
                PYTHONPATH=os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")]),
                # CPython and jaxlib keep allocations alive until exit by design: no leak check.
                ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
@@ -148,10 +151,14 @@ def test_a_silent_child_is_stopped():
 
 def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, toolchain):
     # Both ops, every byte width, int32/int64, NCHW/NHWC, rank 3/4, zero sizes, errors,
-    # thread-pool splits and Python threads: see the script.
-    out = run_sanitized([str(SCRIPT)], sanitized_package, toolchain["preload"])
+    # thread-pool splits and Python threads: see the script. Its backward gathers with
+    # AVX2 wherever the CPU has it (the default on Intel); the pytest run below takes the
+    # CPU's default, scalar loads on AMD, so both gather loops run sanitized.
+    out = run_sanitized([str(SCRIPT)], sanitized_package, toolchain["preload"],
+                        {"JAX_UNPOOL_CPU_GATHER": "vector"})
     # the module that ran is the sanitized one, not an installed copy
     assert f"extension: {sanitized_package / 'jax_unpool'}" in out, out
+    assert f"gathers: {'avx2' if cpu_has_avx2() else 'scalar'}" in out, out
     assert "checks passed" in out
 
 
@@ -169,10 +176,11 @@ SANITIZED_TESTS = [
     "test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
 # Left out, as CI time is budgeted: the loader tests that start a fresh interpreter to
 # load an emulated CANN a particular way (their handler calls are the ones the tests above
-# make; under ASan each child costs tens of seconds), and the grid of thread-pool splits
-# per dtype (a minute under ASan: the exercise script splits every byte width).
+# make; under ASan each child costs tens of seconds), the grid of thread-pool splits
+# per dtype (a minute under ASan: the exercise script splits every byte width), and the
+# backward tests rerun with the other gather loop (the exercise script runs that one).
 NOT_SANITIZED = ("not (in_a_fresh_process or already_loaded_runtime or a_cann_without "
-                 "or split_across_threads)")
+                 "or split_across_threads or other_gather_loop)")
 
 
 def test_native_code_tests_run_clean_under_asan_and_ubsan(sanitized_package, toolchain):

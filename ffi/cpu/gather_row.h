@@ -2,9 +2,9 @@
 //   dst[k] = src[idx[k] * stride + k * step]   for k in [0, count),
 // with (stride, step) = (1, 0) inside an NCHW plane and (C, 1) across the channels of an
 // NHWC position. x86-64's baseline (SSE2) has no gather instruction, so 4- and 8-byte
-// values also get an AVX2 version (vpgather*, see simd.h): it moves 4 or 8 values per
-// instruction where the scalar loop moves one, which is what bounds the gather once its
-// data is in cache.
+// values also get an AVX2 version (vpgather*): it moves 4 or 8 values per instruction
+// where the scalar loop moves one, which is what bounds the gather once its data is in
+// cache -- on CPUs whose gathers are fast (UseVectorGathers in simd.h).
 #pragma once
 
 #include <cstdint>
@@ -127,7 +127,7 @@ class RowGatherer {
   // `offset_limit`: one past the largest offset pos * stride + k * step of the call.
   explicit RowGatherer(int64_t offset_limit) {
 #if JAX_UNPOOL_HAVE_AVX2
-    vector_ = sizeof(V) >= 4 && offset_limit <= (int64_t{1} << 31) && CpuHasAvx2();
+    vector_ = sizeof(V) >= 4 && offset_limit <= (int64_t{1} << 31) && UseVectorGathers();
 #else
     (void)offset_limit;
 #endif

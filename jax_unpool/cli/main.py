@@ -1,7 +1,8 @@
 """The command line: ``python -m jax_unpool {info,bench,demo}`` (also installed as ``jax-unpool``).
 
 - ``info``: versions, platforms and devices, which implementation each op uses on each
-  platform, and whether the CANN toolkit (Ascend NPU) was found.
+  platform, how the CPU unpool backward gathers, and whether the CANN toolkit (Ascend
+  NPU) was found.
 - ``bench``: the benchmark suite (:mod:`jax_unpool.cli.bench`); its arguments pass through.
 - ``demo``: trains a small SegNet-style model on generated images (:mod:`jax_unpool.cli.demo`).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import platform
 import re
 import sys
@@ -18,6 +20,8 @@ from collections.abc import Sequence
 from jax_unpool.cli import options
 
 RANKS = (1, 2, 3)
+# What _jax_unpool.cpu_gather() answers, in words.
+_GATHERS = {"avx2": "AVX2 gathers (vpgather*)", "scalar": "scalar loads"}
 OPS = tuple(op.format(k) for k in RANKS for op in
             ("max_unpool{}d", "max_unpool{}d_backward", "max_pool{}d_with_indices"))
 
@@ -90,6 +94,11 @@ def info() -> int:
     print("  " + "op".ljust(op_width) + "".join(n.ljust(width) for n in names).rstrip())
     for op, row in rows.items():
         print("  " + op.ljust(op_width) + "".join(impl.ljust(width) for impl in row).rstrip())
+    from jax_unpool import _ffi
+
+    gather = _ffi._jax_unpool.cpu_gather()
+    print(f"CPU unpool backward gathers with {_GATHERS[gather]} "
+          f"({_ffi.GATHER_ENV}={os.environ.get(_ffi.GATHER_ENV) or 'unset'})")
     routed_to_aclnn = any("aclnn" in row for row in rows.values())
     found = npu.is_available()
     print(f"CANN (Ascend NPU toolkit): {'found' if found else 'not found'}"

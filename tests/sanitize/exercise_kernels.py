@@ -254,6 +254,7 @@ def threaded_max_pool_cases(rng) -> None:
 
 def main() -> int:
     print(f"extension: {extension.__file__}", flush=True)
+    print(f"gathers: {extension.cpu_gather()}", flush=True)  # JAX_UNPOOL_CPU_GATHER's effect
     rng = np.random.default_rng(0)
     for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads,
                   max_pool_cases, threaded_max_pool_cases):
