@@ -61,7 +61,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
          ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
          ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
-         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction")))],
+         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
+         ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms")))],
     ),
     "layout": (
         ("jax_unpool in NHWC against NCHW: milliseconds per call (NHWC/NCHW above 1: "
@@ -83,7 +84,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
          ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
          ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
-         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction")))],
+         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
+         ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms")))],
     ),
     "step": (
         ("SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "
