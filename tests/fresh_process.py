@@ -19,9 +19,9 @@ import jax_unpool
 TESTS = Path(__file__).resolve().parent
 
 
-def _env() -> dict[str, str]:
-    """This environment with this process's jax_unpool first on PYTHONPATH."""
-    env = dict(os.environ)
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment with this process's jax_unpool first on PYTHONPATH, and `extra`."""
+    env = dict(os.environ, **extra)
     package_root = str(Path(jax_unpool.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
                                         if p)
@@ -33,14 +33,14 @@ def run(script: str, *args: str, env: dict[str, str] | None = None
     """`python tests/<script> args...`, with this process's jax_unpool first on the path
     and `env` over this environment."""
     return subprocess.run([sys.executable, str(TESTS / script), *args],
-                          env={**_env(), **(env or {})},
+                          env=child_env(**(env or {})),
                           capture_output=True, text=True, timeout=600, check=False)
 
 
 def run_code(code: str, *args: str) -> subprocess.CompletedProcess:
     """`python -c code args...` in tests/ (so tests/ comes first on the path, then this
     process's jax_unpool)."""
-    return subprocess.run([sys.executable, "-c", code, *args], env=_env(), cwd=TESTS,
+    return subprocess.run([sys.executable, "-c", code, *args], env=child_env(), cwd=TESTS,
                           capture_output=True, text=True, timeout=600, check=False)
 
 

@@ -4,12 +4,12 @@ chunks, the first bad index in flat order whichever chunk meets it, and results 
 enough for the huge-page advice (forward) and streaming stores (backward). The backward's
 two gather loops (AVX2 and scalar loads; the CPU picks one) both run."""
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -161,9 +161,7 @@ def test_backward_tests_pass_with_the_other_gather_loop():
     # against numpy, the first bad index) with the other one.
     other = "vector" if expected_gather() == "scalar" else "scalar"
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, JAX_UNPOOL_CPU_GATHER=other,
-               PYTHONPATH=os.pathsep.join([str(Path(ju.__file__).resolve().parents[1]),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = fresh_process.child_env(JAX_UNPOOL_CPU_GATHER=other)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
          __file__, "-k", "backward and not other_gather_loop"],

@@ -3,11 +3,12 @@ package says what happened and what to run, not "circular import"."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import fresh_process
 
 import jax_unpool
 
@@ -29,9 +30,7 @@ def test_unbuilt_source_tree_names_the_missing_module_and_the_command(tmp_path):
 
 def test_a_misspelt_gather_choice_is_an_import_error_naming_the_variable():
     # The kernel reads JAX_UNPOOL_CPU_GATHER itself and would ignore a typo: refused here.
-    env = dict(os.environ, JAX_UNPOOL_CPU_GATHER="avx2",
-               PYTHONPATH=os.pathsep.join([str(Path(jax_unpool.__file__).parents[1]),
-                                           os.environ.get("PYTHONPATH", "")]))
+    env = fresh_process.child_env(JAX_UNPOOL_CPU_GATHER="avx2")
     done = subprocess.run([sys.executable, "-c", "import jax_unpool"], env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1

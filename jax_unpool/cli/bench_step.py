@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_unpool as ju
+from jax_unpool.cli.demo import he_weights
 
 KERNEL = 2
 
@@ -31,13 +32,7 @@ def init(width: int, in_ch: int = 3, classes: int = 4, seed: int = 0) -> list[ja
     """HWIO weights of the six convolutions (the last is the 1x1 classifier), He-scaled."""
     shapes = [(3, 3, in_ch, width), (3, 3, width, 2 * width), (3, 3, 2 * width, 2 * width),
               (3, 3, 2 * width, width), (3, 3, width, width), (1, 1, width, classes)]
-    sizes = [int(np.prod(s)) for s in shapes]
-    # One draw for all: XLA compiles each jax.random.normal of a new shape on its own
-    # (seconds each on 2 cores).
-    draws = np.split(np.asarray(jax.random.normal(jax.random.key(seed), (sum(sizes),))),
-                     np.cumsum(sizes)[:-1])
-    return [jnp.asarray(d.reshape(s) * np.float32(np.sqrt(2 / (s[0] * s[1] * s[2]))))
-            for d, s in zip(draws, shapes)]
+    return he_weights(jax.random.key(seed), shapes)
 
 
 def apply(ops: ModuleType, fmt: str, ws: list[jax.Array], x: jax.Array) -> jax.Array:
