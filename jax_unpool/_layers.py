@@ -6,7 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from jax_unpool._args import SPATIAL, layouts, received
+from jax_unpool._args import received
+from jax_unpool._geometry import SPATIAL
+from jax_unpool._geometry import formats as layouts
 
 
 def channels_last_format(k: int) -> str:

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import jax_unpool as ju
-from jax_unpool._args import SPATIAL
+from jax_unpool._geometry import SPATIAL
 from jax_unpool._layers import channels_first_example
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]

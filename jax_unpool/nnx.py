@@ -17,7 +17,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 
 import jax
 
-from jax_unpool import _api, pooling
+from jax_unpool import pooling, unpooling
 from jax_unpool._layers import layer_data_format, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
@@ -87,7 +87,7 @@ class MaxUnpool2d(_MaxUnpool):
     """
 
     k = 2
-    _unpool = staticmethod(_api.max_unpool2d)
+    _unpool = staticmethod(unpooling.max_unpool2d)
 
 
 class MaxPool1d(_MaxPool):
@@ -104,7 +104,7 @@ class MaxUnpool1d(_MaxUnpool):
     ``(W, C)`` by default; see :func:`jax_unpool.max_unpool1d`."""
 
     k = 1
-    _unpool = staticmethod(_api.max_unpool1d)
+    _unpool = staticmethod(unpooling.max_unpool1d)
 
 
 class MaxPool3d(_MaxPool):
@@ -121,5 +121,5 @@ class MaxUnpool3d(_MaxUnpool):
     ``(N, D, H, W, C)`` or ``(D, H, W, C)`` by default; see :func:`jax_unpool.max_unpool3d`."""
 
     k = 3
-    _unpool = staticmethod(_api.max_unpool3d)
+    _unpool = staticmethod(unpooling.max_unpool3d)
 

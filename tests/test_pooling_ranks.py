@@ -166,9 +166,9 @@ def test_pool_then_unpool_round_trip_under_jit_and_vmap(k):
 
 @pytest.mark.parametrize("fn,args,message", [
     (ju.max_pool1d_with_indices, ((2, 3, 4, 5), 2),
-     r"max_pool1d_with_indices: x must be 2-D or 3-D \(C, W\) or \(N, C, W\), got a 4-D"),
+     r"max_pool1d_with_indices: x must have rank 2 \(C, W\) or 3 \(N, C, W\), got rank 4"),
     (ju.max_pool3d_with_indices, ((2, 3, 4), 2),
-     r"max_pool3d_with_indices: x must be 4-D or 5-D \(C, D, H, W\) or \(N, C, D, H, W\)"),
+     r"max_pool3d_with_indices: x must have rank 4 \(C, D, H, W\) or 5 \(N, C, D, H, W\)"),
     (ju.max_pool3d_with_indices, ((1, 1, 4, 4, 4), (2, 2)),
      r"max_pool3d_with_indices: kernel_size must be an int or a triple of ints \(d, h, w\), "
      r"got \(2, 2\)"),
@@ -185,7 +185,7 @@ def test_errors_name_the_function_and_argument(fn, args, message):
 
 def test_data_format_of_another_rank_is_refused():
     with pytest.raises(ValueError, match=r"max_pool3d_with_indices: data_format must be one of "
-                                         r"'NCDHW', 'CDHW', 'NDHWC', 'DHWC', got 'NCHW'"):
+                                         r"\['CDHW', 'DHWC', 'NCDHW', 'NDHWC'\], got 'NCHW'"):
         ju.max_pool3d_with_indices(jnp.zeros((1, 1, 4, 4, 4)), 2, data_format="NCHW")
 
 
