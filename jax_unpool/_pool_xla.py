@@ -6,6 +6,7 @@ kernel (`backends.xla`), and ``jax_unpool.reference``'s pools (`pool`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -17,12 +18,22 @@ from jax import lax
 from jax_unpool import _symbolic
 from jax_unpool._geometry import PoolGeometry
 
+# Up to this many kernel taps inside the input the taps are a Python loop, whose dense
+# steps XLA fuses into one pass; beyond it a fori_loop, whose trace and compile time do
+# not grow with the kernel.
+_UNROLLED_TAPS = 64
 
-def _positions(g: PoolGeometry, axis: int) -> np.ndarray:
-    """(out, k) input coordinate of kernel tap t of window o along one axis (may be padding)."""
-    o = np.arange(g.out_size[axis])[:, None]
-    t = np.arange(g.kernel[axis])[None, :]
-    return o * g.stride[axis] - g.padding[axis] + t * g.dilation[axis]
+
+def _tap_range(g: PoolGeometry, axis: int) -> tuple[int, int]:
+    """(first, count): the taps of `axis` that land inside the input in some window. Every
+    other tap is padding in every window, so a kernel far larger than the input costs no
+    more than the input (at least one tap, for windows of padding only)."""
+    s, p, d = g.stride[axis], g.padding[axis], g.dilation[axis]
+    # Positions o * s - p + t * d grow with o and t: the last window has the first
+    # in-bounds tap, the first window the last one.
+    first = max(0, -((-(p - (g.out_size[axis] - 1) * s)) // d))
+    last = min(g.kernel[axis] - 1, (g.in_size[axis] - 1 + p) // d)
+    return first, max(1, last - first + 1)
 
 
 def _spatial_axes(g: PoolGeometry) -> tuple[int, ...]:
@@ -30,42 +41,45 @@ def _spatial_axes(g: PoolGeometry) -> tuple[int, ...]:
     return tuple(range(1, g.k + 1)) if g.channels_last else tuple(range(2, g.k + 2))
 
 
-def _plane(a: np.ndarray, g: PoolGeometry) -> np.ndarray:
+def _plane(a, g: PoolGeometry):
     """An array of the output's spatial shape -> broadcastable against the batched output
     in either layout."""
     return a[..., None] if g.channels_last else a
 
 
-def _flat_index(g: PoolGeometry, coords: Sequence[np.ndarray]) -> np.ndarray:
+def _flat_index(g: PoolGeometry, coords: Sequence, xp=np):
     """Flat input positions of per-axis coordinates (each of shape (out_size[a],)),
     broadcast over the output's spatial shape."""
-    total = np.zeros(g.out_size, np.int64)
+    total = 0
     for a, (c, st) in enumerate(zip(coords, g.flat_strides())):
         shape = [1] * g.k
         shape[a] = -1
-        total = total + c.reshape(shape) * st
-    return total
+        total = total + xp.reshape(c, shape) * st
+    return xp.broadcast_to(total, g.out_size)
 
 
-def _padded(x: jax.Array, g: PoolGeometry, fill: jax.Array) -> jax.Array:
-    """Pad left by `padding` and pad/trim right so that every tap slice fits exactly."""
+def _padded(x: jax.Array, g: PoolGeometry, taps, fill: jax.Array) -> jax.Array:
+    """x padded (or trimmed: lax.pad takes negative widths) so that relative tap j of each
+    axis is one strided slice starting at j * dilation."""
     config = [(0, 0, 0)] * x.ndim
     for a, ax in enumerate(_spatial_axes(g)):
-        span = (g.out_size[a] - 1) * g.stride[a] + (g.kernel[a] - 1) * g.dilation[a] + 1
-        hi = span - g.padding[a] - g.in_size[a]  # negative = trim rows no window reaches
-        config[ax] = (g.padding[a], hi, 0)
+        first, count = taps[a]
+        lo = g.padding[a] - first * g.dilation[a]
+        span = (g.out_size[a] - 1) * g.stride[a] + (count - 1) * g.dilation[a] + 1
+        config[ax] = (lo, span - lo - g.in_size[a], 0)
     return lax.pad(x, fill, config)
 
 
-def _tap(xp: jax.Array, g: PoolGeometry, taps: tuple[int, ...]) -> jax.Array:
-    """Element `taps` (one kernel offset per axis) of every window, as one strided slice:
-    shape of the output."""
-    start, limit, strides = [0] * xp.ndim, list(xp.shape), [1] * xp.ndim
-    for a, ax, t in zip(range(g.k), _spatial_axes(g), taps):
-        start[ax] = t * g.dilation[a]
-        limit[ax] = start[ax] + (g.out_size[a] - 1) * g.stride[a] + 1
+def _tap(xp: jax.Array, g: PoolGeometry, rel) -> jax.Array:
+    """Relative tap `rel` (one per axis, static ints or traced scalars) of every window, as
+    one (dynamic) slice strided by the pool's stride: the output's shape."""
+    start, size, strides = [0] * xp.ndim, list(xp.shape), [1] * xp.ndim
+    for a, ax, j in zip(range(g.k), _spatial_axes(g), rel):
+        start[ax] = j * g.dilation[a]
+        size[ax] = (g.out_size[a] - 1) * g.stride[a] + 1
         strides[ax] = g.stride[a]
-    return lax.slice(xp, start, limit, strides)
+    window = lax.dynamic_slice(xp, start, size)
+    return lax.slice(window, [0] * xp.ndim, window.shape, strides)
 
 
 def _lowest(dtype: np.dtype) -> np.ndarray:
@@ -83,33 +97,48 @@ def _lowest(dtype: np.dtype) -> np.ndarray:
 
 
 def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, jax.Array]:
-    positions = [_positions(g, a) for a in range(g.k)]
-    xp = _padded(x, g, jnp.asarray(_lowest(x.dtype)))
-    # Like PyTorch's loop: start from (lowest value, first in-bounds position) and
-    # let only a strictly greater element or a NaN replace it. Tap (0, ..., 0) is that
-    # start: it is the first in-bounds element or padding (= lowest, loses every
-    # later comparison, so the index stays the first in-bounds one). Padding is
-    # never selected, even against an all -inf / all dtype-min input.
-    first = _flat_index(g, [g.first_in_bounds(a) for a in range(g.k)])
-    zero = (0,) * g.k
-    best = _tap(xp, g, zero)
-    idx = jnp.broadcast_to(jnp.asarray(_plane(first, g), g.index_dtype), best.shape)
+    taps = [_tap_range(g, a) for a in range(g.k)]
+    xp = _padded(x, g, taps, jnp.asarray(_lowest(x.dtype)))
     is_float = jnp.issubdtype(x.dtype, jnp.inexact)
-    # A Python loop over the kernel taps, in PyTorch's scan order (row-major), not over
-    # positions: each step is dense elementwise work that XLA fuses into one loop.
-    for taps in itertools.product(*(range(kk) for kk in g.kernel)):
-        if taps == zero:
-            continue
-        v = _tap(xp, g, taps)
-        # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN
-        # replaces an earlier one, so the LAST NaN in scan order wins.
-        take = v > best
-        if is_float:
-            take = take | jnp.isnan(v)
-        tap_idx = _flat_index(g, [positions[a][:, t] for a, t in enumerate(taps)])
-        best = jnp.where(take, v, best)
-        idx = jnp.where(take, jnp.asarray(_plane(tap_idx, g), g.index_dtype), idx)
-    return best, idx
+    out = np.arange(max(g.out_size))
+
+    def tap_index(rel, xnp):
+        coords = [out[:g.out_size[a]] * g.stride[a] - g.padding[a]
+                  + (taps[a][0] + rel[a]) * g.dilation[a] for a in range(g.k)]
+        if xnp is jnp:  # traced taps: index arithmetic in the index dtype
+            coords = [jnp.asarray(c, g.index_dtype) for c in coords]
+        return _plane(_flat_index(g, coords, xnp), g)
+
+    def step(rel, best, idx, xnp=np):
+        # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN replaces an
+        # earlier one, so the LAST NaN in scan order wins.
+        v = _tap(xp, g, rel)
+        take = (v > best) | jnp.isnan(v) if is_float else v > best
+        return (jnp.where(take, v, best),
+                jnp.where(take, jnp.asarray(tap_index(rel, xnp), g.index_dtype), idx))
+
+    # Like PyTorch's loop: start from (lowest value, first in-bounds position) and let
+    # only a strictly greater element or a NaN replace it. The first relevant tap is that
+    # start: in each window it is the first in-bounds element or padding (= lowest, which
+    # loses every later comparison, so the index stays the first in-bounds one). Padding
+    # is never selected, even against an all -inf / all dtype-min input.
+    first = _flat_index(g, [g.first_in_bounds(a) for a in range(g.k)])
+    best = _tap(xp, g, (0,) * g.k)
+    idx = jnp.broadcast_to(jnp.asarray(_plane(first, g), g.index_dtype), best.shape)
+    counts = [count for _, count in taps]
+    # The taps in PyTorch's scan order (row-major), not positions: each step is dense
+    # elementwise work over every window.
+    if math.prod(counts) <= _UNROLLED_TAPS:
+        for rel in itertools.product(*map(range, counts)):
+            if any(rel):
+                best, idx = step(rel, best, idx)
+        return best, idx
+
+    def body(j, carry):
+        rel = jnp.unravel_index(j, counts)
+        return step(rel, *carry, xnp=jnp)
+
+    return lax.fori_loop(1, math.prod(counts), body, (best, idx))
 
 
 def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
@@ -124,7 +153,7 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
-    # Indices of all-padding ceil_mode windows (see _first_in_bounds): past a row's end
+    # Indices of all-padding windows (see first_in_bounds): past a row's end
     # they land on the next row's element, as in PyTorch; past the plane they read 0,
     # so their cotangent is dropped, where PyTorch's CPU backward adds it unchecked
     # (cpu_max_pool_backward in aten/src/ATen/native/cpu/MaxPoolKernel.cpp) to the next

@@ -95,15 +95,15 @@ def max_pool2d_with_indices(
       window the LAST one in scan order wins (PyTorch's CPU and CUDA kernels
       test ``val > maxval || isnan(val)``).
     - Indices are flat positions in the unpadded input plane, ``h * W + w``, in
-      both layouts. (PyTorch quirk, kept: a ``ceil_mode`` window that contains
-      only padding, possible with dilation, returns -inf, or the dtype's
-      minimum, and the flat index of its first tap right of the left padding,
-      which lies past the end of a row or of the plane. In the gradient an index
-      past a row's end gets its cotangent on the next row's element, as in
-      PyTorch; one past the plane has its cotangent dropped, where PyTorch's CPU
-      backward adds it unchecked into the next plane's gradient or past the end
-      of the buffer: ``cpu_max_pool_backward`` in
-      aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
+      both layouts. (PyTorch quirk, kept: a window that contains only padding
+      -- with ``ceil_mode``, or without it when the dilation steps over the
+      whole input -- returns -inf, or the dtype's minimum, and the flat index
+      of its first tap right of the left padding, which lies past the end of a
+      row or of the plane. In the gradient an index past a row's end gets its
+      cotangent on the next row's element, as in PyTorch; one past the plane
+      has its cotangent dropped, where PyTorch's CPU backward adds it unchecked
+      into the next plane's gradient or past the end of the buffer:
+      ``cpu_max_pool_backward`` in aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
 
     Args:
       x: ``(N, C, H, W)`` or ``(C, H, W)``; with ``data_format="NHWC"`` (or
