@@ -385,6 +385,7 @@ rng = np.random.default_rng(0)
 cases = [  # (x, kernel, padding, index dtype): windows far larger than the input
     (rng.standard_normal((2, 3, 7)), 2**20, 2**19, jnp.int32),
     (rng.standard_normal((1, 2, 5, 5)), 2**31 - 1, 2**30 - 1, jnp.int64),
+    (rng.standard_normal((1, 2, 5, 5)), 2**31 - 1, 2**30 - 1, jnp.int32),
     (rng.integers(-8, 8, (1, 1, 5, 5)), 21, 10, jnp.int32),
 ]
 for x, kernel, padding, index_dtype in cases:
@@ -431,3 +432,15 @@ def test_windows_of_padding_only_without_ceil_mode_match_torch(rng, fn, torch_fn
         np.testing.assert_array_equal(values, want_v.numpy())
         np.testing.assert_array_equal(indices, want_i.numpy())
     assert np.isneginf(np.asarray(values)).any()
+
+
+def test_int32_indices_suffice_when_every_index_lies_in_the_plane():
+    """The int32 guard counts the taps inside the input, not the last tap of a huge kernel
+    that lies in the padding: a 5x5 plane's indices are below 25 whatever the kernel."""
+    x = jax.ShapeDtypeStruct((1, 1, 5, 5), jnp.float32)
+    values, indices = jax.eval_shape(
+        lambda x: ju.max_pool2d_with_indices(x, 2**31 - 1, 1, 2**30 - 1), x)
+    assert indices.dtype == jnp.int32 and indices.shape == values.shape == (1, 1, 5, 5)
+    with pytest.raises(ValueError, match="index_dtype int32 cannot hold the flat indices"):
+        jax.eval_shape(lambda x: ju.max_pool2d_with_indices(x, 2, 1, 1),
+                       jax.ShapeDtypeStruct((1, 1, 2**16, 2**16), jnp.float32))
