@@ -8,7 +8,7 @@ $JAX_UNPOOL_WINDOW_DIR (default: build/jax-window in the checkout), where a late
 reuses it and reinstalls only the wheel. The wheel is the one `pip install .` built and
 installed here (the extension is built once, against the oldest jaxlib's FFI headers),
 repacked from the installed files. Run one release alone with
-`pytest tests/test_jax_window.py -k 0.8.3`. Two releases run at a time.
+`pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases run at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pytest
 
 from jax_unpool import _compat
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The newest patch release of every minor in the window, oldest first: the extension is
 # built against the first one's headers.
 RELEASES = ["0.7.2", "0.8.3", "0.9.2", "0.10.2"]
@@ -199,7 +199,7 @@ def _run_subset(release: str, wheel: Path, fake_cann: Path, work: Path) -> dict:
     """Runs the tests marked `jax_window` in the environment of `release`, from an empty
     directory (so that the wheel is imported, not this source tree)."""
     python = _environment(release, wheel)
-    files = sorted(str(p) for p in (REPO / "tests").glob("test_*.py")
+    files = sorted(str(p) for p in (REPO / "tests").rglob("test_*.py")
                    if p.name != Path(__file__).name and f"mark.{SUBSET}" in p.read_text())
     work.mkdir(parents=True)
     report = work / "report.xml"

@@ -2,7 +2,7 @@
 every kind of bad attribute and buffer. The public API never builds such calls; the handler
 must still answer each with an error naming what is wrong (or, for a valid call, the numpy
 oracle's values and indices), never a crash. Every call runs in a child process
-(tests/pool_boundary_calls.py), so that a crash fails the case it happened in.
+(tests/helpers/pool_boundary_calls.py), so that a crash fails the case it happened in.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 enough to use the XLA thread pool, and 1000 calls that fail with an out-of-range error,
 must not grow the process's peak RSS by more than a few MB after a warm-up. Measured in a
 fresh subprocess (this file run as a script), so that other tests' allocations -- the
-multi-GB arrays of test_large.py -- neither hide nor add to the growth. The peak is the
+multi-GB arrays of test_large_offsets.py -- neither hide nor add to the growth. The peak is the
 kernel's VmHWM of the subprocess's own address space: getrusage's ru_maxrss would not do,
 it keeps the parent's peak across fork and exec.
 """

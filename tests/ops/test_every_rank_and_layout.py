@@ -2,7 +2,7 @@
 its backward and pooling, under jit, grad and vmap, against numpy loops.
 
 Torch-free and quick, so marked `jax_window`: they also run on the newest patch release
-of every jax minor the package supports (tests/test_jax_window.py)."""
+of every jax minor the package supports (tests/integration/test_jax_window.py)."""
 
 from __future__ import annotations
 

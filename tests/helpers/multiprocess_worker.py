@@ -3,8 +3,8 @@ multi-controller runtime), each with two CPU devices, joined by gloo collectives
 
 Start one per process, same coordinator address, process ids 0..P-1:
 
-    python tests/multiprocess_worker.py 127.0.0.1:12345 2 0 OUT_DIR   # process 0
-    python tests/multiprocess_worker.py 127.0.0.1:12345 2 1 OUT_DIR   # process 1
+    python tests/helpers/multiprocess_worker.py 127.0.0.1:12345 2 0 OUT_DIR   # process 0
+    python tests/helpers/multiprocess_worker.py 127.0.0.1:12345 2 1 OUT_DIR   # process 1
 
 Each process writes OUT_DIR/process<i>.json: the loss, the gradient, its device counts
 and the collectives in the compiled step. `test_multiprocess.py` starts them and compares

@@ -1,5 +1,5 @@
-"""Runs a script under tests/ (or code) in a fresh Python process that imports this
-jax_unpool.
+"""Runs a script of tests/helpers/ (or code) in a fresh Python process that imports this
+jax_unpool, and names the repository's folders.
 
 For what one process cannot do twice: start jax's backend with another device count,
 load an exported artifact where nothing has been traced or registered yet, or load
@@ -16,30 +16,33 @@ from pathlib import Path
 
 import jax_unpool
 
-TESTS = Path(__file__).resolve().parent
+HELPERS = Path(__file__).resolve().parent  # the scripts and the oracles
+TESTS = HELPERS.parent  # the test folders, fake_cann/ and data/
+REPO = TESTS.parent
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This environment with this process's jax_unpool first on PYTHONPATH, and `extra`."""
+    """This environment with this process's jax_unpool first on PYTHONPATH, then the
+    helpers and tests/ (the oracles, fake_cann), and `extra`."""
     env = dict(os.environ, **extra)
     package_root = str(Path(jax_unpool.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
-                                        if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, str(HELPERS), str(TESTS), env.get("PYTHONPATH")) if p)
     return env
 
 
 def run(script: str, *args: str, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess:
-    """`python tests/<script> args...`, with this process's jax_unpool first on the path
-    and `env` over this environment."""
-    return subprocess.run([sys.executable, str(TESTS / script), *args],
+    """`python tests/helpers/<script> args...`, with this process's jax_unpool first on the
+    path and `env` over this environment."""
+    return subprocess.run([sys.executable, str(HELPERS / script), *args],
                           env=child_env(**(env or {})),
                           capture_output=True, text=True, timeout=600, check=False)
 
 
 def run_code(code: str, *args: str) -> subprocess.CompletedProcess:
     """`python -c code args...` in tests/ (so tests/ comes first on the path, then this
-    process's jax_unpool)."""
+    process's jax_unpool and the helpers)."""
     return subprocess.run([sys.executable, "-c", code, *args], env=child_env(), cwd=TESTS,
                           capture_output=True, text=True, timeout=600, check=False)
 

@@ -1,10 +1,11 @@
-"""Every error case of DESIGN.md: type and message, at trace time and at run time."""
+"""Every error case of the contract (docs/semantics.md, "Errors"): type and message, at trace
+time and at run time."""
 
 from functools import partial
 
+import fresh_process
 import jax
 import jax.numpy as jnp
-import fresh_process
 import numpy as np
 import pytest
 from out_of_range import POSITIONS_NOTE

@@ -1,7 +1,7 @@
 """Runs serialized `jax.export` artifacts with symbolic dims, in a process that traced
 nothing, as listed in DIR/manifest.json (written by test_export_symbolic.py):
 
-    python tests/symbolic_run.py DIR
+    python tests/helpers/symbolic_run.py DIR
 
 - "calls": [artifact, operands.npz, results.npz]: the artifact called on arg0, arg1, ...;
   results.npz gets out0, out1, ... (the flattened results).

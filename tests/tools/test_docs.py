@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -75,5 +75,6 @@ def test_the_architecture_page_maps_every_module_and_test_file(html):
     for name in modules:
         if name not in ("jax_unpool", "jax_unpool.__main__"):
             assert f">{name}<" in page, name
-    for test_file in (ROOT / "tests").glob("test_*.py"):
-        assert f">{test_file.name}<" in page, test_file.name
+    for test_file in (ROOT / "tests").rglob("test_*.py"):
+        name = str(test_file.relative_to(ROOT / "tests"))
+        assert f">{name}<" in page, name

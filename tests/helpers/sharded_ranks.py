@@ -2,7 +2,7 @@
 case, the compiled HLO of a forward + gradient step and its results; and the same step
 under `jax.shard_map` with one operand replicated (SHARD_MAP_CASES). For test_sharding.py.
 
-    python tests/sharded_ranks.py OUT_DIR
+    python tests/helpers/sharded_ranks.py OUT_DIR
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ import pathlib
 import nbclient
 import nbformat
 
-NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "segnet_unpool.ipynb"
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "segnet_unpool.ipynb"
 # Samples, loss curve, evaluation, timing chart: one figure each.
 FIGURES = 4
 

@@ -408,8 +408,8 @@ def test_the_xla_ops_pool_of_a_huge_kernel_costs_the_input_not_the_kernel():
     over a 5x5 plane traces and runs like a small one, values and indices as PyTorch's
     loop (before: a Python loop over every tap, which never finished). In a child process
     with a timeout, so that a regression fails instead of hanging the suite."""
-    from fresh_process import TESTS, child_env
-    proc = subprocess.run([sys.executable, "-c", HUGE_KERNELS, str(TESTS)], env=child_env(),
+    from fresh_process import HELPERS, child_env
+    proc = subprocess.run([sys.executable, "-c", HUGE_KERNELS, str(HELPERS)], env=child_env(),
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

@@ -12,7 +12,7 @@ configure the examples:
   it -- for what cannot run here at all, such as real Ascend hardware.
 
 Usable as a script, which is how the fresh processes run a page:
-``python tests/doc_examples.py PAGE`` prints the outputs of its blocks as JSON.
+``python tests/helpers/doc_examples.py PAGE`` prints the outputs of its blocks as JSON.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^(`{3,})(\S*)(?:\s.*)?$")  # ```python, ```{directive} argument
 PAGE_CONFIG = re.compile(r"<!--\s*examples:\s*(.*?)\s*-->")
 SKIP = re.compile(r"^<!--\s*example:\s*skip:\s*(.*?)\s*-->$")
@@ -131,7 +131,7 @@ def run_blocks(page: Page) -> list[str]:
 
 
 def run_in_process(page: Page, timeout: float = 600) -> list[str]:
-    """Runs the page with ``python tests/doc_examples.py`` in a fresh process."""
+    """Runs the page with ``python tests/helpers/doc_examples.py`` in a fresh process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if page.cpu_devices:

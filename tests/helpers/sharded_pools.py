@@ -3,7 +3,7 @@ HLO of a step -- values and indices, and the gradient of sum(values * ct) -- wit
 operands and results, for test_sharding.py, which runs it in a fresh process (the device
 count is fixed before jax's backend starts) and imports it for CASES.
 
-    python tests/sharded_pools.py OUT_DIR
+    python tests/helpers/sharded_pools.py OUT_DIR
 """
 
 from __future__ import annotations

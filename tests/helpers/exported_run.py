@@ -1,6 +1,6 @@
 """Loads a serialized `jax.export` artifact and runs it, in a process that traced nothing:
 
-    python tests/exported_run.py ARTIFACT OPERANDS.npz RESULTS.npz [--without-jax-unpool]
+    python tests/helpers/exported_run.py ARTIFACT OPERANDS.npz RESULTS.npz [--without-jax-unpool]
 
 OPERANDS.npz holds arg0, arg1, ...; RESULTS.npz gets out0, out1, ... (the flattened
 results). Importing jax_unpool is what registers the FFI targets the artifact calls;

@@ -138,7 +138,7 @@ def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
     assert "jax_unpool_max_unpool_v2" in proc.stderr
 
 
-V1_ARTIFACT = Path(__file__).parent / "data" / "export_v1"
+V1_ARTIFACT = Path(__file__).parents[1] / "data" / "export_v1"
 
 
 def test_an_artifact_of_the_v1_targets_runs_with_todays_jax_unpool(tmp_path):
@@ -162,7 +162,7 @@ def test_an_artifact_of_the_v1_targets_runs_with_todays_jax_unpool(tmp_path):
                                       oracle.gather_nd(weight, indices, k, last))
 
 
-POOL_V0_ARTIFACT = Path(__file__).parent / "data" / "export_pool_v0"
+POOL_V0_ARTIFACT = Path(__file__).parents[1] / "data" / "export_pool_v0"
 
 
 def _pool_step_module():

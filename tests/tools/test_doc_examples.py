@@ -1,6 +1,6 @@
 """Every Python example of the documentation (docs/*.md) and of the README runs, and
 prints what the page says it prints: a page's blocks in order in one fresh namespace,
-pages that need several devices or a CANN runtime in a fresh process (tests/doc_examples.py
+pages that need several devices or a CANN runtime in a fresh process (tests/helpers/doc_examples.py
 says how pages mark that)."""
 
 from __future__ import annotations

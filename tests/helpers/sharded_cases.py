@@ -3,7 +3,7 @@
 The device count must be fixed before jax's backend starts, and the rest of the test
 suite starts it with one device, so `test_sharding.py` runs this file in a fresh process:
 
-    python tests/sharded_cases.py OUT_DIR
+    python tests/helpers/sharded_cases.py OUT_DIR
 
 For every case in CASES it compiles a step -- an op and its VJP, i.e. the forward and the
 gradient -- with the operands placed by a NamedSharding, then saves into OUT_DIR:

@@ -3,7 +3,7 @@
 Builds the extension with -DJAX_UNPOOL_SANITIZE=ON (cached across runs in pytest's cache
 directory, so a rerun only recompiles what changed), puts it next to a copy of the
 package's Python sources, and runs, in subprocesses with the sanitizer runtimes preloaded,
-tests/sanitize/exercise_kernels.py and the test files that drive the native code hardest.
+tests/helpers/exercise_kernels.py and the test files that drive the native code hardest.
 The interpreter itself is not instrumented, so ASan must be loaded before anything else
 (LD_PRELOAD) for its allocator to see every buffer XLA hands the kernels. Any report
 aborts the run; a test fails on a non-zero exit or on a report in the output. The build
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from cpu_features import cpu_has_avx2
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "tests" / "sanitize" / "exercise_kernels.py"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "helpers" / "exercise_kernels.py"
 REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
 
 
@@ -168,12 +168,12 @@ def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, tool
 # child processes inherit the preloaded runtimes and the sanitized package),
 # concurrency, deterministic errors, and the bitwise properties on random shapes.
 SANITIZED_TESTS = [
-    "test_cpu_kernels.py", "test_npu.py", "test_npu3d.py", "test_npu_pool.py",
-    "test_concurrency.py",
-    "test_determinism.py",
-    "test_boundary.py", "test_pool_boundary.py",
-    "test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",
-    "test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
+    "native/test_cpu_kernels.py", "backends/npu/test_aclnn_unpool.py",
+    "backends/npu/test_aclnn_unpool3d.py", "backends/npu/test_aclnn_pools.py",
+    "native/test_concurrency.py", "native/test_error_determinism.py",
+    "native/test_ffi_boundary.py", "native/test_pool_ffi_boundary.py",
+    "ops/test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",
+    "ops/test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
 # Left out, as CI time is budgeted: the loader tests that start a fresh interpreter to
 # load an emulated CANN a particular way (their handler calls are the ones the tests above
 # make; under ASan each child costs tens of seconds), the grid of thread-pool splits

@@ -1,7 +1,7 @@
 """Direct `jax.ffi.ffi_call`s to the CPU pool target, in a child process of
-tests/test_pool_boundary.py, so that a crash fails the case it happened in, not the suite.
+tests/native/test_pool_ffi_boundary.py, so that a crash fails the case it happened in, not the suite.
 
-    python tests/pool_boundary_calls.py CASES.json
+    python tests/helpers/pool_boundary_calls.py CASES.json
 
 CASES.json is a list of {"name", "x": [shape, dtype], "values": [shape, dtype], "indices":
 [shape, dtype], "attributes": {name: value}} where a list value is passed as an int64
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the oracle
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
 
 from jax_unpool.backends import cpu

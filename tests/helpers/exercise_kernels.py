@@ -1,5 +1,5 @@
 """Exercises every path of the CPU kernels once, checking each answer; run under
-AddressSanitizer + UndefinedBehaviorSanitizer by tests/test_sanitizers.py.
+AddressSanitizer + UndefinedBehaviorSanitizer by tests/native/test_sanitizers.py.
 
 Covers both unpool ops, every value byte width, int32 and int64 indices, NCHW and NHWC,
 rank 3 and 4, duplicated indices, zero-size operands, out-of-range errors (first, last,
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the oracles
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracles
 import numpy_oracle
 from out_of_range import RUNTIME_ERRORS, expected_message
 

@@ -160,7 +160,7 @@ def test_backward_tests_pass_with_the_other_gather_loop():
     # This process gathers with one loop; a child reruns this file's backward tests (values
     # against numpy, the first bad index) with the other one.
     other = "vector" if expected_gather() == "scalar" else "scalar"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = fresh_process.child_env(JAX_UNPOOL_CPU_GATHER=other)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",

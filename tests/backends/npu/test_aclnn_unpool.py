@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -634,15 +635,11 @@ def test_a_second_runtime_in_one_process_is_refused(emulated, opapi_nn_dir, fake
 
 
 def _fresh_process(script, *args, env=None):
-    tests = Path(__file__).resolve().parent
-    package_root = str(Path(ju.__file__).resolve().parent.parent)
-    env = {**os.environ, **(env or {}),
-           "PYTHONPATH": os.pathsep.join([package_root, str(tests)])}
     # cwd: `python -c` puts it first on sys.path; the repo root would shadow the
     # installed package (with its compiled extension) by the bare sources.
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                          env=env, cwd=tests, capture_output=True, text=True, timeout=300,
-                          check=False)
+                          env=fresh_process.child_env(**(env or {})), cwd=fresh_process.TESTS,
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -768,7 +765,7 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
 def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     # The forwards are l0op::ScatterElements(..., "none") (hicann/ops-nn
     # aclnn_max_unpool{2,3}d.cpp): deterministic by CANN's docs, no winner named anywhere.
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[3]
     pages = {str(f.relative_to(root)): " ".join(f.read_text().split())
              for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
     docs = {f"{f.__module__}.{f.__name__}": " ".join(f.__doc__.split())

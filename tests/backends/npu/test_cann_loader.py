@@ -3,7 +3,7 @@ installs are (tests/fake_cann/installs.py): per-file symlinks under latest/, one
 directory or one per package, the runtime preloaded (as a PJRT plugin would) by path or by
 soname through either; and its two modes: a CANN loaded for the host emulation never serves
 a device-mode load, nor the other way round. Each case runs in a fresh process (most with
-the extension module alone, tests/cann_loads.py): a process loads one runtime, and this
+the extension module alone, tests/helpers/cann_loads.py): a process loads one runtime, and this
 one loads none.
 """
 
@@ -17,7 +17,7 @@ import jax_unpool as ju
 
 
 def loads(steps, preload=None, env=None):
-    """The answers of `steps` in a fresh process (see tests/cann_loads.py)."""
+    """The answers of `steps` in a fresh process (see tests/helpers/cann_loads.py)."""
     spec = {"module": ju._jax_unpool.__file__, "preload": preload and str(preload),
             "steps": [[kind, str(where), *rest] for kind, where, *rest in steps]}
     proc = run("cann_loads.py", json.dumps(spec), env=env)

@@ -1,10 +1,10 @@
 """Direct `jax.ffi.ffi_call`s to the registered targets, in a child process of
-tests/test_boundary.py, so that a crash fails the case it happened in, not the suite.
+tests/native/test_ffi_boundary.py, so that a crash fails the case it happened in, not the suite.
 
-    python tests/boundary_calls.py CASES.json cpu
-    python tests/boundary_calls.py CASES.json cpu_v2
-    python tests/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
-    python tests/boundary_calls.py CASES.json aclnn_pool FAKE_CANN_DIR
+    python tests/helpers/boundary_calls.py CASES.json cpu
+    python tests/helpers/boundary_calls.py CASES.json cpu_v2
+    python tests/helpers/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
+    python tests/helpers/boundary_calls.py CASES.json aclnn_pool FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"backward3d":
 the aclnn 3-D targets, which take no attribute), "values": [shape, dtype], "indices":
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the oracle
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
 
 import jax_unpool as ju

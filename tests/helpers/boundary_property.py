@@ -1,8 +1,8 @@
 """A hypothesis property over direct calls to the CPU targets (the 2-D _v1 ones, and the
 _v2 ones with every spatial rank), run in a child process by
-tests/test_boundary.py (a crash must fail that test, not the suite):
+tests/native/test_ffi_boundary.py (a crash must fail that test, not the suite):
 
-    python tests/boundary_property.py MAX_EXAMPLES
+    python tests/helpers/boundary_property.py MAX_EXAMPLES
 
 Random buffer shapes and dtypes, derived from a consistent call and then mutated: a call
 the rules below call valid equals the numpy oracle bit for bit, an invalid one raises
@@ -21,7 +21,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/
 import numpy_oracle
 from boundary_calls import TARGETS, bits, spatial_sizes
 
