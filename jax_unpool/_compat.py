@@ -74,9 +74,9 @@ from jax.interpreters import ad, mlir
 # Varying manual axes (shard_map)
 # --------------------------------------------------------------------------------------
 
-# jax 0.10 keeps an aval's varying manual axes in `aval.mat.varying` (a ManualAxisType);
-# 0.7 to 0.9 in `aval.vma`. Both are what `jax.typeof(x)` shows; there is no accessor
-# that spans the window.
+# jax 0.10 and later keep an aval's varying manual axes in `aval.mat.varying` (a
+# ManualAxisType), 0.7 to 0.9 in `aval.vma`. Both are what `jax.typeof(x)` shows; there is
+# no accessor that spans the window.
 _MANUAL_AXIS_TYPE = hasattr(jax.core.ShapedArray, "mat")
 
 
@@ -129,7 +129,8 @@ def zero_tangent(primal) -> ad.Zero:
 # --------------------------------------------------------------------------------------
 
 # What a comparison of symbolic dims raises when their constraints leave it open:
-# jax.errors has it from jax 0.10 (jax.core's is deprecated there), jax.core before.
+# jax.errors has it from jax 0.10 (jax.core's is deprecated there, removed in 0.11),
+# jax.core before.
 InconclusiveDimensionOperation = (getattr(jax.errors, "InconclusiveDimensionOperation", None)
                                   or jax.core.InconclusiveDimensionOperation)
 
@@ -148,7 +149,7 @@ def emit_shape_assertion(ok: ir.Value, inputs: list[ir.Value], message: str) -> 
 # Lowering
 # --------------------------------------------------------------------------------------
 
-# jax 0.10's mlir.aval_to_ir_type takes the lowering's module context first.
+# From jax 0.10 on, mlir.aval_to_ir_type takes the lowering's module context first.
 _IR_TYPE_TAKES_CONTEXT = "ctx" in inspect.signature(mlir.aval_to_ir_type).parameters
 
 
