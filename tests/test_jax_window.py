@@ -216,14 +216,27 @@ def _serves(wheel: Path, python: str) -> bool:
     return bool(parse_wheel_filename(wheel.name)[3] & supported)
 
 
+def _version(python: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in python.split("."))
+
+
+def _build_python(python_version: str) -> str:
+    """The Python that builds the extension for `python_version`: itself or, from the
+    stable ABI's floor on (`wheel.py-api` in pyproject.toml, "cp312"), the floor, whose
+    module serves every later Python."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    api = project["tool"]["scikit-build"]["wheel"]["py-api"]
+    floor = f"{api[2]}.{api[3:]}"
+    return floor if _version(python_version) >= _version(floor) else python_version
+
+
 _build_lock = threading.Lock()  # one extension build at a time; a later Python may reuse it
 
 
-def _built_extension(python: Path, python_version: str) -> tuple[bytes, str, str]:
+def _built_extension(python_version: str) -> tuple[str, bytes, str]:
     """The extension module for `python_version` -- (file name, contents, wheel tag) -- from
-    a wheel `pip wheel` built with `python` from a copy of this checkout's sources, once
-    per native-source hash: a wheel already built that installs on this Python (abi3) is
-    reused."""
+    a wheel `pip wheel` built from a copy of this checkout's sources, once per native-source
+    hash: a wheel already built that installs on this Python (abi3) is reused."""
     dist = _window_dir() / "extension" / _native_sources_hash()
     with _build_lock:
         wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
@@ -239,8 +252,9 @@ def _built_extension(python: Path, python_version: str) -> tuple[bytes, str, str
             for name in ("ffi", "jax_unpool"):
                 shutil.copytree(REPO / name, source / name, ignore=ignore)
             # The CUDA kernels are not built: the subset runs on CPU.
-            _pip(python, "wheel", "-q", "--no-deps", "-w", str(dist),
-                 "-C", "cmake.define.JAX_UNPOOL_CUDA=OFF", str(source), timeout=1800)
+            _pip(Path(_interpreter(_build_python(python_version))), "wheel", "-q", "--no-deps",
+                 "-w", str(dist), "-C", "cmake.define.JAX_UNPOOL_CUDA=OFF", str(source),
+                 timeout=1800)
             shutil.rmtree(source)
             wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
         wheel = wheels[0]
@@ -253,7 +267,7 @@ def _built_extension(python: Path, python_version: str) -> tuple[bytes, str, str
 _wheels: dict[str, Path] = {}  # Python version -> its wheel, packed once per session
 
 
-def _wheel(installed: dict, python: Path, python_version: str) -> Path:
+def _wheel(installed: dict, python_version: str) -> Path:
     """The wheel to install for `python_version`: this checkout's installed files, with the
     extension module built for that Python where it is not this one."""
     with _build_lock:
@@ -261,7 +275,7 @@ def _wheel(installed: dict, python: Path, python_version: str) -> Path:
             return _wheels[python_version]
     files, info, tag = dict(installed["files"]), installed["info"], installed["tag"]
     if python_version != THIS_PYTHON:
-        name, module, tag = _built_extension(python, python_version)
+        name, module, tag = _built_extension(python_version)
         files = {n: d for n, d in files.items() if not _is_extension(n)}
         files[name] = module
         files[f"{info}/WHEEL"] = re.sub(rb"(?m)^Tag: \S+$", f"Tag: {tag}".encode(),
@@ -329,7 +343,7 @@ def _environment(release: str, installed: dict) -> Path:
             _pip(python, *install, f"jax=={release}", f"jaxlib=={release}", "pytest",
                  "flatbuffers")
             ready.touch()
-    wheel = _wheel(installed, python, RELEASES[release])
+    wheel = _wheel(installed, RELEASES[release])
     with _pip_lock:
         _pip(python, *install, "--no-deps", "--force-reinstall", str(wheel))
         _pip(python, "check")  # the wheel's requirements (the window) hold for this jax
@@ -376,7 +390,12 @@ def subset_runs(request, installed, fake_cann, tmp_path_factory) -> dict:
     releases = [item.callspec.params["release"] for item in request.session.items
                 if item.originalname == "test_the_subset_passes_with_every_jax_of_the_window"]
     work = tmp_path_factory.mktemp("jax_window")
+    # The extension builds for other Pythons go first: the releases that need them come
+    # later in the queue, while the other worker makes the first environments.
+    builds = {_build_python(RELEASES[r]) for r in releases} - {THIS_PYTHON}
     with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+        for python_version in sorted(builds, key=_version):
+            pool.submit(_built_extension, python_version)  # its error shows in the runs
         futures = {r: pool.submit(_run_subset, r, installed, fake_cann, work / r)
                    for r in releases}
     return {r: f.exception() or f.result() for r, f in futures.items()}
