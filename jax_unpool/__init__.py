@@ -1,7 +1,7 @@
 """jax-unpool: max-unpooling as first-class JAX primitives with native XLA FFI kernels."""
 
-# First: a jax outside the supported window is an ImportError before any FFI handler is
-# registered.
+# First: a jax older than the supported window is an ImportError before any FFI handler is
+# registered (a newer one than tested, a warning).
 from jax_unpool import _compat  # noqa: F401, I001
 from jax_unpool.unpooling import (
     max_unpool1d,

@@ -1,17 +1,21 @@
 """The supported jax window, every difference between its releases that we meet, and every
 use of a private jax API: in this one module, so that a new jax release is adapted here.
 
-`import jax_unpool` imports this module first: a jax outside the window is an ImportError
-before any FFI handler is registered (a handler that jaxlib refuses takes its whole CPU
-backend down with it). The extension is built against the oldest jaxlib's FFI headers
-(`[build-system] requires` in pyproject.toml): XLA accepts handlers of an older FFI API
-version, never a newer one.
+`import jax_unpool` imports this module first: a jax older than the window is an
+ImportError before any FFI handler is registered (a handler that jaxlib refuses takes its
+whole CPU backend down with it). A jax newer than the newest release tested imports with
+one warning: the extension is built against the oldest jaxlib's FFI headers
+(`[build-system] requires` in pyproject.toml), and XLA accepts handlers of any FFI API
+version from 0.1 up to its own (`kMinSupportedApiVersion` in XLA's
+`xla/ffi/ffi_registry.cc`), never a newer one. So the package never pins jax from above:
+pip must not downgrade a user's jax (and leave a GPU plugin of another version behind).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import warnings
 
 import jax
 import jaxlib.version
@@ -19,8 +23,15 @@ import jaxlib.version
 # Keep equal to `dependencies` in pyproject.toml (tests/integration/test_jax_window.py checks). Not
 # 0.7.0 and 0.7.1: their custom_partitioning has no need_replication_factors, which the
 # channels-last sharding rule needs (_sharding.py).
-JAX_WINDOW = ">=0.7.2,<0.11"
-_OLDEST, _FIRST_UNSUPPORTED = (0, 7, 2), (0, 11)
+JAX_REQUIREMENT = ">=0.7.2"
+OLDEST = (0, 7, 2)
+# The newest minor release tested (tests/test_jax_window.py runs its newest patch).
+NEWEST_TESTED = (0, 12)
+TESTED = f"{'.'.join(map(str, OLDEST))} to {'.'.join(map(str, NEWEST_TESTED))}"
+
+
+class UntestedJaxWarning(UserWarning):
+    """jax or jaxlib is newer than the newest release jax_unpool is tested with."""
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -29,19 +40,28 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.match(r"\d+(\.\d+)*", version).group(0).split("."))
 
 
-def check_window(jax_version: str, jaxlib_version: str) -> None:
-    """Raises ImportError, naming the window, unless both versions are inside it."""
-    outside = [f"{name} {version}" for name, version in (("jax", jax_version),
-                                                         ("jaxlib", jaxlib_version))
-               if not _OLDEST <= _release(version) < _FIRST_UNSUPPORTED]
-    if outside:
+def check_window(jax_version: str, jaxlib_version: str) -> str | None:
+    """Raises ImportError, naming the oldest supported release, if jax or jaxlib is older;
+    returns the warning to give if either is newer than the newest minor tested, else
+    None."""
+    versions = (("jax", jax_version), ("jaxlib", jaxlib_version))
+    older = [f"{name} {v}" for name, v in versions if _release(v) < OLDEST]
+    if older:
         raise ImportError(
-            f"jax_unpool supports jax and jaxlib {JAX_WINDOW} (0.7.2 to 0.10), but this "
-            f"environment has {' and '.join(outside)}. Install a supported release, e.g. "
-            f"pip install 'jax{JAX_WINDOW}' 'jaxlib{JAX_WINDOW}'.")
+            f"jax_unpool needs jax and jaxlib {JAX_REQUIREMENT} (tested with {TESTED}), but "
+            f"this environment has {' and '.join(older)}. Upgrade them, e.g. "
+            f"pip install -U 'jax{JAX_REQUIREMENT}' 'jaxlib{JAX_REQUIREMENT}'.")
+    newer = [f"{name} {v}" for name, v in versions if _release(v)[:2] > NEWEST_TESTED]
+    if newer:
+        return (f"jax_unpool is tested with jax and jaxlib {TESTED}; this environment has "
+                f"{' and '.join(newer)}, which it was not tested with. It should work (its "
+                f"FFI handlers use an FFI API version that newer jaxlibs accept); please "
+                f"report a problem.")
+    return None
 
 
-check_window(jax.__version__, jaxlib.version.__version__)
+if (_untested := check_window(jax.__version__, jaxlib.version.__version__)) is not None:
+    warnings.warn(_untested, UntestedJaxWarning, stacklevel=2)
 
 # Private modules: imported once the window is checked, since outside it they may differ.
 from jax._src import dispatch
@@ -54,9 +74,9 @@ from jax.interpreters import ad, mlir
 # Varying manual axes (shard_map)
 # --------------------------------------------------------------------------------------
 
-# jax 0.10 keeps an aval's varying manual axes in `aval.mat.varying` (a ManualAxisType);
-# 0.7 to 0.9 in `aval.vma`. Both are what `jax.typeof(x)` shows; there is no accessor
-# that spans the window.
+# jax 0.10 and later keep an aval's varying manual axes in `aval.mat.varying` (a
+# ManualAxisType), 0.7 to 0.9 in `aval.vma`. Both are what `jax.typeof(x)` shows; there is
+# no accessor that spans the window.
 _MANUAL_AXIS_TYPE = hasattr(jax.core.ShapedArray, "mat")
 
 
@@ -109,7 +129,8 @@ def zero_tangent(primal) -> ad.Zero:
 # --------------------------------------------------------------------------------------
 
 # What a comparison of symbolic dims raises when their constraints leave it open:
-# jax.errors has it from jax 0.10 (jax.core's is deprecated there), jax.core before.
+# jax.errors has it from jax 0.10 (jax.core's is deprecated there, removed in 0.11),
+# jax.core before.
 InconclusiveDimensionOperation = (getattr(jax.errors, "InconclusiveDimensionOperation", None)
                                   or jax.core.InconclusiveDimensionOperation)
 
@@ -128,7 +149,7 @@ def emit_shape_assertion(ok: ir.Value, inputs: list[ir.Value], message: str) -> 
 # Lowering
 # --------------------------------------------------------------------------------------
 
-# jax 0.10's mlir.aval_to_ir_type takes the lowering's module context first.
+# From jax 0.10 on, mlir.aval_to_ir_type takes the lowering's module context first.
 _IR_TYPE_TAKES_CONTEXT = "ctx" in inspect.signature(mlir.aval_to_ir_type).parameters
 
 

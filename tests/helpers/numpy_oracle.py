@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 
@@ -133,8 +134,10 @@ def lowest(dtype) -> float:
     if dtype.kind in "biu":
         return int(np.iinfo(dtype).min) if dtype.kind != "b" else 0
     neg_inf = np.array(-np.inf).astype(dtype)
+    # ml_dtypes.finfo, not np.finfo: numpy's takes the float8 types only with some
+    # ml_dtypes releases (ml_dtypes 0.6.0 under numpy 2.5.2 refuses them).
     return float(neg_inf.astype(np.float64)) if np.isinf(neg_inf.astype(np.float64)) else \
-        float(np.array(np.finfo(dtype).min, dtype).astype(np.float64))
+        float(np.array(ml_dtypes.finfo(dtype).min, dtype).astype(np.float64))
 
 
 def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,

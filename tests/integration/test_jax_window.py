@@ -1,14 +1,21 @@
-"""The supported jax window: the package metadata states it, a jax outside it is an
-ImportError raised before any FFI handler is registered, and the tests marked
-`jax_window` pass with the newest patch release of every jax minor in it.
+"""The supported jax window: the package metadata states it with no upper bound, a jax older
+than it is an ImportError raised before any FFI handler is registered, a newer one than
+tested imports with one warning, and the tests marked `jax_window` pass with the newest
+patch release of every jax minor in it.
 
-Each release gets its own virtual environment -- that jax and jaxlib, pytest,
-flatbuffers (for jax.export) and the wheel of this checkout's build, no torch -- in
-$JAX_UNPOOL_WINDOW_DIR (default: build/jax-window in the checkout), where a later run
-reuses it and reinstalls only the wheel. The wheel is the one `pip install .` built and
-installed here (the extension is built once, against the oldest jaxlib's FFI headers),
-repacked from the installed files. Run one release alone with
-`pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases run at a time.
+Each release gets its own virtual environment -- that jax and jaxlib, pytest, flatbuffers
+(for jax.export) and a wheel of this checkout, no torch -- in $JAX_UNPOOL_WINDOW_DIR
+(default: build/jax-window in the checkout), where a later run reuses it and reinstalls
+only the wheel. jax 0.11 and 0.12 need Python 3.12 or newer (3.11's pip stops at 0.10.2),
+so they run on Python 3.12 and 3.13 (pyenv's, or python3.12/python3.13 on PATH).
+
+The wheel for this interpreter's Python is the one `pip install .` built and installed here,
+repacked from the installed files. For another Python, the extension is built once by
+`pip wheel` (with build isolation: against the oldest jaxlib's FFI headers, as for users)
+from a copy of the sources, cached by the hash of the native sources; from Python 3.12 on
+the module is built against the stable ABI, so one build serves 3.12 and 3.13. Its module
+then goes into the installed files' wheel in place of this Python's. Run one release alone
+with `pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases run at a time.
 """
 
 from __future__ import annotations
@@ -32,48 +39,62 @@ from urllib.parse import unquote, urlparse
 
 import fresh_process
 import pytest
+from packaging.tags import cpython_tags
+from packaging.utils import parse_wheel_filename
 
 from jax_unpool import _compat
 
 REPO = Path(__file__).resolve().parents[2]
-# The newest patch release of every minor in the window, oldest first: the extension is
-# built against the first one's headers.
-RELEASES = ["0.7.2", "0.8.3", "0.9.2", "0.10.2"]
+# The newest patch release of every minor in the window, oldest first, and the Python it
+# runs on: the extension is built against the first one's headers.
+RELEASES = {"0.7.2": "3.11", "0.8.3": "3.11", "0.9.2": "3.11", "0.10.2": "3.11",
+            "0.11.2": "3.12", "0.12.0.1": "3.13"}
 SUBSET = "jax_window"
+THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 # --------------------------------------------------------------------------------------
 # The window
 # --------------------------------------------------------------------------------------
 
-def test_metadata_states_the_window_and_the_build_uses_the_oldest_headers():
+def test_metadata_states_the_window_without_an_upper_bound():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     dependencies = project["project"]["dependencies"]
-    assert f"jax{_compat.JAX_WINDOW}" in dependencies
-    assert f"jaxlib{_compat.JAX_WINDOW}" in dependencies
+    # No upper bound: pip would downgrade a user's jax to satisfy one.
+    assert f"jax{_compat.JAX_REQUIREMENT}" in dependencies
+    assert f"jaxlib{_compat.JAX_REQUIREMENT}" in dependencies
+    assert not [d for d in dependencies if d.startswith("jax") and "<" in d]
     requires = project["build-system"]["requires"]
-    assert f"jax=={RELEASES[0]}" in requires and f"jaxlib=={RELEASES[0]}" in requires
-    assert [r.split(".")[:2] for r in RELEASES] == [["0", str(m)] for m in range(7, 11)]
+    oldest = next(iter(RELEASES))
+    assert f"jax=={oldest}" in requires and f"jaxlib=={oldest}" in requires
+    assert _compat.JAX_REQUIREMENT == f">={oldest}"
+    minors = [tuple(int(p) for p in r.split(".")[:2]) for r in RELEASES]
+    assert minors == [(0, m) for m in range(7, _compat.NEWEST_TESTED[1] + 1)]
 
 
-@pytest.mark.parametrize("version,inside", [
-    ("0.6.2", False), ("0.7.1", False), ("0.7.2", True), ("0.9.0.1", True), ("0.10.2", True),
-    ("0.10.3", True), ("0.11.0", False), ("0.11.0.dev20260101", False), ("1.0.0", False),
+@pytest.mark.parametrize("version,expected", [
+    ("0.6.2", "older"), ("0.7.1", "older"), ("0.7.2", None), ("0.9.0.1", None),
+    ("0.10.2", None), ("0.11.2", None), ("0.12.0.1", None), ("0.12.7", None),
+    ("0.13.0", "newer"), ("0.13.0.dev20270101", "newer"), ("1.0.0", "newer"),
 ])
-def test_versions_outside_the_window_are_refused(version, inside):
+def test_older_releases_are_refused_and_newer_ones_warned_about(version, expected):
     for jax_version, jaxlib_version in ((version, "0.10.2"), ("0.10.2", version)):
-        if inside:
-            _compat.check_window(jax_version, jaxlib_version)
-        else:
+        which = "jax" if jax_version == version else "jaxlib"
+        if expected == "older":
             with pytest.raises(ImportError) as err:
                 _compat.check_window(jax_version, jaxlib_version)
             assert str(err.value).startswith(
-                f"jax_unpool supports jax and jaxlib {_compat.JAX_WINDOW} (0.7.2 to 0.10), but "
-                f"this environment has {'jax' if jax_version == version else 'jaxlib'} "
-                f"{version}.")
+                f"jax_unpool needs jax and jaxlib >=0.7.2 (tested with 0.7.2 to 0.12), but "
+                f"this environment has {which} {version}.")
+        elif expected == "newer":
+            assert _compat.check_window(jax_version, jaxlib_version).startswith(
+                f"jax_unpool is tested with jax and jaxlib 0.7.2 to 0.12; this environment "
+                f"has {which} {version}, which it was not tested with.")
+        else:
+            assert _compat.check_window(jax_version, jaxlib_version) is None
 
 
-def test_a_jax_outside_the_window_is_an_import_error_before_any_handler():
+def test_an_older_jax_is_an_import_error_before_any_handler():
     # As if jax 0.6.2 were installed: the ImportError comes before the extension module
     # is loaded (so before any handler is registered), and jax's CPU backend still works.
     proc = fresh_process.run_code(
@@ -87,10 +108,34 @@ def test_a_jax_outside_the_window_is_an_import_error_before_any_handler():
         "print('cpu:', float(jax.numpy.arange(4.0).sum()))\n")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"ImportError: jax_unpool supports jax and jaxlib "
-                               f"{_compat.JAX_WINDOW} (0.7.2 to 0.10), but this environment "
-                               f"has jax 0.6.2.")
+    assert lines[0].startswith("ImportError: jax_unpool needs jax and jaxlib >=0.7.2 (tested "
+                               "with 0.7.2 to 0.12), but this environment has jax 0.6.2.")
     assert lines[1:] == ["extension loaded: False", "cpu: 6.0"]
+
+
+def test_a_newer_jax_than_tested_imports_with_one_warning_and_runs():
+    # As if jax and jaxlib 0.13.0 were installed: one warning naming both and the tested
+    # range, and the native pool gives numpy's answer.
+    proc = fresh_process.run_code(
+        "import warnings, jax, jaxlib.version, numpy as np, numpy_oracle\n"
+        "jax.__version__ = jaxlib.version.__version__ = '0.13.0'\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import jax_unpool as ju\n"
+        "for w in caught:\n"
+        "    print(w.category.__name__, w.message)\n"
+        "x = np.random.default_rng(0).normal(size=(2, 3, 6, 6)).astype(np.float32)\n"
+        "values, indices = ju.max_pool2d_with_indices(x, 2)\n"
+        "want = numpy_oracle.max_pool(x, (2, 2), (2, 2), (0, 0), (1, 1), False)\n"
+        "print('pool:', np.array_equal(values, want[0]) and np.array_equal(indices, want[1]))\n")
+    assert proc.returncode == 0, proc.stderr
+    *warned, pool = proc.stdout.splitlines()
+    assert warned == [(
+        "UntestedJaxWarning jax_unpool is tested with jax and jaxlib 0.7.2 to 0.12; this "
+        "environment has jax 0.13.0 and jaxlib 0.13.0, which it was not tested with. It "
+        "should work (its FFI handlers use an FFI API version that newer jaxlibs accept); "
+        "please report a problem.")]
+    assert pool == "pool: True"
 
 
 # --------------------------------------------------------------------------------------
@@ -106,9 +151,24 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + digest.decode()
 
 
+def _pack(out: Path, files: dict[str, bytes], info: str) -> Path:
+    """Writes a wheel of `files` (name -> contents) and its RECORD."""
+    record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()]
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+        whl.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return out
+
+
+def _is_extension(name: str) -> bool:
+    return name.startswith("jax_unpool/_jax_unpool") and name.endswith(".so")
+
+
 @pytest.fixture(scope="module")
-def wheel() -> Path:
-    """This checkout's installed build, repacked as a wheel (the same files)."""
+def installed() -> dict:
+    """This checkout's installed build: its files (name -> contents), dist-info folder,
+    version and wheel tag."""
     try:
         dist = importlib.metadata.distribution("jax-unpool")
     except importlib.metadata.PackageNotFoundError:
@@ -132,18 +192,101 @@ def wheel() -> Path:
     skipped = {f"{info}/{name}" for name in ("RECORD", "INSTALLER", "REQUESTED",
                                              "direct_url.json")}
     tag = re.search(r"^Tag: (\S+)$", dist.read_text("WHEEL"), re.MULTILINE).group(1)
-    out = _window_dir() / f"jax_unpool-{dist.version}-{tag}.whl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    record = []
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as whl:
-        for f in files:
-            if f.as_posix() in skipped:
-                continue
-            data = f.read_binary()
-            whl.writestr(f.as_posix(), data)
-            record.append(f"{f.as_posix()},{_record_hash(data)},{len(data)}")
-        whl.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    return out
+    return {"files": {f.as_posix(): f.read_binary() for f in files
+                      if f.as_posix() not in skipped},
+            "info": info, "version": dist.version, "tag": tag}
+
+
+def _native_sources_hash() -> str:
+    """What the extension module is built from: the build files and ffi/."""
+    digest = hashlib.sha256()
+    for path in sorted([REPO / "CMakeLists.txt", REPO / "pyproject.toml",
+                        *(REPO / "ffi").rglob("*")]):
+        if path.is_file():
+            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _serves(wheel: Path, python: str) -> bool:
+    """Whether `wheel` installs on CPython `python` ("3.13"): its own tag, or an abi3 one
+    of an older Python."""
+    major, minor = (int(p) for p in python.split("."))
+    supported = set(cpython_tags((major, minor), abis=[f"cp{major}{minor}"]))
+    return bool(parse_wheel_filename(wheel.name)[3] & supported)
+
+
+def _version(python: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in python.split("."))
+
+
+def _build_python(python_version: str) -> str:
+    """The Python that builds the extension for `python_version`: itself or, from the
+    stable ABI's floor on (`wheel.py-api` in pyproject.toml, "cp312"), the floor, whose
+    module serves every later Python."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    api = project["tool"]["scikit-build"]["wheel"]["py-api"]
+    floor = f"{api[2]}.{api[3:]}"
+    return floor if _version(python_version) >= _version(floor) else python_version
+
+
+_build_lock = threading.Lock()  # one extension build at a time; a later Python may reuse it
+
+
+def _built_extension(python_version: str) -> tuple[str, bytes, str]:
+    """The extension module for `python_version` -- (file name, contents, wheel tag) -- from
+    a wheel `pip wheel` built from a copy of this checkout's sources, once per native-source
+    hash: a wheel already built that installs on this Python (abi3) is reused."""
+    dist = _window_dir() / "extension" / _native_sources_hash()
+    with _build_lock:
+        wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
+        if not wheels:
+            # A copy: pip builds a local directory in place, and the build copies its module
+            # next to the sources (CMakeLists.txt), which must not be this checkout's.
+            source = dist / f"source-{python_version}"
+            shutil.rmtree(source, ignore_errors=True)
+            source.mkdir(parents=True)
+            for name in ("pyproject.toml", "CMakeLists.txt", "README.md"):
+                shutil.copy2(REPO / name, source / name)
+            ignore = shutil.ignore_patterns("__pycache__", "*.so")
+            for name in ("ffi", "jax_unpool"):
+                shutil.copytree(REPO / name, source / name, ignore=ignore)
+            # The CUDA kernels are not built: the subset runs on CPU.
+            _pip(Path(_interpreter(_build_python(python_version))), "wheel", "-q", "--no-deps",
+                 "-w", str(dist), "-C", "cmake.define.JAX_UNPOOL_CUDA=OFF", str(source),
+                 timeout=1800)
+            shutil.rmtree(source)
+            wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
+        wheel = wheels[0]
+    tag = "-".join(wheel.stem.split("-")[-3:])
+    with zipfile.ZipFile(wheel) as whl:
+        (name,) = [n for n in whl.namelist() if _is_extension(n)]
+        return name, whl.read(name), tag
+
+
+_wheels: dict[str, Path] = {}  # Python version -> its wheel, packed once per session
+
+
+def _wheel(installed: dict, python_version: str) -> Path:
+    """The wheel to install for `python_version`: this checkout's installed files, with the
+    extension module built for that Python where it is not this one."""
+    with _build_lock:
+        if python_version in _wheels:
+            return _wheels[python_version]
+    files, info, tag = dict(installed["files"]), installed["info"], installed["tag"]
+    if python_version != THIS_PYTHON:
+        name, module, tag = _built_extension(python_version)
+        files = {n: d for n, d in files.items() if not _is_extension(n)}
+        files[name] = module
+        files[f"{info}/WHEEL"] = re.sub(rb"(?m)^Tag: \S+$", f"Tag: {tag}".encode(),
+                                        files[f"{info}/WHEEL"])
+    out = _window_dir() / "wheels" / python_version
+    out.mkdir(parents=True, exist_ok=True)
+    with _build_lock:
+        if python_version not in _wheels:
+            _wheels[python_version] = _pack(
+                out / f"jax_unpool-{installed['version']}-{tag}.whl", files, info)
+        return _wheels[python_version]
 
 
 @pytest.fixture(scope="module")
@@ -154,21 +297,40 @@ def fake_cann() -> Path:
     return build(_window_dir() / "fake_cann")
 
 
-_pip_lock = threading.Lock()  # one pip at a time: they share pip's cache
+_pip_lock = threading.Lock()  # one pip install at a time: they share pip's cache
 
 
-def _pip(python: Path, *args: str) -> None:
+def _pip(python: Path, *args: str, timeout: int = 900) -> None:
     """`pip args...` on the environment of `python`, with this process's pip."""
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
                            "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pip {' '.join(args)} failed for {python}:\n{proc.stdout}\n"
                            f"{proc.stderr}")
 
 
-def _environment(release: str, wheel: Path) -> Path:
-    """The virtual environment of `release` (made once), with `wheel` installed."""
+def _interpreter(version: str) -> str:
+    """A Python `version` ("3.12") interpreter: this one, pyenv's newest patch release of
+    it, or python<version> on PATH."""
+    if version == THIS_PYTHON:
+        return sys.executable
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True,
+                   key=lambda p: [int(n) for n in re.findall(r"\d+", p.parent.parent.name)])
+    for candidate in [*found, shutil.which(f"python{version}")]:
+        if candidate and subprocess.run(
+                [str(candidate), "-c", f"import sys; assert sys.version.startswith('{version}.')"],
+                capture_output=True, check=False).returncode == 0:
+            return str(candidate)
+    raise RuntimeError(f"jax {'/'.join(r for r, p in RELEASES.items() if p == version)} runs "
+                       f"on Python {version}, which is not installed: e.g. `pyenv install "
+                       f"{version}`, or put python{version} on PATH")
+
+
+def _environment(release: str, installed: dict) -> Path:
+    """The virtual environment of `release` (made once), with this checkout's wheel
+    installed."""
     venv = _window_dir() / f"jax-{release}"
     python = venv / "bin" / "python"
     ready = venv / "ready"
@@ -176,11 +338,13 @@ def _environment(release: str, wheel: Path) -> Path:
     with _pip_lock:
         if not ready.is_file():
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                           check=True)
+            subprocess.run([_interpreter(RELEASES[release]), "-m", "venv", "--without-pip",
+                            str(venv)], check=True)
             _pip(python, *install, f"jax=={release}", f"jaxlib=={release}", "pytest",
                  "flatbuffers")
             ready.touch()
+    wheel = _wheel(installed, RELEASES[release])
+    with _pip_lock:
         _pip(python, *install, "--no-deps", "--force-reinstall", str(wheel))
         _pip(python, "check")  # the wheel's requirements (the window) hold for this jax
     return python
@@ -189,16 +353,16 @@ def _environment(release: str, wheel: Path) -> Path:
 SUBSET_RUN = """\
 import sys
 import jax, jaxlib.version, jax_unpool, pytest
-print("jax", jax.__version__, "jaxlib", jaxlib.version.__version__, "jax_unpool from",
-      jax_unpool.__file__, flush=True)
+print("jax", jax.__version__, "jaxlib", jaxlib.version.__version__, "python",
+      sys.version.split()[0], "jax_unpool from", jax_unpool.__file__, flush=True)
 sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
-def _run_subset(release: str, wheel: Path, fake_cann: Path, work: Path) -> dict:
+def _run_subset(release: str, installed: dict, fake_cann: Path, work: Path) -> dict:
     """Runs the tests marked `jax_window` in the environment of `release`, from an empty
     directory (so that the wheel is imported, not this source tree)."""
-    python = _environment(release, wheel)
+    python = _environment(release, installed)
     files = sorted(str(p) for p in (REPO / "tests").rglob("test_*.py")
                    if p.name != Path(__file__).name and f"mark.{SUBSET}" in p.read_text())
     work.mkdir(parents=True)
@@ -220,14 +384,20 @@ def _run_subset(release: str, wheel: Path, fake_cann: Path, work: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def subset_runs(request, wheel, fake_cann, tmp_path_factory) -> dict:
+def subset_runs(request, installed, fake_cann, tmp_path_factory) -> dict:
     """The run of every selected release, two at a time (one per core of CI's two); an
     exception (e.g. an environment that could not be built) is that release's result."""
     releases = [item.callspec.params["release"] for item in request.session.items
                 if item.originalname == "test_the_subset_passes_with_every_jax_of_the_window"]
     work = tmp_path_factory.mktemp("jax_window")
+    # The extension builds for other Pythons go first: the releases that need them come
+    # later in the queue, while the other worker makes the first environments.
+    builds = {_build_python(RELEASES[r]) for r in releases} - {THIS_PYTHON}
     with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-        futures = {r: pool.submit(_run_subset, r, wheel, fake_cann, work / r) for r in releases}
+        for python_version in sorted(builds, key=_version):
+            pool.submit(_built_extension, python_version)  # its error shows in the runs
+        futures = {r: pool.submit(_run_subset, r, installed, fake_cann, work / r)
+                   for r in releases}
     return {r: f.exception() or f.result() for r, f in futures.items()}
 
 
@@ -238,8 +408,10 @@ def test_the_subset_passes_with_every_jax_of_the_window(release, subset_runs):
         raise run
     output = run["output"]
     assert run["returncode"] == 0, output
-    assert run["header"][:4] == ["jax", release, "jaxlib", release], output
-    assert Path(run["header"][-1]).is_relative_to(run["python"].parent.parent), output
+    header = run["header"]
+    assert header[:4] == ["jax", release, "jaxlib", release], output
+    assert header[4] == "python" and header[5].startswith(f"{RELEASES[release]}."), output
+    assert Path(header[-1]).is_relative_to(run["python"].parent.parent), output
     counts = run["counts"]
     assert counts["tests"] > 0 and counts["failures"] == counts["errors"] == 0, output
     assert counts["skipped"] == 0, output
