@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <string>
 
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "cpu/pool_values.h"
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
