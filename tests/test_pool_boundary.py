@@ -123,6 +123,9 @@ CASES = [
             indices=((2, 3, 2, 3), "int16")),
     invalid("x complex64", f"{P2}: unsupported value dtype complex64",
             x=((2, 3, 4, 6), "complex64"), values=((2, 3, 2, 3), "complex64")),
+    *[invalid(f"x {d}", f"{P2}: unsupported value dtype {d}", x=((2, 3, 4, 6), d),
+              values=((2, 3, 2, 3), d))
+      for d in ("int2", "int4", "uint2", "uint4", "float4_e2m1fn")],
     invalid("values larger", f"{P2}: values has shape (2, 3, 20, 30) but pooling x of shape "
             "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)",
             values=((2, 3, 20, 30), F32)),
