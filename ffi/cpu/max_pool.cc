@@ -91,7 +91,6 @@ class Pool {
  private:
   // Whether window o of axis a lies inside the input (always, for an axis of size 1).
   bool Full(int a, int64_t o) const { return g_.Tap(a, o, g_.kernel[a] - 1) < g_.in[a]; }
-  bool Inside(int a, int64_t i) const { return i >= 0 && i < g_.in[a]; }
   // Flat position of the window's initial argmax (PyTorch's, possibly past the input).
   int64_t FirstFlat(int64_t od, int64_t oh, int64_t ow) const {
     return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
@@ -101,13 +100,11 @@ class Pool {
   // flat position of the row's first element, in scan order.
   template <typename F>
   void ForEachTapRow(int64_t od, int64_t oh, const F& f) const {
-    for (int64_t td = 0; td < g_.kernel[0]; ++td) {
+    const auto [d0, d1] = g_.InsideTaps(0, od);
+    const auto [h0, h1] = g_.InsideTaps(1, oh);
+    for (int64_t td = d0; td < d1; ++td) {
       const int64_t d = g_.Tap(0, od, td);
-      if (!Inside(0, d)) continue;
-      for (int64_t th = 0; th < g_.kernel[1]; ++th) {
-        const int64_t h = g_.Tap(1, oh, th);
-        if (Inside(1, h)) f((d * g_.in[1] + h) * g_.in[2]);
-      }
+      for (int64_t th = h0; th < h1; ++th) f((d * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2]);
     }
   }
 
@@ -115,11 +112,9 @@ class Pool {
   // plane, in scan order (PyTorch's order, which decides ties).
   template <typename F>
   void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
+    const auto [w0, w1] = g_.InsideTaps(2, ow);
     ForEachTapRow(od, oh, [&](int64_t offset) {
-      for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
-        const int64_t w = g_.Tap(2, ow, tw);
-        if (Inside(2, w)) f(offset + w);
-      }
+      for (int64_t tw = w0; tw < w1; ++tw) f(offset + g_.Tap(2, ow, tw));
     });
   }
 
@@ -195,13 +190,24 @@ class Pool {
       out[ow] = lowest;
       idx[ow] = static_cast<I>(first_row + g_.First(2, ow));
     }
+    // The taps that some output's window has inside the row: from the last window's first
+    // to the first window's last.
+    const int64_t first_tap = g_.InsideTaps(2, Wo - 1).lo, end_tap = g_.InsideTaps(2, 0).hi;
     ForEachTapRow(od, oh, [&](int64_t offset) {
       const Raw* row = src + offset;
-      for (int64_t tw = 0; tw < g_.kernel[2]; ++tw) {
+      for (int64_t tw = first_tap; tw < end_tap; ++tw) {
         // w = ow * s + shift; the outputs whose tap tw lies inside the row.
         const int64_t shift = tw * g_.dil[2] - g_.pad[2];
         const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
         const int64_t hi = std::min(Wo, W - 1 - shift < 0 ? 0 : (W - 1 - shift) / s + 1);
+        if (lo >= hi) {
+          // No output has tap tw inside the row (windows further apart than the row is
+          // long): window lo's lies right of it, window lo - 1's left of it. Skip to the
+          // first tap of window lo - 1 that is not left of the row.
+          if (lo == 0) break;
+          tw = std::max(tw, g_.InsideTaps(2, lo - 1).lo - 1);
+          continue;
+        }
         for (int64_t ow = lo; ow < hi; ++ow) {
           const int64_t w = ow * s + shift;
           const Key v = order_.Decode(row[w]);

@@ -6,10 +6,10 @@
 #include <string>
 #include <utility>
 
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "cpu/output_pages.h"
 #include "cpu/planes.h"
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {

@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "cpu/simd.h"
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {

@@ -7,12 +7,14 @@
 // size 1 with a window of 1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "cpu/pool_values.h"
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
@@ -29,13 +31,23 @@ struct PoolGeometry {
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
   // Input coordinate of tap t of window o along axis a (may lie in the padding).
   int64_t Tap(int a, int64_t o, int64_t t) const { return o * stride[a] - pad[a] + t * dil[a]; }
-  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
-  // past the left padding (`while (ih0 < 0) ih0 += dilationH`). It lies past the input
-  // when a ceil_mode window holds only padding; PyTorch returns that index, and so do we.
-  int64_t First(int a, int64_t o) const {
+  // The taps [lo, hi) of window o along axis a that land inside the input (none if
+  // lo >= hi), computed rather than searched: a window costs its part inside the input,
+  // not its kernel size (which may be 2^31 - 1 taps, nearly all padding).
+  struct TapRange {
+    int64_t lo, hi;
+  };
+  TapRange InsideTaps(int a, int64_t o) const {
     const int64_t start = o * stride[a] - pad[a];
-    return start >= 0 ? start : start + (-start + dil[a] - 1) / dil[a] * dil[a];
+    const int64_t lo = start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
+    const int64_t hi = start >= in[a] ? 0 : std::min(kernel[a], (in[a] - 1 - start) / dil[a] + 1);
+    return {lo, hi};
   }
+  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
+  // past the left padding (`while (ih0 < 0) ih0 += dilationH`), i.e. its first tap not
+  // left of the input. It lies past the input when a window holds only padding; PyTorch
+  // returns that index, and so do we.
+  int64_t First(int a, int64_t o) const { return Tap(a, o, InsideTaps(a, o).lo); }
   // Windows of 2 taps, stride 2, no padding or dilation on every axis (the common case):
   // the kernels' fast path. Axes of size 1 with a window of 1 do not count.
   bool TwoByStrideTwo() const {
@@ -95,16 +107,16 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                 ", dilation=" + List(dilation));
   }
   const std::string op = OpName(static_cast<int>(k));
-  // Sizes above 2^31 are no real window, and keep the arithmetic below far from overflow.
-  constexpr int64_t kMax = int64_t{1} << 31;
+  // PyTorch's pooling takes int32 sizes, as the Python API does (_pool_xla._sizes); the
+  // bound also keeps the arithmetic below far from overflow.
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  const std::string at_most = " must be positive and at most " + std::to_string(kMax) + ", got ";
   for (size_t a = 0; a < k; ++a) {
     if (kernel_size[a] < 1 || kernel_size[a] > kMax)
-      return fail(op + ": kernel_size must be positive (and at most 2^31), got " +
-                  List(kernel_size));
-    if (stride[a] < 1 || stride[a] > kMax)
-      return fail(op + ": stride must be positive (and at most 2^31), got " + List(stride));
+      return fail(op + ": kernel_size" + at_most + List(kernel_size));
+    if (stride[a] < 1 || stride[a] > kMax) return fail(op + ": stride" + at_most + List(stride));
     if (dilation[a] < 1 || dilation[a] > kMax)
-      return fail(op + ": dilation must be positive (and at most 2^31), got " + List(dilation));
+      return fail(op + ": dilation" + at_most + List(dilation));
     if (padding[a] < 0 || padding[a] > kernel_size[a] / 2)
       return fail(op + ": padding must be non-negative and at most half of kernel_size "
                   "(padding <= kernel_size // 2), got padding=" + List(padding) +

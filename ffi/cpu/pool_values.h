@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "value_types.h"
+#include "common/value_types.h"
 
 namespace jax_unpool::npu {
 

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
-#include "value_types.h"
+#include "common/value_types.h"
 
 namespace jax_unpool::npu {
 namespace {

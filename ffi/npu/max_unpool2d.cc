@@ -1,6 +1,6 @@
 // aclnn forward: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i], by
 // aclnnMaxUnpool2d(self=x, indices, outputSize=out's (H, W), out).
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
 

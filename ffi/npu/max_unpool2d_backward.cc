@@ -1,6 +1,6 @@
 // aclnn backward: out[n, c, i] = grad_output[n, c, indices[n, c, i]], by
 // aclnnMaxUnpool2dBackward(gradOutput, self, indices, outputSize=grad's (H, W), out).
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
 

@@ -1,7 +1,7 @@
 // aclnn forward over volumes: out = zeros; out[n, c, indices[n, c, i]] = x[n, c, i], i flat
 // over (D, H, W), by aclnnMaxUnpool3d(self=x, indices, outputSize=out's (D, H, W), stride,
 // padding, outRef=out).
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
 

@@ -1,10 +1,10 @@
 // aclnn backward over volumes: out[n, c, i] = grad_output[n, c, indices[n, c, i]], i flat
 // over (D, H, W), by aclnnMaxUnpool3dBackward(gradOutput, self, indices, outputSize=grad's
 // (D, H, W), stride, padding, out).
-#include "buffer_checks.h"
+#include "common/buffer_checks.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
-#include "value_types.h"
+#include "common/value_types.h"
 
 namespace jax_unpool::npu {
 namespace {

@@ -170,7 +170,9 @@ def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,
                 for d in range(k):
                     start = o[d] * stride[d] - padding[d]
                     end = min(start + (kernel[d] - 1) * dilation[d] + 1, size[d])
-                    if start < 0:  # `while (ih0 < 0) ih0 += dilationH`, in one step
+                    # `while (ih0 < 0) ih0 += dilationH`, in one step: the taps visited
+                    # are the in-bounds ones alone, however large the kernel.
+                    if start < 0:
                         start += -(start // dilation[d]) * dilation[d]
                     first.append(start)
                     ranges.append(range(start, end, dilation[d]))

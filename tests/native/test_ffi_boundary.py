@@ -42,6 +42,7 @@ def _mismatch(a, ashape, b, bshape, rule="they must be equal"):
 
 
 NC = "their N and C dims (NCHW) must be equal"
+SUB_BYTE = ("int2", "int4", "uint2", "uint4", "float4_e2m1fn")  # named in messages, not moved
 CASES = [
     # valid calls
     ("forward valid", F, X, IDX, OUT, False, "oracle"),
@@ -92,6 +93,8 @@ CASES = [
      "result has dtype float64 but x has dtype float32; they must be equal"),
     ("forward value dtype complex128", F, [X[0], "complex128"], IDX, [OUT[0], "complex128"],
      False, "unsupported value dtype complex128"),
+    *[(f"forward value dtype {d}", F, [X[0], d], IDX, [OUT[0], d], False,
+       f"unsupported value dtype {d}") for d in SUB_BYTE],
     # backward: result against indices (the segfault is the first one)
     ("backward result smaller", B, [[1, 1, 400, 400], F32], [[1, 1, 400, 400], I32],
      [[1, 1, 1, 1], F32], False,
@@ -122,6 +125,8 @@ CASES = [
      "result has dtype float64 but grad_output has dtype float32; they must be equal"),
     ("backward value dtype complex128", B, [OUT[0], "complex128"], IDX, [X[0], "complex128"],
      False, "unsupported value dtype complex128"),
+    ("backward value dtype int4", B, [OUT[0], "int4"], IDX, [X[0], "int4"], False,
+     "unsupported value dtype int4"),
 ]
 
 
@@ -291,6 +296,8 @@ POOL_CASES = [
      "aclnnMaxPool2dWithIndices takes float16, bfloat16 or float32 values, got int32"),
     ("pool3d float64 values", 3, [P3[0], F64], [P3_OUT, F64], [P3_OUT, I32], W3,
      "aclnnMaxPool3dWithArgmax takes float16, bfloat16 or float32 values, got float64"),
+    ("pool2d uint2 values", 2, [P2[0], "uint2"], [P2_OUT, "uint2"], [P2_OUT, I32], W2,
+     "aclnnMaxPool2dWithIndices takes float16, bfloat16 or float32 values, got uint2"),
     # attributes
     ("pool2d kernel of 3", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel_size": [2, 2, 2]},
      "kernel_size must have 2 elements, got (2, 2, 2)"),

@@ -91,14 +91,21 @@ CASES = [
             "have one entry per spatial dim (1, 2 or 3 of them), got kernel_size=(2, 2, 2, 2), "
             "stride=(2, 2, 2, 2), padding=(0, 0, 0, 0), dilation=(1, 1, 1, 1)",
             kernel_size=[2] * 4, stride=[2] * 4, padding=[0] * 4, dilation=[1] * 4),
-    invalid("kernel_size 0", f"{P2}: kernel_size must be positive (and at most 2^31), "
+    invalid("kernel_size 0", f"{P2}: kernel_size must be positive and at most 2147483647, "
             "got (0, 2)", kernel_size=[0, 2]),
-    invalid("kernel_size 2^40", f"{P2}: kernel_size must be positive (and at most 2^31), "
+    invalid("kernel_size 2^40", f"{P2}: kernel_size must be positive and at most 2147483647, "
             f"got (2, {2**40})", kernel_size=[2, 2**40]),
-    invalid("stride negative", f"{P2}: stride must be positive (and at most 2^31), "
+    # 2^31 - 1 is the Python API's limit too (PyTorch's int32 sizes)
+    invalid("kernel_size 2^31", f"{P2}: kernel_size must be positive and at most 2147483647, "
+            "got (2, 2147483648)", kernel_size=[2, 2**31]),
+    invalid("stride 2^31", f"{P2}: stride must be positive and at most 2147483647, "
+            "got (2147483648, 2)", stride=[2**31, 2]),
+    invalid("dilation 2^31", f"{P2}: dilation must be positive and at most 2147483647, "
+            "got (1, 2147483648)", dilation=[1, 2**31]),
+    invalid("stride negative", f"{P2}: stride must be positive and at most 2147483647, "
             "got (2, -1)", stride=[2, -1]),
-    invalid("dilation 0", f"{P2}: dilation must be positive (and at most 2^31), got (0, 1)",
-            dilation=[0, 1]),
+    invalid("dilation 0", f"{P2}: dilation must be positive and at most 2147483647, "
+            "got (0, 1)", dilation=[0, 1]),
     invalid("padding negative", f"{P2}: padding must be non-negative and at most half of "
             "kernel_size (padding <= kernel_size // 2), got padding=(-1, 0) and "
             "kernel_size=(2, 2)", padding=[-1, 0]),
@@ -117,6 +124,9 @@ CASES = [
             indices=((2, 3, 2, 3), "int16")),
     invalid("x complex64", f"{P2}: unsupported value dtype complex64",
             x=((2, 3, 4, 6), "complex64"), values=((2, 3, 2, 3), "complex64")),
+    *[invalid(f"x {d}", f"{P2}: unsupported value dtype {d}", x=((2, 3, 4, 6), d),
+              values=((2, 3, 2, 3), d))
+      for d in ("int2", "int4", "uint2", "uint4", "float4_e2m1fn")],
     invalid("values larger", f"{P2}: values has shape (2, 3, 20, 30) but pooling x of shape "
             "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)",
             values=((2, 3, 20, 30), F32)),

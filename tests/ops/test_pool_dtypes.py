@@ -2,13 +2,18 @@
 parity tests (test_pooling*.py) cannot reach: dtypes torch does not pool (every float8
 format, on all 256 of its codes; unsigned ints), against numpy's transcription of
 PyTorch's loop and the XLA-ops pool; random geometries of every rank and layout against
-torch (hypothesis); inputs large enough to be split across XLA's thread pool; the
-primitives under vmap; dtypes the kernel does not order, which keep the XLA ops."""
+torch (hypothesis); inputs large enough to be split across XLA's thread pool; kernels of
+up to 2**31 - 1 taps, whose cost is their part inside the input; the primitives under
+vmap; dtypes the kernel does not order, which keep the XLA ops."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -138,6 +143,62 @@ def test_inputs_split_across_the_thread_pool_equal_the_xla_ops(k, shape, last):
         want = XLA_POOL[k](x, *window, data_format=fmt)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+HUGE = 2**31 - 1  # the largest kernel PyTorch (and the package) takes
+HALF = 2**30 - 1  # the largest padding of that kernel
+# (name, x's shape, data_format, kernel, stride, padding, ceil_mode, with NaNs): windows
+# that cover the whole input through ~2**31 taps of padding.
+HUGE_KERNELS = [
+    ("2-D NCHW (issue 31)", (1, 1, 5, 5), "NCHW", HUGE, 1, HALF, False, False),
+    ("1-D NCW, NaNs", (2, 8, 5), "NCW", HUGE, 1, HALF, False, True),
+    ("1-D NCW, windows 2**30 apart", (8, 16, 7), "NCW", HUGE, HALF, HALF, True, False),
+    ("2-D NHWC", (1, 6, 6, 4), "NHWC", HUGE, 1, HALF, False, False),
+    ("3-D NCDHW", (1, 2, 3, 4, 5), "NCDHW", HUGE, 1, HALF, False, True),
+]
+# In the child: the pool of x.npy with argv's window, saved to out.npz.
+HUGE_KERNEL_CHILD = """
+import json, sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np
+import jax_unpool as ju
+x_path, out_path, fmt, window = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+pool = getattr(ju, f"max_pool{len(fmt) - 2}d_with_indices")
+values, indices = pool(np.load(x_path), *window, data_format=fmt, index_dtype=jnp.int64)
+np.savez(out_path, values=values, indices=indices)
+"""
+
+
+@pytest.mark.parametrize("case", HUGE_KERNELS, ids=[c[0] for c in HUGE_KERNELS])
+def test_a_huge_kernel_costs_its_part_inside_the_input(case, tmp_path):
+    # A window of 2**31 - 1 taps over a few input elements: the result is the oracle's
+    # (first maximum, last NaN, int64 indices), and the call ends within the timeout --
+    # a hang guard, not a benchmark: a kernel that walks every tap takes minutes here.
+    _, shape, fmt, kernel, stride, padding, ceil_mode, nans = case
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 3, shape).astype(np.float32)  # ties
+    if nans:
+        x[rng.random(shape) < 0.1] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    window = [kernel, stride, padding, 1, ceil_mode]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", HUGE_KERNEL_CHILD, str(tmp_path / "x.npy"),
+             str(tmp_path / "out.npz"), fmt, json.dumps(window)],
+            env=fresh_process.child_env(), capture_output=True, text=True, timeout=60,
+            check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the pool with kernel_size={kernel} ran for more than 60 s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(tmp_path / "out.npz")
+    k = len(fmt) - 2
+    last = fmt.endswith("C")
+    want_values, want_indices = oracle.max_pool(
+        x, (kernel,) * k, (stride,) * k, (padding,) * k, (1,) * k, ceil_mode, last)
+    np.testing.assert_array_equal(bits(got["values"]), bits(want_values))
+    np.testing.assert_array_equal(got["indices"], want_indices)
+    assert got["indices"].dtype == np.int64
 
 
 def test_vmap_of_the_primitive_folds_into_one_call():

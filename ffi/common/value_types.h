@@ -64,10 +64,17 @@ decltype(auto) VisitIndexType(ffi::DataType dtype, F&& f) {
   return f(TypeTag<int64_t>{});
 }
 
-// numpy's name for the common dtypes, XLA's number for the others.
+// numpy's (and ml_dtypes') name of every dtype of the FFI headers, XLA's number for any
+// later one.
 inline std::string DataTypeName(ffi::DataType dtype) {
   switch (dtype) {
     case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::S1: return "int1";
+    case ffi::DataType::S2: return "int2";
+    case ffi::DataType::S4: return "int4";
+    case ffi::DataType::U1: return "uint1";
+    case ffi::DataType::U2: return "uint2";
+    case ffi::DataType::U4: return "uint4";
     case ffi::DataType::S8: return "int8";
     case ffi::DataType::S16: return "int16";
     case ffi::DataType::S32: return "int32";
@@ -82,6 +89,7 @@ inline std::string DataTypeName(ffi::DataType dtype) {
     case ffi::DataType::F64: return "float64";
     case ffi::DataType::C64: return "complex64";
     case ffi::DataType::C128: return "complex128";
+    case ffi::DataType::TOKEN: return "token";
     case ffi::DataType::F8E5M2: return "float8_e5m2";
     case ffi::DataType::F8E4M3: return "float8_e4m3";
     case ffi::DataType::F8E3M4: return "float8_e3m4";

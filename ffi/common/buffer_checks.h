@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "value_types.h"
+#include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
