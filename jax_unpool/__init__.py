@@ -31,6 +31,10 @@ from jax_unpool.pooling import (
     max_pool2d_with_indices,
     max_pool3d_with_indices,
 )
+from jax_unpool.backends import cuda as _cuda
+
+# The CUDA kernels' lowerings, where this build has the CUDA module (else nothing).
+_cuda.register()
 
 __version__ = "0.1.0"
 

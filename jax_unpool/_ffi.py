@@ -51,11 +51,20 @@ ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
 # kernel_size, stride, padding, dilation (int64 arrays of 2 or 3), ceil_mode, channels_last.
 ACLNN_MAX_POOL2D_TARGET = "jax_unpool_aclnn_max_pool2d_with_indices_v1"
 ACLNN_MAX_POOL3D_TARGET = "jax_unpool_aclnn_max_pool3d_with_argmax_v1"
+# The CUDA handlers (ffi/cuda/, the optional _jax_unpool_cuda module; registered by
+# jax_unpool.backends.cuda), by the key the module's registrations() uses.
+CUDA_TARGETS = {
+    "max_unpool": "jax_unpool_cuda_max_unpool_v1",
+    "max_unpool_checked": "jax_unpool_cuda_max_unpool_checked_v1",
+    "max_unpool_backward": "jax_unpool_cuda_max_unpool_backward_v1",
+    "max_unpool_backward_checked": "jax_unpool_cuda_max_unpool_backward_checked_v1",
+    "max_pool": "jax_unpool_cuda_max_pool_v1",
+}
 STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET, MAX_POOL_TARGET,
                   MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL2D_TARGET, ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET,
                   ACLNN_MAX_UNPOOL3D_TARGET, ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET,
-                  ACLNN_MAX_POOL2D_TARGET, ACLNN_MAX_POOL3D_TARGET)
+                  ACLNN_MAX_POOL2D_TARGET, ACLNN_MAX_POOL3D_TARGET, *CUDA_TARGETS.values())
 
 _CPU_TARGETS = {
     "max_unpool": MAX_UNPOOL_TARGET,
