@@ -4,6 +4,7 @@
 // imports on a machine without a GPU or driver.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <string>
 
