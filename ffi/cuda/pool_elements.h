@@ -123,10 +123,14 @@ struct PoolWindows {
   Index in_plane = 1;
   int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
   int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+  // Flat distance between neighbouring taps along each axis (0 for a window of 1).
+  Index step[3] = {0, 0, 0};
   Divider<Index> inner_div, out_div[3];
 
   // Input coordinate of tap t of window o along axis a (may lie in the padding).
-  JU_HD int64_t Tap(int a, int64_t o, int64_t t) const { return o * stride[a] - pad[a] + t * dil[a]; }
+  JU_HD int64_t Tap(int a, int64_t o, int64_t t) const {
+    return o * stride[a] - pad[a] + t * dil[a];
+  }
   // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
   // past the left padding; past the input when a ceil_mode window holds only padding.
   JU_HD int64_t First(int a, int64_t o) const {
@@ -139,15 +143,15 @@ struct PoolWindows {
 // over the taps, padding skipped), starting from (Lowest(), the initial argmax).
 template <typename Order, typename I, typename Index>
 struct PoolWindow {
+  using Raw = typename Order::Raw;
+  using Key = typename Order::Key;
   PoolWindows<Index> w;
   Order order;
-  const typename Order::Raw* x;
-  typename Order::Raw* values;
+  const Raw* x;
+  Raw* values;
   I* indices;
 
   JU_HD void operator()(Index t) const {
-    using Raw = typename Order::Raw;
-    using Key = typename Order::Key;
     Index rest = t, c = 0;
     if (w.inner != 1) {
       rest = w.inner_div.Div(t);
@@ -162,29 +166,57 @@ struct PoolWindow {
     const Raw* plane = x + rest * w.in_plane * w.inner + c;  // rest: the image or plane
     Raw best_raw = order.Lowest();
     Key best = order.Decode(best_raw);
-    int64_t best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
-    for (int64_t td = 0; td < w.kernel[0]; ++td) {
-      const int64_t d = w.Tap(0, o[0], td);
-      if (d < 0 || d >= w.in[0]) continue;
-      for (int64_t th = 0; th < w.kernel[1]; ++th) {
-        const int64_t h = w.Tap(1, o[1], th);
-        if (h < 0 || h >= w.in[1]) continue;
-        for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
-          const int64_t x_w = w.Tap(2, o[2], tw);
-          if (x_w < 0 || x_w >= w.in[2]) continue;
-          const int64_t at = (d * w.in[1] + h) * w.in[2] + x_w;
-          const Raw raw = plane[static_cast<Index>(at) * w.inner];
-          const Key v = order.Decode(raw);
-          if (Replaces(v, best)) {
-            best = v;
-            best_raw = raw;
-            best_at = at;
+    int64_t best_at;
+    bool inside = true;  // every tap inside the input: no bounds to check
+    int64_t start[3];
+    for (int a = 0; a < 3; ++a) {
+      start[a] = o[a] * w.stride[a] - w.pad[a];
+      inside = inside && start[a] >= 0 && start[a] + (w.kernel[a] - 1) * w.dil[a] < w.in[a];
+    }
+    if (inside) {
+      const Index first = static_cast<Index>((start[0] * w.in[1] + start[1]) * w.in[2] + start[2]);
+      Index at = first;
+      for (int64_t td = 0; td < w.kernel[0]; ++td) {
+        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+          const Index row = first + static_cast<Index>(td) * w.step[0] +
+                            static_cast<Index>(th) * w.step[1];
+          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+            const Index tap = row + static_cast<Index>(tw) * w.step[2];
+            Consider(plane[tap * w.inner], tap, best_raw, best, at);
+          }
+        }
+      }
+      best_at = static_cast<int64_t>(at);
+    } else {
+      best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
+      for (int64_t td = 0; td < w.kernel[0]; ++td) {
+        const int64_t d = w.Tap(0, o[0], td);
+        if (d < 0 || d >= w.in[0]) continue;
+        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+          const int64_t h = w.Tap(1, o[1], th);
+          if (h < 0 || h >= w.in[1]) continue;
+          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+            const int64_t x_w = w.Tap(2, o[2], tw);
+            if (x_w < 0 || x_w >= w.in[2]) continue;
+            const int64_t tap = (d * w.in[1] + h) * w.in[2] + x_w;
+            Consider(plane[static_cast<Index>(tap) * w.inner], tap, best_raw, best, best_at);
           }
         }
       }
     }
     values[t] = best_raw;
     indices[t] = static_cast<I>(best_at);
+  }
+
+ private:
+  template <typename At>
+  JU_HD void Consider(Raw raw, At tap, Raw& best_raw, Key& best, At& best_at) const {
+    const Key v = order.Decode(raw);
+    if (Replaces(v, best)) {
+      best = v;
+      best_raw = raw;
+      best_at = tap;
+    }
   }
 };
 

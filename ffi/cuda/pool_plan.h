@@ -73,6 +73,12 @@ PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
     w.dil[d] = a.dil[d];
     w.out_div[d] = Divider<Index>(static_cast<Index>(a.out[d]));
   }
+  // Only used for windows inside the input, where (kernel - 1) * dilation < in.
+  const int64_t plane_strides[3] = {a.in[1] * a.in[2], a.in[2], 1};
+  for (int d = 0; d < 3; ++d)
+    w.step[d] = a.kernel[d] > 1 && (a.kernel[d] - 1) * a.dil[d] < a.in[d]
+                    ? static_cast<Index>(a.dil[d] * plane_strides[d])
+                    : 0;
   return w;
 }
 

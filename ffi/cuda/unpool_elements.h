@@ -64,7 +64,7 @@ struct Boxes {
   Index extent[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0};
   // The largest q whose box starts at or before 0 (each validated by output 0), per axis.
   Index first_owner_max[3] = {0, 0, 0};
-  Divider<Index> out_div[3], stride_div[3];
+  Divider<Index> in_div[3], out_div[3], stride_div[3];
 
   // Output position o -> its coordinates r.
   JU_HD void Coordinates(Index o, Index r[3]) const {
@@ -73,10 +73,57 @@ struct Boxes {
     r[0] = out_div[1].Div(rest);
     r[1] = rest - r[0] * out[1];
   }
+  // Input position i -> its coordinates q.
+  JU_HD void InCoordinates(Index i, Index q[3]) const {
+    const Index rest = in_div[2].Div(i);
+    q[2] = i - rest * in[2];
+    q[0] = in_div[1].Div(rest);
+    q[1] = rest - q[0] * in[1];
+  }
   JU_HD Index InFlat(const Index q[3]) const { return (q[0] * in[1] + q[1]) * in[2] + q[2]; }
   // Whether box q[a] holds coordinate r on axis a, given q * stride <= r + padding.
   JU_HD bool Holds(int a, Index q, Index r) const {
     return r + padding[a] < q * stride[a] + extent[a];
+  }
+};
+
+// Boxes that tile the output (extent == stride, no padding, every output size the input
+// size times the stride: an unpool of a pool whose window is its stride): one thread per
+// input position writes its whole box -- x at the index, zeros elsewhere -- and checks its
+// own index; each output element is written once. An index outside its box (or outside
+// the plane) raises `flag`: then the general pass below recomputes the whole result.
+template <typename V, typename I, typename Index>
+struct TiledScatter {
+  Planes<Index> planes;
+  Boxes<Index> boxes;
+  const V* x;
+  const I* indices;
+  V* out;
+  uint32_t* flag;
+
+  JU_HD void operator()(Index t) const {
+    Index outer, i, c, q[3], corner[3];
+    planes.Split(t, planes.L_div, outer, i, c);
+    boxes.InCoordinates(i, q);
+    for (int a = 0; a < 3; ++a) corner[a] = q[a] * boxes.stride[a];
+    const V value = x[t];
+    const Index o = Position(indices[t], planes.Lo);
+    bool inside = o != planes.Lo;
+    if (inside) {
+      Index r[3];
+      boxes.Coordinates(o, r);
+      for (int a = 0; a < 3; ++a)
+        inside = inside && r[a] >= corner[a] && r[a] < corner[a] + boxes.stride[a];
+    }
+    if (!inside) *flag = 1;
+    for (Index b0 = 0; b0 < boxes.stride[0]; ++b0) {
+      for (Index b1 = 0; b1 < boxes.stride[1]; ++b1) {
+        const Index row =
+            ((corner[0] + b0) * boxes.out[1] + corner[1] + b1) * boxes.out[2] + corner[2];
+        for (Index b2 = 0; b2 < boxes.stride[2]; ++b2)
+          out[planes.Out(outer, row + b2, c)] = row + b2 == o ? value : V(0);
+      }
+    }
   }
 };
 

@@ -103,6 +103,20 @@ inline Window InferWindow(const UnpoolShape& g) {
   return w;
 }
 
+// Whether the boxes tile the output (TiledScatter): extent == stride, no padding, every
+// output size the input size times the stride, and boxes of at most 64 positions (one
+// thread writes each).
+inline bool Tiles(const UnpoolShape& g, const Window& w) {
+  if (!w.given) return false;
+  int64_t box = 1;
+  for (int a = 0; a < 3; ++a) {
+    if (w.extent[a] != w.stride[a] || w.padding[a] != 0 || g.out[a] != g.in[a] * w.stride[a])
+      return false;
+    box *= w.stride[a];
+  }
+  return box <= 64;
+}
+
 // Whether the windowed pass can run: on every axis each input position's box, clipped to
 // the output, is non-empty (so that a thread owns its check), sizes are small enough for
 // 32-bit window arithmetic, and an output element has at most 64 candidate boxes.
@@ -143,6 +157,7 @@ Boxes<Index> MakeBoxes(const UnpoolShape& g, const Window& w) {
     b.stride[a] = static_cast<Index>(w.stride[a]);
     b.padding[a] = static_cast<Index>(w.padding[a]);
     b.first_owner_max[a] = static_cast<Index>(std::min(g.in[a] - 1, w.padding[a] / w.stride[a]));
+    b.in_div[a] = Divider<Index>(b.in[a]);
     b.out_div[a] = Divider<Index>(b.out[a]);
     b.stride_div[a] = Divider<Index>(b.stride[a]);
   }
@@ -186,10 +201,14 @@ void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
   const uint32_t* guard = nullptr;
   if (WindowedPassApplies(g, a.window)) {
     launch.Zero(flag, sizeof *flag);
-    launch.Run(static_cast<Index>(g.out_count()),
-               WindowedScatter<V, I, Index>{planes, MakeBoxes<Index>(g, a.window), x, indices,
-                                            out, flag},
-               nullptr);
+    const Boxes<Index> boxes = MakeBoxes<Index>(g, a.window);
+    if (Tiles(g, a.window)) {
+      launch.Run(static_cast<Index>(g.in_count()),
+                 TiledScatter<V, I, Index>{planes, boxes, x, indices, out, flag}, nullptr);
+    } else {
+      launch.Run(static_cast<Index>(g.out_count()),
+                 WindowedScatter<V, I, Index>{planes, boxes, x, indices, out, flag}, nullptr);
+    }
     guard = flag;
   }
   uint8_t* positions = a.workspace + kHeaderBytes;

@@ -48,7 +48,14 @@ class LoopLauncher {
 };
 
 // The forward's path, as the test reads it back.
-enum Path { kNothing = 0, kGeneral = 1, kWindowed = 2, kWindowedThenGeneral = 3 };
+enum Path {
+  kNothing = 0,
+  kGeneral = 1,
+  kWindowed = 2,
+  kWindowedThenGeneral = 3,
+  kTiled = 4,
+  kTiledThenGeneral = 5
+};
 
 class EmulatedDevice {
  public:
@@ -56,9 +63,16 @@ class EmulatedDevice {
 
   void Forward(const ForwardLaunch& a) {
     const bool windowed = jax_unpool::cuda::WindowedPassApplies(a.shape, a.window);
+    const bool tiled = windowed && jax_unpool::cuda::Tiles(a.shape, a.window);
     jax_unpool::cuda::RunForward(launch_, a);
     const uint32_t flag = *reinterpret_cast<const uint32_t*>(a.workspace);
-    path_ = !windowed ? kGeneral : flag ? kWindowedThenGeneral : kWindowed;
+    if (!windowed) {
+      path_ = kGeneral;
+    } else if (tiled) {
+      path_ = flag ? kTiledThenGeneral : kTiled;
+    } else {
+      path_ = flag ? kWindowedThenGeneral : kWindowed;
+    }
   }
   void Gather(const GatherLaunch& a) { jax_unpool::cuda::RunGather(launch_, a); }
   void FindFirstBad(const FirstBadLaunch& a) { jax_unpool::cuda::RunFindFirstBad(launch_, a); }

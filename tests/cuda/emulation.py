@@ -30,7 +30,7 @@ LIBRARY = "libcuda_emulation.so"
 # ffi::ErrorCode values (xla/ffi/api/c_api.h): what a failed call reports.
 INVALID_ARGUMENT, OUT_OF_RANGE = 3, 11
 # The forward's path (Path in emulation.cc).
-NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL = 0, 1, 2, 3
+NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL, TILED, TILED_THEN_GENERAL = range(6)
 
 
 class HandlerError(Exception):

@@ -174,17 +174,22 @@ def test_forward_equals_the_cpu_kernel(emulation, kind, dtype):
 def test_each_forward_path_is_taken_and_equals_the_cpu_kernel(emulation):
     rng = seeded("paths")
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
-    _, pooled_idx = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 8, 8)), 2)
-    pooled_idx = np.asarray(pooled_idx)
-    outside = pooled_idx.copy()
+    _, tiled = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 8, 8)), 2)
+    _, odd = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 9, 9)), 2)
+    _, overlapping = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 9, 9)), 3, 2)
+    tiled, odd, overlapping = np.asarray(tiled), np.asarray(odd), np.asarray(overlapping)
+    outside = tiled.copy()
     outside[1, 2, 3, 3] = 0  # far outside its box: the last position points at the first
     hint = ((2, 2), (2, 2), (0, 0))
-    cases = [(pooled_idx, (8, 8), hint, emu.WINDOWED),
-             (pooled_idx, (8, 8), None, emu.WINDOWED),  # the hint inferred from the sizes
-             (outside, (8, 8), hint, emu.WINDOWED_THEN_GENERAL),
-             (pooled_idx, (9, 9), None, emu.GENERAL)]  # 9 is no multiple of 4
+    cases = [(tiled, (8, 8), hint, emu.TILED),
+             (tiled, (8, 8), None, emu.TILED),  # the hint inferred from the sizes
+             (outside, (8, 8), hint, emu.TILED_THEN_GENERAL),
+             (odd, (9, 9), hint, emu.WINDOWED),  # a row and a column that no box covers
+             (overlapping, (9, 9), ((3, 3), (2, 2), (0, 0)), emu.WINDOWED),
+             (outside, (9, 9), hint, emu.WINDOWED_THEN_GENERAL),
+             (odd, (9, 9), None, emu.GENERAL)]  # 9 is no multiple of 4: no hint inferred
     paths = []
-    for idx, out_spatial, window, path in cases:
+    for idx, out_spatial, window, _ in cases:
         out, taken = emulation.forward(x, idx, (2, 3, *out_spatial), window=window)
         np.testing.assert_array_equal(out, cpu_unpool(x, idx, out_spatial, 2, False))
         paths.append(taken)
