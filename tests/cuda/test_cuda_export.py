@@ -4,8 +4,8 @@
 the checked targets where JAX_UNPOOL_CUDA_CHECK_INDICES=1, never a CPU target; other GPU
 platforms keep the XLA ops; `export_safety_checks()` covers the new targets.
 
-Where the package was built without CUDA these tests skip, saying so; CI, which builds
-the CUDA module, sets JAX_UNPOOL_EXPECT_CUDA=1 to make a missing module a failure."""
+Where the package was built without CUDA these tests skip, saying so;
+JAX_UNPOOL_EXPECT_CUDA=1 (tools/gpu-check sets it) makes a missing module a failure."""
 
 from __future__ import annotations
 
