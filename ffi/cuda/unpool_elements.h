@@ -1,7 +1,8 @@
 // The unpool kernels' per-element code: each functor's operator()(t) is what one GPU
-// thread does for element t of its launch (launcher.h runs it over a grid). The host
-// emulation runs the same functors in shuffled order (tests/cuda), so the results checked
-// there are these functions' results.
+// thread does for element t of its launch (unpool_plan.h launches them, and
+// device_launcher.cuh runs each as a grid-stride kernel). The host emulation runs the same
+// functors in a shuffled order (tests/cuda), so the results checked there are these
+// functions' results.
 //
 // Every functor keeps the rule that makes a launch's result independent of the schedule:
 // a location is written by one thread only, or only through commuting atomics (max, min),
@@ -52,7 +53,7 @@ JU_HD Index Position(I v, Index Lo) {
 }
 
 // ---------------------------------------------------------------------------------------
-// The forward's windowed pass
+// The forward's one-pass kernels, for indices in their windows: tiled and windowed
 // ---------------------------------------------------------------------------------------
 
 // A window hint on the k spatial axes, as 3 axes (D, H, W) whose leading ones have size 1
