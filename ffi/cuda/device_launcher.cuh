@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/unpool_plan.h"
+
 namespace jax_unpool {
 namespace cuda {
 
@@ -35,6 +37,10 @@ class DeviceLauncher {
         static_cast<unsigned>(std::min(wanted, guard != nullptr ? kGuardedBlocks : kBlocks));
     RunElements<<<blocks, kThreads, 0, stream_>>>(f, n, guard);
     Note(cudaGetLastError());
+  }
+  template <typename F>
+  void VisitOffsets(int64_t largest, F&& f) {
+    VisitOffsetType(largest, f);
   }
   void Zero(void* p, size_t bytes) { Fill(p, 0, bytes); }
   void Fill(void* p, int byte, size_t bytes) {

@@ -89,7 +89,7 @@ void RunPool(Launcher& launch, const PoolLaunch& a) {
     using Raw = typename Order::Raw;
     VisitIndex(a.index64, [&](auto index) {
       using I = typename decltype(index)::type;
-      VisitOffsetType(std::max(a.in_count(), a.out_count()), [&](auto offset) {
+      launch.VisitOffsets(std::max(a.in_count(), a.out_count()), [&](auto offset) {
         using Index = typename decltype(offset)::type;
         launch.Run(static_cast<Index>(a.out_count()),
                    PoolWindow<Order, I, Index>{MakePoolWindows<Index>(a), order,

@@ -4,8 +4,10 @@
 // compile's time (nvcc parses every header once per GPU architecture).
 //
 // A launcher has Run(n, functor, guard), which runs functor(t) for every t < n -- nothing
-// when `guard` is non-null and *guard == 0 on the device --, and Zero / Fill(device
-// pointer, byte, bytes).
+// when `guard` is non-null and *guard == 0 on the device --, Zero / Fill(device pointer,
+// byte, bytes), and VisitOffsets(largest, f), which calls f(Tag<Index>{}) with the offset
+// type of a call whose largest element count is `largest` (VisitOffsetType below; the
+// host emulation can force 64-bit offsets to check them on small inputs).
 #pragma once
 
 #include <algorithm>
@@ -227,7 +229,8 @@ template <typename Launcher>
 void RunForward(Launcher& launch, const ForwardLaunch& a) {
   VisitWidth(a.width, [&](auto value) {
     VisitIndex(a.index64, [&](auto index) {
-      VisitOffsetType(std::max(a.shape.in_count(), a.shape.out_count()), [&](auto offset) {
+      const int64_t largest = std::max(a.shape.in_count(), a.shape.out_count());
+      launch.VisitOffsets(largest, [&](auto offset) {
         LaunchForward<typename decltype(value)::type, typename decltype(index)::type,
                       typename decltype(offset)::type>(launch, a);
       });
@@ -252,7 +255,7 @@ void RunGather(Launcher& launch, const GatherLaunch& a) {
     using V = typename decltype(value)::type;
     VisitIndex(a.index64, [&](auto index) {
       using I = typename decltype(index)::type;
-      VisitOffsetType(std::max(g.in_count(), g.out_count()), [&](auto offset) {
+      launch.VisitOffsets(std::max(g.in_count(), g.out_count()), [&](auto offset) {
         using Index = typename decltype(offset)::type;
         launch.Run(static_cast<Index>(g.in_count()),
                    Gather<V, I, Index>{MakePlanes<Index>(g), static_cast<const V*>(a.grad),
@@ -277,7 +280,7 @@ void RunFindFirstBad(Launcher& launch, const FirstBadLaunch& a) {
   launch.Fill(a.first, 0xff, sizeof *a.first);
   VisitIndex(a.index64, [&](auto index) {
     using I = typename decltype(index)::type;
-    VisitOffsetType(std::max(a.count, a.Lo), [&](auto offset) {
+    launch.VisitOffsets(std::max(a.count, a.Lo), [&](auto offset) {
       using Index = typename decltype(offset)::type;
       launch.Run(static_cast<Index>(a.count),
                  FindFirstBadIndex<I, Index>{static_cast<Index>(a.Lo),

@@ -28,9 +28,22 @@ using jax_unpool::cuda::ForwardLaunch;
 using jax_unpool::cuda::GatherLaunch;
 using jax_unpool::cuda::PoolLaunch;
 
+// Whether every launch takes 64-bit offsets, as calls of 2^31 elements or more do
+// (ju_set_wide_offsets): their code, checked on small inputs.
+bool wide_offsets = false;
+
 class LoopLauncher {
  public:
   explicit LoopLauncher(uint64_t seed) : rng_(seed) {}
+
+  template <typename F>
+  void VisitOffsets(int64_t largest, F&& f) {
+    if (wide_offsets) {
+      f(jax_unpool::cuda::Tag<uint64_t>{});
+    } else {
+      jax_unpool::cuda::VisitOffsetType(largest, f);
+    }
+  }
 
   template <typename Index, typename F>
   void Run(Index n, const F& f, const uint32_t* guard) {
@@ -208,6 +221,8 @@ int ju_pool(Buffer x, Buffer values, Buffer indices, int channels_last, const in
       ceil_mode != 0);
   return Report(e, message, message_size);
 }
+
+void ju_set_wide_offsets(int wide) { wide_offsets = wide != 0; }
 
 int64_t ju_position_bytes(int64_t width, int64_t L, int64_t Lo) {
   return jax_unpool::cuda::PositionBytes(width, L, Lo);

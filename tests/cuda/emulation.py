@@ -98,6 +98,7 @@ class Emulation:
                                     i64]
         lib.ju_pool.argtypes = [buffer, buffer, buffer, ctypes.c_int, longs, longs, longs, longs,
                                 i64, ctypes.c_int, u64, text, i64]
+        lib.ju_set_wide_offsets.argtypes = [ctypes.c_int]
         lib.ju_position_bytes.argtypes = [i64, i64, i64]
         lib.ju_position_bytes.restype = i64
         lib.ju_divider_mismatches.argtypes = [u64, i64]
@@ -171,6 +172,10 @@ class Emulation:
                                  k, int(ceil_mode), seed, message, len(message))
         self._check(code, message)
         return values, indices
+
+    def wide_offsets(self, wide: bool) -> None:
+        """Every launch with 64-bit offsets (as calls of 2**31 elements or more), or not."""
+        self._lib.ju_set_wide_offsets(int(wide))
 
     def position_bytes(self, width: int, plane: int, out_plane: int) -> int:
         return self._lib.ju_position_bytes(width, plane, out_plane)

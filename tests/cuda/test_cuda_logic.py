@@ -284,6 +284,43 @@ def test_mismatched_buffers_are_refused_with_the_shared_message(emulation):
 
 
 # --------------------------------------------------------------------------------------
+# 64-bit offsets (calls of 2**31 elements or more), forced on small inputs
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def wide(emulation):
+    emulation.wide_offsets(True)
+    yield emulation
+    emulation.wide_offsets(False)
+
+
+@pytest.mark.parametrize("op", [*(f"forward-{kind}" for kind in KINDS), "backward", "pool"])
+def test_64_bit_offsets_give_the_cpu_kernels_results(wide, op):
+    rng = seeded("wide", op)
+    for seed, (k, last) in enumerate(LAYOUTS):
+        dtype = ("float32", "bfloat16", "int8")[seed % 3]
+        index_dtype = (np.int32, np.int64)[seed % 2]
+        if op == "backward":
+            grad, idx, out_spatial = backward_case(rng, k, last, dtype, index_dtype)
+            out = (wide.backward(grad, idx, channels_last=last, k=k, seed=seed),)
+            expected = (cpu_backward(grad, idx, out_spatial, k, last),)
+        elif op == "pool":
+            window, ceil_mode, in_spatial = pool_geometry(rng, k)
+            x = pool_values(rng, layout(2, 3, in_spatial, last), dtype)
+            out = wide.pool(x, *window, ceil_mode, channels_last=last, index_dtype=index_dtype,
+                            seed=seed)
+            expected = cpu_pool(x, window, ceil_mode, k, last, index_dtype)
+        else:
+            kind = op.removeprefix("forward-")
+            x, idx, out_spatial, window = forward_case(rng, k, last, kind, dtype, index_dtype)
+            out = wide.forward(x, idx, out_shape_of(x, out_spatial, k, last),
+                               channels_last=last, k=k, window=window, seed=seed)[:1]
+            expected = (cpu_unpool(x, idx, out_spatial, k, last),)
+        for a, b in zip(out, expected, strict=True):  # (result,) or (values, indices)
+            np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"k={k} last={last}")
+
+
+# --------------------------------------------------------------------------------------
 # Arithmetic the kernels rely on
 # --------------------------------------------------------------------------------------
 
