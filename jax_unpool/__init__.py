@@ -25,7 +25,6 @@ from jax_unpool.pooling import (
     max_pool3d_with_indices,
     max_pool3d_with_indices_p,
 )
-
 # Then the platforms register their lowerings, and the modules built on them follow.
 from jax_unpool import backends
 from jax_unpool.backends import export_safety_checks

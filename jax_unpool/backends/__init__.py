@@ -4,6 +4,8 @@
 
 - `xla`: XLA's own ops, the default lowering on every platform;
 - `cpu`: the C++ kernels (ffi/cpu/), on "cpu";
+- `cuda`: the CUDA kernels (ffi/cuda/), on "cuda", where the build has the optional
+  `_jax_unpool_cuda` module (other GPU platforms keep the XLA ops);
 - `npu`: CANN's aclnn operators (ffi/npu/); installed at run time by
   ``jax_unpool.npu.register``.
 """
@@ -14,7 +16,7 @@ import importlib
 
 import jax.export
 
-PLATFORMS = ("xla", "cpu", "npu")  # in this order: the default first
+PLATFORMS = ("xla", "cpu", "cuda", "npu")  # in this order: the default first
 
 
 def _modules():

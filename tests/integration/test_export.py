@@ -76,9 +76,12 @@ def test_safety_checks_name_the_stable_targets():
              "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1",
              "jax_unpool_aclnn_max_pool2d_with_indices_v1",
              "jax_unpool_aclnn_max_pool3d_with_argmax_v1")
+    cuda = tuple(f"jax_unpool_cuda_{op}_v1" for op in (
+        "max_unpool", "max_unpool_checked", "max_unpool_backward", "max_unpool_backward_checked",
+        "max_pool"))
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
                                               for t in (*STABLE_TARGETS, POOL_TARGET,
-                                                        *V1_TARGETS, *aclnn)}
+                                                        *V1_TARGETS, *aclnn, *cuda)}
 
 
 def test_export_without_the_safety_checks_is_refused(operands):
@@ -93,18 +96,25 @@ def test_exported_step_calls_both_stable_targets(operands):
 
 
 def test_cuda_lowering_calls_no_cpu_target(operands):
+    # The jnp reference, or the CUDA kernels where this build has them (tests/backends/cuda).
     cuda = export(("cuda",), operands, disabled_checks=ju.export_safety_checks())
-    assert "jax_unpool_" not in cuda.mlir_module()
+    targets = re.findall(r"custom_call @(jax_unpool_\w+)", cuda.mlir_module())
+    assert all(t.startswith("jax_unpool_cuda_") for t in targets)
 
 
 def test_multi_platform_export_keeps_cpu_targets_out_of_the_cuda_branch(operands):
     both = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
     cases = [branches for branches in case_branch_targets(both.mlir_module())
              if any(branches)]
-    # Per op: the CPU branch calls its kernel, the CUDA branch (the jnp reference) none.
+    # Per op: the CPU branch calls its kernel, the CUDA branch the jnp reference (no
+    # target) or, where this build has them, the CUDA kernels (tests/backends/cuda).
     assert [len(branches) for branches in cases] == [2, 2]
-    assert all(set() in branches for branches in cases)
-    assert set().union(*(t for branches in cases for t in branches)) == set(STABLE_TARGETS)
+    for branches in cases:
+        cpu, other = sorted(branches, key=lambda t: not t & set(STABLE_TARGETS))
+        assert len(cpu) == 1 and cpu <= set(STABLE_TARGETS)
+        assert all(n.startswith("jax_unpool_cuda_") for n in other)
+    assert set().union(*(t for branches in cases for t in branches
+                         if not any("cuda" in n for n in t))) == set(STABLE_TARGETS)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+// What every CUDA handler body shares (unpool_call.h, pool_call.h): the device they run
+// on, and the rule that no exception crosses the FFI boundary.
+//
+// A device has Forward / Gather / FindFirstBad / Pool(launch), which launch a plan
+// (unpool_plan.h, pool_plan.h) without waiting for it, Zero(device pointer, bytes),
+// CopyToHost(host, device, bytes), which waits for the copy, and Status(op): the first
+// failure of any of them as an ffi::Error. cuda_device.h is the GPU on XLA's stream; the
+// host emulation (tests/cuda/emulation.cc) runs the plans with a looping launcher.
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+namespace ffi = xla::ffi;
+
+// body(), with any exception (an allocation failure while building a message) as INTERNAL.
+template <typename Body>
+ffi::Error NoThrow(const char* op, Body body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string(op) + ": " + e.what());
+  } catch (...) {
+    return ffi::Error::Internal(std::string(op) + ": unknown C++ exception");
+  }
+}
+
+}  // namespace cuda
+}  // namespace jax_unpool

@@ -1,0 +1,130 @@
+// What the CUDA kernels' per-element code needs from the compiler, in one place: the
+// qualifiers, the atomics, bit casts and division by a run-time constant. Under nvcc this
+// is device code. The host emulation (tests/cuda/emulation.cc) compiles the same headers
+// with a plain C++ compiler: the qualifiers vanish and the atomics become the host's, so
+// that the kernels' logic runs, and is checked, where there is no GPU.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define JU_HD __host__ __device__ __forceinline__
+#else
+#define JU_HD inline
+#endif
+
+namespace jax_unpool {
+namespace cuda {
+
+template <typename To, typename From>
+JU_HD To BitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "BitCast needs equal sizes");
+  To to;
+  memcpy(&to, &from, sizeof to);
+  return to;
+}
+
+// The high 32 bits of a * b.
+JU_HD uint32_t MulHi(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+#endif
+}
+
+// Division by a divisor fixed for a whole launch. uint32_t: by multiplication with a
+// magic number (Granlund-Montgomery, as PyTorch's IntDivider), valid for dividends and
+// divisors in [1, 2^31) -- a call whose counts exceed that uses uint64_t, which divides
+// plainly (slower; GPUs have no 64-bit divide instruction).
+template <typename T>
+struct Divider;
+
+template <>
+struct Divider<uint32_t> {
+  uint32_t divisor = 1, magic = 1;
+  uint32_t shift = 0;
+
+  Divider() = default;
+  explicit Divider(uint32_t d) : divisor(d) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d) / d + 1);
+  }
+  JU_HD uint32_t Div(uint32_t n) const { return (MulHi(n, magic) + n) >> shift; }
+  JU_HD uint32_t Mod(uint32_t n) const { return n - Div(n) * divisor; }
+};
+
+template <>
+struct Divider<uint64_t> {
+  uint64_t divisor = 1;
+
+  Divider() = default;
+  explicit Divider(uint64_t d) : divisor(d) {}
+  JU_HD uint64_t Div(uint64_t n) const { return n / divisor; }
+  JU_HD uint64_t Mod(uint64_t n) const { return n % divisor; }
+};
+
+// Atomics on global memory. Each kernel writes a location either from one thread only,
+// or through these (max and min commute, so the result is the same whatever the order):
+// that is what makes every kernel's result independent of the schedule.
+JU_HD void AtomicMax(uint32_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicMax(reinterpret_cast<unsigned int*>(p), v);
+#else
+  uint32_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (seen < v &&
+         !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+JU_HD void AtomicMax(uint64_t* p, uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+#else
+  uint64_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (seen < v &&
+         !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+JU_HD void AtomicMin(uint64_t* p, uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+#else
+  uint64_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (seen > v &&
+         !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+#endif
+}
+
+JU_HD uint32_t AtomicCas(uint32_t* p, uint32_t expected, uint32_t desired) {
+#if defined(__CUDA_ARCH__)
+  return atomicCAS(reinterpret_cast<unsigned int*>(p), expected, desired);
+#else
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected;  // the value seen: `expected` as passed iff the swap happened
+#endif
+}
+
+// 16 bits have no atomic max: a compare-and-swap of the aligned 32-bit word holding them
+// (little-endian). The caller guarantees that the word lies inside the buffer (an even
+// element count and a 4-byte aligned start).
+JU_HD void AtomicMax(uint16_t* p, uint16_t v) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t* word = reinterpret_cast<uint32_t*>(address & ~uintptr_t{3});
+  const uint32_t shift = (address & 2) ? 16 : 0;
+  uint32_t seen = *word;
+  while (((seen >> shift) & 0xffffu) < v) {
+    const uint32_t desired = (seen & ~(0xffffu << shift)) | (static_cast<uint32_t>(v) << shift);
+    const uint32_t before = AtomicCas(word, seen, desired);
+    if (before == seen) return;
+    seen = before;
+  }
+}
+
+}  // namespace cuda
+}  // namespace jax_unpool

@@ -1,0 +1,62 @@
+// The device launcher of the plans (unpool_plan.h): each functor runs as a grid-stride
+// kernel on XLA's stream; nothing synchronises. The first failed launch or memset is kept.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/unpool_plan.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+// Runs f(t) for every t < n; nothing when `guard` is non-null and *guard == 0 (the
+// general pass after a windowed one that found every index in its box).
+template <typename Index, typename F>
+__global__ void __launch_bounds__(256) RunElements(F f, Index n, const uint32_t* guard) {
+  if (guard != nullptr && *guard == 0) return;
+  const Index step = static_cast<Index>(blockDim.x) * gridDim.x;
+  for (Index t = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; t < n; t += step)
+    f(t);
+}
+
+class DeviceLauncher {
+ public:
+  explicit DeviceLauncher(cudaStream_t stream) : stream_(stream) {}
+
+  template <typename Index, typename F>
+  void Run(Index n, const F& f, const uint32_t* guard) {
+    if (n == 0 || error_ != cudaSuccess) return;
+    // A grid of a few waves (an H100 or H200 holds 132 x 8 such blocks at once). A guarded
+    // launch gets fewer blocks: it usually exits at once, and blocks are not free.
+    constexpr uint64_t kThreads = 256, kBlocks = 4096, kGuardedBlocks = 1024;
+    const uint64_t wanted = (static_cast<uint64_t>(n) + kThreads - 1) / kThreads;
+    const unsigned blocks =
+        static_cast<unsigned>(std::min(wanted, guard != nullptr ? kGuardedBlocks : kBlocks));
+    RunElements<<<blocks, kThreads, 0, stream_>>>(f, n, guard);
+    Note(cudaGetLastError());
+  }
+  template <typename F>
+  void VisitOffsets(int64_t largest, F&& f) {
+    VisitOffsetType(largest, f);
+  }
+  void Zero(void* p, size_t bytes) { Fill(p, 0, bytes); }
+  void Fill(void* p, int byte, size_t bytes) {
+    if (error_ == cudaSuccess) Note(cudaMemsetAsync(p, byte, bytes, stream_));
+  }
+  // cudaGetLastError also reports an earlier asynchronous failure on this device: it
+  // fails this call too, as in jax's own CUDA FFI example.
+  cudaError_t error() const { return error_; }
+
+ private:
+  void Note(cudaError_t e) {
+    if (error_ == cudaSuccess) error_ = e;
+  }
+  cudaStream_t stream_;
+  cudaError_t error_ = cudaSuccess;
+};
+
+}  // namespace cuda
+}  // namespace jax_unpool

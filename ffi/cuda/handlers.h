@@ -1,0 +1,21 @@
+// The CUDA handlers (XLA FFI, platform "CUDA"), registered by jax_unpool/backends/cuda.py
+// from the capsules of the _jax_unpool_cuda module:
+//   MaxUnpoolCuda(+Checked)          jax_unpool_cuda_max_unpool(_checked)_v1
+//   MaxUnpoolBackwardCuda(+Checked)  jax_unpool_cuda_max_unpool_backward(_checked)_v1
+//   MaxPoolCuda                      jax_unpool_cuda_max_pool_v1
+// Semantics and calling conventions: unpool_call.h and pool_call.h.
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolCheckedCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCheckedCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPoolCuda);
+
+}  // namespace cuda
+}  // namespace jax_unpool

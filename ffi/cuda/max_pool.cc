@@ -1,0 +1,40 @@
+// CUDA max pool with indices: x -> (values, indices); semantics in pool_call.h, the
+// kernel in pool_elements.h.
+#include "cuda/cuda_device.h"
+#include "cuda/handlers.h"
+#include "cuda/pool_call.h"
+
+namespace jax_unpool {
+namespace cuda {
+namespace {
+
+ffi::Error MaxPool(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+                   ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
+                   ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
+                   ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
+                   bool ceil_mode) {
+  return NoThrow("max_pool", [&] {
+    CudaDevice device(stream);
+    return MaxPoolCall(device, x, *values, *indices, channels_last, kernel_size, stride,
+                       padding, dilation, ceil_mode);
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCuda, MaxPool,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Ret<ffi::AnyBuffer>()  // values
+                                  .Ret<ffi::AnyBuffer>()  // indices
+                                  .Attr<bool>("channels_last")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("padding")
+                                  .Attr<ffi::Span<const int64_t>>("dilation")
+                                  .Attr<bool>("ceil_mode"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace cuda
+}  // namespace jax_unpool

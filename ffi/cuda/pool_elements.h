@@ -1,0 +1,224 @@
+// The max pool's per-element code (one GPU thread per output element), with the order
+// each dtype is compared in. The orders are the CPU kernel's (cpu/pool_values.h), written
+// for the device: a dtype is moved as its storage type `Raw`, bit for bit, and compared as
+// a `Key` -- the value itself for float32 and float64, an unsigned int ordered as the
+// value for the integers and bool, the exact float32 value for float16, bfloat16 and the
+// float8 types (so -0.0 == 0.0 and NaN is unordered, as in PyTorch's loop). The host
+// emulation (tests/cuda) checks every dtype against the CPU kernel bit for bit.
+//
+// The kernels are built without fast math: float compares on the GPU are exact for
+// subnormals too, as the CPU kernel makes its own (ExactFloatCompares in cpu/max_pool.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+JU_HD float FloatFromBits(uint32_t bits) { return BitCast<float>(bits); }
+
+// float32 and float64.
+template <typename T, typename Bits>
+struct NativeOrder {
+  using Raw = T;
+  using Key = T;
+  JU_HD Key Decode(Raw r) const { return r; }
+  // Below (or tied with) every value, never NaN: what padding counts as; -inf.
+  JU_HD Raw Lowest() const {
+    return BitCast<T>(static_cast<Bits>(sizeof(T) == 4 ? 0xff800000u : 0xfff0000000000000u));
+  }
+};
+using Float32Order = NativeOrder<float, uint32_t>;
+using Float64Order = NativeOrder<double, uint64_t>;
+
+// Integers and bool by width: a signed int compares as its bits with the sign bit flipped.
+template <typename U>
+struct IntegerOrder {
+  using Raw = U;
+  using Key = U;
+  U sign;  // the sign bit for signed ints, 0 for unsigned ones and bool
+  JU_HD Key Decode(Raw r) const { return static_cast<U>(r ^ sign); }
+  JU_HD Raw Lowest() const { return sign; }
+};
+
+struct HalfOrder {
+  using Raw = uint16_t;
+  using Key = float;
+  JU_HD Key Decode(Raw h) const {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float32
+      const float magnitude = static_cast<float>(mantissa) * FloatFromBits(0x33800000u);
+      return sign ? -magnitude : magnitude;
+    }
+    return FloatFromBits(exponent == 0x1f ? sign | 0x7f800000u | (mantissa << 13)  // inf, NaN
+                                          : sign | ((exponent + 112) << 23) | (mantissa << 13));
+  }
+  JU_HD Raw Lowest() const { return 0xfc00; }  // -inf
+};
+
+struct BFloat16Order {
+  using Raw = uint16_t;
+  using Key = float;
+  JU_HD Key Decode(Raw h) const { return FloatFromBits(static_cast<uint32_t>(h) << 16); }
+  JU_HD Raw Lowest() const { return 0xff80; }  // -inf
+};
+
+// 2^e as a float32 for e in [-149, 127], subnormals included.
+JU_HD float Pow2(int e) {
+  return e >= -126 ? FloatFromBits(static_cast<uint32_t>(e + 127) << 23)
+                   : FloatFromBits(uint32_t{1} << (e + 149));
+}
+
+// The float8 formats (ml_dtypes' definitions, as cpu/pool_values.h reads them), decoded by
+// arithmetic on the device; `lowest` is the format's -inf, or its most negative finite
+// value where it has no inf (what the handler finds by decoding all 256 codes).
+struct Float8Order {
+  enum Special : uint8_t { kIeee, kFiniteNanAllOnes, kNanIsNegativeZero, kUnsignedExponent };
+  using Raw = uint8_t;
+  using Key = float;
+  uint8_t exponent_bits, mantissa_bits;
+  int16_t bias;
+  Special special;
+  uint8_t lowest;
+
+  JU_HD Key Decode(Raw code) const {
+    const float nan = FloatFromBits(0x7fc00000u);
+    if (special == kUnsignedExponent)  // e8m0fnu: 2^(code - 127), 0xff NaN
+      return code == 0xff ? nan : Pow2(static_cast<int>(code) - bias);
+    const int all_ones = (1 << exponent_bits) - 1, mantissa_ones = (1 << mantissa_bits) - 1;
+    const bool negative = (code & 0x80) != 0;
+    const int exponent = (code >> mantissa_bits) & all_ones, mantissa = code & mantissa_ones;
+    if (special == kIeee && exponent == all_ones) {
+      return mantissa ? nan : FloatFromBits(negative ? 0xff800000u : 0x7f800000u);
+    }
+    if (special == kFiniteNanAllOnes && exponent == all_ones && mantissa == mantissa_ones)
+      return nan;
+    if (special == kNanIsNegativeZero && code == 0x80) return nan;
+    // Exact: at most 4 significant bits times a power of two inside float32's range.
+    const float magnitude =
+        exponent == 0
+            ? static_cast<float>(mantissa) * Pow2(1 - bias - mantissa_bits)
+            : static_cast<float>((1 << mantissa_bits) | mantissa) *
+                  Pow2(exponent - bias - mantissa_bits);
+    return negative ? -magnitude : magnitude;
+  }
+  JU_HD Raw Lowest() const { return lowest; }
+};
+
+// PyTorch's test, `val > maxval || isnan(val)`: a NaN replaces anything, the last NaN in
+// scan order wins, and nothing but a NaN replaces a NaN.
+template <typename Key>
+JU_HD bool Replaces(Key v, Key best) {
+  return v > best || v != v;  // v != v is false for the integer keys
+}
+
+// The pool's window arithmetic on 3 axes (D, H, W); a 1-D or 2-D pool has leading axes of
+// size 1 with a window of 1 (as cpu/pool_geometry.h).
+template <typename Index>
+struct PoolWindows {
+  Index inner = 1;  // C channels last, 1 channels first
+  Index in_plane = 1;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+  // Flat distance between neighbouring taps along each axis (0 for a window of 1).
+  Index step[3] = {0, 0, 0};
+  Divider<Index> inner_div, out_div[3];
+
+  // Input coordinate of tap t of window o along axis a (may lie in the padding).
+  JU_HD int64_t Tap(int a, int64_t o, int64_t t) const {
+    return o * stride[a] - pad[a] + t * dil[a];
+  }
+  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
+  // past the left padding; past the input when a ceil_mode window holds only padding.
+  JU_HD int64_t First(int a, int64_t o) const {
+    const int64_t start = o * stride[a] - pad[a];
+    return start >= 0 ? start : start + (-start + dil[a] - 1) / dil[a] * dil[a];
+  }
+};
+
+// One output element: the first maximum of its window in PyTorch's scan order (row-major
+// over the taps, padding skipped), starting from (Lowest(), the initial argmax).
+template <typename Order, typename I, typename Index>
+struct PoolWindow {
+  using Raw = typename Order::Raw;
+  using Key = typename Order::Key;
+  PoolWindows<Index> w;
+  Order order;
+  const Raw* x;
+  Raw* values;
+  I* indices;
+
+  JU_HD void operator()(Index t) const {
+    Index rest = t, c = 0;
+    if (w.inner != 1) {
+      rest = w.inner_div.Div(t);
+      c = t - rest * w.inner;
+    }
+    int64_t o[3];
+    for (int a = 2; a >= 0; --a) {
+      const Index next = w.out_div[a].Div(rest);
+      o[a] = static_cast<int64_t>(rest - next * w.out_div[a].divisor);
+      rest = next;
+    }
+    const Raw* plane = x + rest * w.in_plane * w.inner + c;  // rest: the image or plane
+    Raw best_raw = order.Lowest();
+    Key best = order.Decode(best_raw);
+    int64_t best_at;
+    bool inside = true;  // every tap inside the input: no bounds to check
+    int64_t start[3];
+    for (int a = 0; a < 3; ++a) {
+      start[a] = o[a] * w.stride[a] - w.pad[a];
+      inside = inside && start[a] >= 0 && start[a] + (w.kernel[a] - 1) * w.dil[a] < w.in[a];
+    }
+    if (inside) {
+      const Index first = static_cast<Index>((start[0] * w.in[1] + start[1]) * w.in[2] + start[2]);
+      Index at = first;
+      for (int64_t td = 0; td < w.kernel[0]; ++td) {
+        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+          const Index row = first + static_cast<Index>(td) * w.step[0] +
+                            static_cast<Index>(th) * w.step[1];
+          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+            const Index tap = row + static_cast<Index>(tw) * w.step[2];
+            Consider(plane[tap * w.inner], tap, best_raw, best, at);
+          }
+        }
+      }
+      best_at = static_cast<int64_t>(at);
+    } else {
+      best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
+      for (int64_t td = 0; td < w.kernel[0]; ++td) {
+        const int64_t d = w.Tap(0, o[0], td);
+        if (d < 0 || d >= w.in[0]) continue;
+        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+          const int64_t h = w.Tap(1, o[1], th);
+          if (h < 0 || h >= w.in[1]) continue;
+          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+            const int64_t x_w = w.Tap(2, o[2], tw);
+            if (x_w < 0 || x_w >= w.in[2]) continue;
+            const int64_t tap = (d * w.in[1] + h) * w.in[2] + x_w;
+            Consider(plane[static_cast<Index>(tap) * w.inner], tap, best_raw, best, best_at);
+          }
+        }
+      }
+    }
+    values[t] = best_raw;
+    indices[t] = static_cast<I>(best_at);
+  }
+
+ private:
+  template <typename At>
+  JU_HD void Consider(Raw raw, At tap, Raw& best_raw, Key& best, At& best_at) const {
+    const Key v = order.Decode(raw);
+    if (Replaces(v, best)) {
+      best = v;
+      best_raw = raw;
+      best_at = tap;
+    }
+  }
+};
+
+}  // namespace cuda
+}  // namespace jax_unpool

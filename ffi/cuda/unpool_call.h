@@ -1,0 +1,253 @@
+// The CUDA unpool handlers' bodies, on any device (call.h): the buffers and attributes
+// checked as the CPU handlers check them (common/buffer_checks.h, the same messages), the
+// geometry read, and the plan (unpool_plan.h) launched.
+//
+// Semantics: the CPU kernels', bit for bit, for every index inside its plane:
+// - forward: zeros, then out[n, c, indices[n, c, i]] = x[n, c, i]; among duplicated
+//   indices the largest input position i wins, deterministically;
+// - backward: out[n, c, i] = grad_output[n, c, indices[n, c, i]].
+// An index outside its plane is, by default, dropped by the forward and reads 0 in the
+// backward (as XLA's scatter and gather on GPU, what ju.reference does there), with no
+// host round trip. The *checked* targets (chosen at lowering time by
+// JAX_UNPOOL_CUDA_CHECK_INDICES=1) first look for the first bad index in flat order, copy
+// the answer to the host and wait for it, and fail the call with the CPU kernels'
+// OUT_OF_RANGE message naming it (no result is written).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "common/buffer_checks.h"
+#include "common/value_types.h"
+#include "cuda/call.h"
+#include "cuda/unpool_plan.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+inline const char* UnpoolOpName(bool forward, int64_t k) {
+  static constexpr const char* kForward[] = {"max_unpool1d", "max_unpool2d", "max_unpool3d"};
+  static constexpr const char* kBackward[] = {
+      "max_unpool1d_backward", "max_unpool2d_backward", "max_unpool3d_backward"};
+  return (forward ? kForward : kBackward)[k - 1];
+}
+
+// The same text as the CPU handlers' (CheckSpatialRank in cpu/plane_kernel.h).
+inline ffi::Error CheckSpatialRank(bool forward, int64_t k) {
+  if (k >= 1 && k <= 3) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(
+      std::string(forward ? "max_unpool" : "max_unpool_backward") +
+      ": spatial_rank must be 1, 2 or 3, got " + std::to_string(k));
+}
+
+// The geometry of spatial rank k from an input-side and an output-side buffer that
+// buffer_checks.h found consistent (as ReadGeometry in cpu/planes.h).
+inline UnpoolShape ReadShape(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
+                             bool channels_last, int k) {
+  const size_t rank = in.size();
+  const size_t s = rank - k - (channels_last ? 1 : 0);  // the first spatial dim
+  UnpoolShape g;
+  g.k = k;
+  g.channels_last = channels_last;
+  g.N = rank == static_cast<size_t>(k) + 2 ? in[0] : 1;
+  g.C = in[channels_last ? rank - 1 : rank - 1 - k];
+  for (int d = 0; d < k; ++d) {
+    g.in[3 - k + d] = in[s + d];
+    g.out[3 - k + d] = out[s + d];
+    g.L *= in[s + d];
+    g.Lo *= out[s + d];
+  }
+  return g;
+}
+
+// OUT_OF_RANGE for the index `value` at element offset `flat` of the indices: the CPU
+// handlers' message (OutOfRangeError in cpu/planes.h), word for word.
+inline ffi::Error OutOfRange(const char* op, const UnpoolShape& g, int64_t flat, int64_t value) {
+  int64_t n, c, i;
+  if (g.channels_last) {
+    c = flat % g.C;
+    i = flat / g.C % g.L;
+    n = flat / g.C / g.L;
+  } else {
+    i = flat % g.L;
+    c = flat / g.L % g.C;
+    n = flat / g.L / g.C;
+  }
+  std::string sizes;
+  for (int d = 3 - g.k; d < 3; ++d) sizes += (d > 3 - g.k ? "x" : "") + std::to_string(g.out[d]);
+  const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
+  return ffi::Error(ffi::ErrorCode::kOutOfRange,
+                    std::string(op) + ": index " + std::to_string(value) + " at (n=" +
+                        std::to_string(n) + ", c=" + std::to_string(c) + ", i=" +
+                        std::to_string(i) + ") of indices is out of range: valid indices are [0, " +
+                        std::to_string(g.Lo) + ") for an output " + what + " of " + sizes + " (" +
+                        PositionsNote(g.k) + ")");
+}
+
+// The forward's window hint: the attributes window_extent, window_stride and
+// window_padding, k entries each, or all empty. A hint never changes a result.
+inline ffi::ErrorOr<Window> ReadWindow(const char* op, int k, ffi::Span<const int64_t> extent,
+                                       ffi::Span<const int64_t> stride,
+                                       ffi::Span<const int64_t> padding) {
+  Window w;
+  if (extent.size() == 0 && stride.size() == 0 && padding.size() == 0) return w;
+  const size_t want = static_cast<size_t>(k);
+  const std::string got = "window_extent=" + ShapeString(extent) +
+                          ", window_stride=" + ShapeString(stride) +
+                          ", window_padding=" + ShapeString(padding);
+  if (extent.size() != want || stride.size() != want || padding.size() != want) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        std::string(op) + ": window_extent, window_stride and window_padding must be empty or "
+        "have " + std::to_string(k) + " entries each, got " + got));
+  }
+  constexpr int64_t kMax = int64_t{1} << 31;
+  for (size_t a = 0; a < want; ++a) {
+    if (extent[a] < 1 || extent[a] > kMax || stride[a] < 1 || stride[a] > kMax ||
+        padding[a] < 0 || padding[a] > kMax) {
+      return ffi::Unexpected(ffi::Error::InvalidArgument(
+          std::string(op) + ": the window must have extent and stride in [1, 2^31] and "
+          "padding in [0, 2^31], got " + got));
+    }
+    const size_t axis = 3 - want + a;
+    w.extent[axis] = extent[a];
+    w.stride[axis] = stride[a];
+    w.padding[axis] = padding[a];
+  }
+  w.given = true;
+  return w;
+}
+
+// The workspace must hold `needed` bytes, 8-byte aligned (its header's uint64).
+inline ffi::Error CheckWorkspace(const char* op, const ffi::AnyBuffer& workspace,
+                                 int64_t needed) {
+  const int64_t bytes = static_cast<int64_t>(workspace.size_bytes());
+  if (bytes < needed) {
+    return ffi::Error::InvalidArgument(
+        std::string(op) + ": workspace has shape " + ShapeString(workspace.dimensions()) +
+        " (" + std::to_string(bytes) + " bytes) but this call needs at least " +
+        std::to_string(needed) + " bytes");
+  }
+  if (reinterpret_cast<uintptr_t>(workspace.untyped_data()) % 8 != 0)
+    return ffi::Error::InvalidArgument(std::string(op) + ": workspace is not 8-byte aligned");
+  return ffi::Error::Success();
+}
+
+// Checked calls: the first index outside the plane, in flat order, fails the call.
+template <typename Device>
+ffi::Error CheckIndices(Device& device, const char* op, const UnpoolShape& g,
+                        const ffi::AnyBuffer& indices, uint8_t* workspace) {
+  FirstBadLaunch a;
+  a.Lo = g.Lo;
+  a.count = g.in_count();
+  a.index64 = indices.element_type() == ffi::DataType::S64;
+  a.indices = indices.untyped_data();
+  a.first = reinterpret_cast<uint64_t*>(workspace + 8);
+  device.FindFirstBad(a);
+  uint64_t first = ~uint64_t{0};
+  device.CopyToHost(&first, a.first, sizeof first);
+  if (ffi::Error e = device.Status(op); !e.success()) return e;
+  if (first == ~uint64_t{0}) return ffi::Error::Success();
+  const int64_t width = a.index64 ? 8 : 4;
+  int64_t value = 0;
+  int32_t value32 = 0;
+  device.CopyToHost(a.index64 ? static_cast<void*>(&value) : &value32,
+                    static_cast<const uint8_t*>(a.indices) + first * width, width);
+  if (ffi::Error e = device.Status(op); !e.success()) return e;
+  return OutOfRange(op, g, static_cast<int64_t>(first), a.index64 ? value : value32);
+}
+
+// max_unpool{k}d: (x, indices) -> (out, workspace); attributes channels_last,
+// spatial_rank and the window hint.
+template <typename Device>
+ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
+                         const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
+                         const ffi::AnyBuffer& workspace, bool channels_last, int64_t k,
+                         ffi::Span<const int64_t> window_extent,
+                         ffi::Span<const int64_t> window_stride,
+                         ffi::Span<const int64_t> window_padding) {
+  if (ffi::Error e = CheckSpatialRank(true, k); !e.success()) return e;
+  const char* op = UnpoolOpName(true, k);
+  const int rank = static_cast<int>(k);
+  if (ffi::Error e = CheckForwardBuffers(op, x, indices, out, channels_last, rank);
+      !e.success())
+    return e;
+  const int64_t width = MovableByteWidth(x.element_type());
+  if (width == 0) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": unsupported value dtype " +
+                                       DataTypeName(x.element_type()));
+  }
+  ffi::ErrorOr<Window> hint = ReadWindow(op, rank, window_extent, window_stride, window_padding);
+  if (hint.has_error()) return hint.error();
+  const UnpoolShape g = ReadShape(x.dimensions(), out.dimensions(), channels_last, rank);
+  if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
+  const int64_t position_bytes = PositionBytes(width, g.L, g.Lo);
+  if (ffi::Error e = CheckWorkspace(op, workspace, kHeaderBytes + position_bytes * g.out_count());
+      !e.success())
+    return e;
+  if (position_bytes == 0 && width == 2 &&
+      reinterpret_cast<uintptr_t>(out.untyped_data()) % 4 != 0)
+    return ffi::Error::InvalidArgument(std::string(op) + ": result is not 4-byte aligned");
+  uint8_t* ws = static_cast<uint8_t*>(workspace.untyped_data());
+  if (checked && g.in_count() > 0) {
+    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
+  }
+  if (out.element_count() == 0) return ffi::Error::Success();  // every index dropped
+  if (g.in_count() == 0) {
+    device.Zero(out.untyped_data(), out.size_bytes());
+    return device.Status(op);
+  }
+  ForwardLaunch a;
+  a.shape = g;
+  a.window = hint->given ? *hint : InferWindow(g);
+  a.width = width;
+  a.position_bytes = position_bytes;
+  a.index64 = indices.element_type() == ffi::DataType::S64;
+  a.x = x.untyped_data();
+  a.indices = indices.untyped_data();
+  a.out = out.untyped_data();
+  a.workspace = ws;
+  device.Forward(a);
+  return device.Status(op);
+}
+
+// max_unpool{k}d_backward: (grad_output, indices) -> out; attributes channels_last and
+// spatial_rank. Checked calls have a workspace (its header) as a second result.
+template <typename Device>
+ffi::Error MaxUnpoolBackwardCall(Device& device, const ffi::AnyBuffer& grad,
+                                 const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
+                                 const ffi::AnyBuffer* checked_workspace, bool channels_last,
+                                 int64_t k) {
+  if (ffi::Error e = CheckSpatialRank(false, k); !e.success()) return e;
+  const char* op = UnpoolOpName(false, k);
+  const int rank = static_cast<int>(k);
+  if (ffi::Error e = CheckBackwardBuffers(op, grad, indices, out, channels_last, rank);
+      !e.success())
+    return e;
+  const int64_t width = MovableByteWidth(grad.element_type());
+  if (width == 0) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": unsupported value dtype " +
+                                       DataTypeName(grad.element_type()));
+  }
+  const UnpoolShape g = ReadShape(indices.dimensions(), grad.dimensions(), channels_last, rank);
+  if (out.element_count() == 0) return ffi::Error::Success();
+  if (checked_workspace != nullptr) {
+    if (ffi::Error e = CheckWorkspace(op, *checked_workspace, kHeaderBytes); !e.success())
+      return e;
+    uint8_t* ws = static_cast<uint8_t*>(checked_workspace->untyped_data());
+    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
+  }
+  GatherLaunch a;
+  a.shape = g;
+  a.width = width;
+  a.index64 = indices.element_type() == ffi::DataType::S64;
+  a.grad = grad.untyped_data();
+  a.indices = indices.untyped_data();
+  a.out = out.untyped_data();
+  device.Gather(a);
+  return device.Status(op);
+}
+
+}  // namespace cuda
+}  // namespace jax_unpool

@@ -1,0 +1,311 @@
+// The unpool kernels' per-element code: each functor's operator()(t) is what one GPU
+// thread does for element t of its launch (unpool_plan.h launches them, and
+// device_launcher.cuh runs each as a grid-stride kernel). The host emulation runs the same
+// functors in a shuffled order (tests/cuda), so the results checked there are these
+// functions' results.
+//
+// Every functor keeps the rule that makes a launch's result independent of the schedule:
+// a location is written by one thread only, or only through commuting atomics (max, min),
+// and no thread reads what another thread of the same launch writes.
+//
+// A tensor pair is seen as `outer` slabs of `positions` x `inner` elements: channels first,
+// outer = N * C planes and inner = 1; channels last, outer = N images and inner = C. The
+// input side (x, indices, the backward's result) has L positions per plane, the output
+// side (the forward's result, grad_output) Lo. An index is a flat position inside one
+// output plane, in both layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+template <typename Index>
+struct Planes {
+  Index inner = 1, L = 0, Lo = 0;
+  Divider<Index> inner_div, L_div, Lo_div;
+
+  JU_HD Index In(Index outer, Index i, Index c) const { return (outer * L + i) * inner + c; }
+  JU_HD Index Out(Index outer, Index o, Index c) const { return (outer * Lo + o) * inner + c; }
+  // Element t of a side with `positions` per plane -> (outer, position, c).
+  JU_HD void Split(Index t, const Divider<Index>& positions, Index& outer, Index& p,
+                   Index& c) const {
+    Index u = t;
+    c = 0;
+    if (inner != 1) {
+      u = inner_div.Div(t);
+      c = t - u * inner;
+    }
+    outer = positions.Div(u);
+    p = u - outer * positions.divisor;
+  }
+};
+
+// An index as a position of a plane of Lo, or Lo when it is outside [0, Lo).
+template <typename I, typename Index>
+JU_HD Index Position(I v, Index Lo) {
+  const int64_t value = static_cast<int64_t>(v);
+  return value >= 0 && static_cast<uint64_t>(value) < static_cast<uint64_t>(Lo)
+             ? static_cast<Index>(value)
+             : Lo;
+}
+
+// ---------------------------------------------------------------------------------------
+// The forward's one-pass kernels, for indices in their windows: tiled and windowed
+// ---------------------------------------------------------------------------------------
+
+// A window hint on the k spatial axes, as 3 axes (D, H, W) whose leading ones have size 1
+// and a window of 1: input position q is expected to hold an index inside its box
+// [q * stride - padding, q * stride - padding + extent) on every axis.
+template <typename Index>
+struct Boxes {
+  Index in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  Index extent[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0};
+  // The largest q whose box starts at or before 0 (each validated by output 0), per axis.
+  Index first_owner_max[3] = {0, 0, 0};
+  Divider<Index> in_div[3], out_div[3], stride_div[3];
+
+  // Output position o -> its coordinates r.
+  JU_HD void Coordinates(Index o, Index r[3]) const {
+    const Index rest = out_div[2].Div(o);
+    r[2] = o - rest * out[2];
+    r[0] = out_div[1].Div(rest);
+    r[1] = rest - r[0] * out[1];
+  }
+  // Input position i -> its coordinates q.
+  JU_HD void InCoordinates(Index i, Index q[3]) const {
+    const Index rest = in_div[2].Div(i);
+    q[2] = i - rest * in[2];
+    q[0] = in_div[1].Div(rest);
+    q[1] = rest - q[0] * in[1];
+  }
+  JU_HD Index InFlat(const Index q[3]) const { return (q[0] * in[1] + q[1]) * in[2] + q[2]; }
+  // Whether box q[a] holds coordinate r on axis a, given q * stride <= r + padding.
+  JU_HD bool Holds(int a, Index q, Index r) const {
+    return r + padding[a] < q * stride[a] + extent[a];
+  }
+};
+
+// Boxes that tile the output (extent == stride, no padding, every output size the input
+// size times the stride: an unpool of a pool whose window is its stride): one thread per
+// input position writes its whole box -- x at the index, zeros elsewhere -- and checks its
+// own index; each output element is written once. An index outside its box (or outside
+// the plane) raises `flag`: then the general pass below recomputes the whole result.
+template <typename V, typename I, typename Index>
+struct TiledScatter {
+  Planes<Index> planes;
+  Boxes<Index> boxes;
+  const V* x;
+  const I* indices;
+  V* out;
+  uint32_t* flag;
+
+  JU_HD void operator()(Index t) const {
+    Index outer, i, c, q[3], corner[3];
+    planes.Split(t, planes.L_div, outer, i, c);
+    boxes.InCoordinates(i, q);
+    for (int a = 0; a < 3; ++a) corner[a] = q[a] * boxes.stride[a];
+    const V value = x[t];
+    const Index o = Position(indices[t], planes.Lo);
+    bool inside = o != planes.Lo;
+    if (inside) {
+      Index r[3];
+      boxes.Coordinates(o, r);
+      for (int a = 0; a < 3; ++a)
+        inside = inside && r[a] >= corner[a] && r[a] < corner[a] + boxes.stride[a];
+    }
+    if (!inside) *flag = 1;
+    for (Index b0 = 0; b0 < boxes.stride[0]; ++b0) {
+      for (Index b1 = 0; b1 < boxes.stride[1]; ++b1) {
+        const Index row =
+            ((corner[0] + b0) * boxes.out[1] + corner[1] + b1) * boxes.out[2] + corner[2];
+        for (Index b2 = 0; b2 < boxes.stride[2]; ++b2)
+          out[planes.Out(outer, row + b2, c)] = row + b2 == o ? value : V(0);
+      }
+    }
+  }
+};
+
+// One pass that writes every output element exactly once, with no fill: output o of plane
+// (outer, c) takes x at the largest input position q whose box holds o and whose index is
+// o, or 0. That is the CPU's result (the largest input position wins) as long as every
+// index lies in its own box: then no other position can hold o. Each input position's
+// index is checked by one thread, the one at the first output position of its box
+// (clipped to the plane; the handler only takes this pass where no clipped box is empty),
+// and an index outside its box (or outside the plane) raises `flag`: then the general
+// pass below recomputes the whole result.
+template <typename V, typename I, typename Index>
+struct WindowedScatter {
+  Planes<Index> planes;
+  Boxes<Index> boxes;
+  const V* x;
+  const I* indices;
+  V* out;
+  uint32_t* flag;
+
+  JU_HD void operator()(Index t) const {
+    Index outer, o, c;
+    planes.Split(t, planes.Lo_div, outer, o, c);
+    Index r[3], last[3], top[3];
+    boxes.Coordinates(o, r);
+    bool held = true;  // whether every axis has a box holding r
+    for (int a = 0; a < 3; ++a) {
+      last[a] = boxes.stride_div[a].Div(r[a] + boxes.padding[a]);  // the last box from r's
+      top[a] = last[a] < boxes.in[a] ? last[a] : boxes.in[a] - 1;
+      held = held && boxes.Holds(a, top[a], r[a]);
+    }
+    V value = 0;
+    if (held) Find(outer, o, c, r, top, value);
+    out[t] = value;
+    Validate(outer, c, r, last);
+  }
+
+ private:
+  // The candidates, largest flat position first: per axis from top[a] down while the box
+  // still holds r[a].
+  JU_HD void Find(Index outer, Index o, Index c, const Index r[3], const Index top[3],
+                  V& value) const {
+    Index q[3];
+    for (q[0] = top[0];; --q[0]) {
+      for (q[1] = top[1];; --q[1]) {
+        for (q[2] = top[2];; --q[2]) {
+          const Index at = planes.In(outer, boxes.InFlat(q), c);
+          if (Position(indices[at], planes.Lo) == o) {
+            value = x[at];
+            return;
+          }
+          if (q[2] == 0 || !boxes.Holds(2, q[2] - 1, r[2])) break;
+        }
+        if (q[1] == 0 || !boxes.Holds(1, q[1] - 1, r[1])) break;
+      }
+      if (q[0] == 0 || !boxes.Holds(0, q[0] - 1, r[0])) break;
+    }
+  }
+
+  // The input positions whose clipped box starts at r: per axis, the one with
+  // q * stride - padding == r (q = last, if it divides), and for r = 0 every q whose box
+  // starts at or before 0.
+  JU_HD void Validate(Index outer, Index c, const Index r[3], const Index last[3]) const {
+    Index lo[3], hi[3];
+    for (int a = 0; a < 3; ++a) {
+      if (r[a] == 0) {
+        lo[a] = 0;
+        hi[a] = boxes.first_owner_max[a];
+      } else {
+        if (last[a] * boxes.stride[a] != r[a] + boxes.padding[a] || last[a] >= boxes.in[a])
+          return;
+        lo[a] = hi[a] = last[a];
+      }
+    }
+    Index q[3];
+    for (q[0] = lo[0]; q[0] <= hi[0]; ++q[0])
+      for (q[1] = lo[1]; q[1] <= hi[1]; ++q[1])
+        for (q[2] = lo[2]; q[2] <= hi[2]; ++q[2])
+          if (!InBox(indices[planes.In(outer, boxes.InFlat(q), c)], q)) *flag = 1;
+  }
+
+  JU_HD bool InBox(I v, const Index q[3]) const {
+    const Index o = Position(v, planes.Lo);
+    if (o == planes.Lo) return false;
+    Index r[3];
+    boxes.Coordinates(o, r);
+    for (int a = 0; a < 3; ++a) {
+      if (r[a] + boxes.padding[a] < q[a] * boxes.stride[a] || !boxes.Holds(a, q[a], r[a]))
+        return false;
+    }
+    return true;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The forward's general pass: any indices, three launches
+// ---------------------------------------------------------------------------------------
+// P holds "input position + 1" per output element (0: none), in the result itself when
+// the value's width can hold it, else in the call's workspace.
+
+template <typename P, typename Index>
+struct FillPositions {
+  P* positions;
+  JU_HD void operator()(Index t) const { positions[t] = 0; }
+};
+
+// Every input position raises its output element's entry to its position + 1: the
+// largest position wins whatever the order. An index outside the plane is dropped.
+template <typename I, typename P, typename Index>
+struct ScatterPositions {
+  Planes<Index> planes;
+  const I* indices;
+  P* positions;
+
+  JU_HD void operator()(Index t) const {
+    const Index o = Position(indices[t], planes.Lo);
+    if (o == planes.Lo) return;
+    Index outer, i, c;
+    planes.Split(t, planes.L_div, outer, i, c);
+    AtomicMax(&positions[planes.Out(outer, o, c)], static_cast<P>(i + 1));
+  }
+};
+
+// Each output element: x at its winning position, or 0. `positions` may be `out` itself
+// (each thread reads its own element before it writes it).
+template <typename V, typename P, typename Index>
+struct ResolvePositions {
+  Planes<Index> planes;
+  const V* x;
+  const P* positions;
+  V* out;
+
+  JU_HD void operator()(Index t) const {
+    const P p = positions[t];
+    V value = 0;
+    if (p != 0) {
+      Index outer, o, c;
+      planes.Split(t, planes.Lo_div, outer, o, c);
+      value = x[planes.In(outer, static_cast<Index>(p - 1), c)];
+    }
+    out[t] = value;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// The backward, and the opt-in index check of both
+// ---------------------------------------------------------------------------------------
+
+// out[outer, i, c] = grad_output[outer, indices[outer, i, c], c]; 0 for an index outside
+// the plane.
+template <typename V, typename I, typename Index>
+struct Gather {
+  Planes<Index> planes;
+  const V* grad;
+  const I* indices;
+  V* out;
+
+  JU_HD void operator()(Index t) const {
+    const Index o = Position(indices[t], planes.Lo);
+    V value = 0;
+    if (o != planes.Lo) {
+      Index outer, i, c;
+      planes.Split(t, planes.L_div, outer, i, c);
+      value = grad[planes.Out(outer, o, c)];
+    }
+    out[t] = value;
+  }
+};
+
+// The smallest element offset of an index outside [0, Lo): the first in flat order, the
+// one the CPU kernels name.
+template <typename I, typename Index>
+struct FindFirstBadIndex {
+  Index Lo;
+  const I* indices;
+  uint64_t* first;
+
+  JU_HD void operator()(Index t) const {
+    if (Position(indices[t], Lo) == Lo) AtomicMin(first, static_cast<uint64_t>(t));
+  }
+};
+
+}  // namespace cuda
+}  // namespace jax_unpool

@@ -1,0 +1,294 @@
+// What the unpool kernels are launched with, and in which order: the plan that the device
+// (kernels.cu, on XLA's stream) and the host emulation (tests/cuda) both run, each with
+// its own launcher. Plain C++ without the XLA headers, which would triple the device
+// compile's time (nvcc parses every header once per GPU architecture).
+//
+// A launcher has Run(n, functor, guard), which runs functor(t) for every t < n -- nothing
+// when `guard` is non-null and *guard == 0 on the device --, Zero / Fill(device pointer,
+// byte, bytes), and VisitOffsets(largest, f), which calls f(Tag<Index>{}) with the offset
+// type of a call whose largest element count is `largest` (VisitOffsetType below; the
+// host emulation can force 64-bit offsets to check them on small inputs).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/unpool_elements.h"
+
+namespace jax_unpool {
+namespace cuda {
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<uint32_t>{}) when every element offset of the call, and so every size the
+// kernels divide by, is below 2^31 (division by magic numbers, device.h), else
+// f(Tag<uint64_t>{}).
+template <typename F>
+void VisitOffsetType(int64_t largest, F&& f) {
+  if (largest < (int64_t{1} << 31)) {
+    f(Tag<uint32_t>{});
+  } else {
+    f(Tag<uint64_t>{});
+  }
+}
+
+// Calls f(Tag<U>{}) with the unsigned type of a value's byte width (1, 2, 4 or 8).
+template <typename F>
+void VisitWidth(int64_t width, F&& f) {
+  switch (width) {
+    case 1: f(Tag<uint8_t>{}); break;
+    case 2: f(Tag<uint16_t>{}); break;
+    case 4: f(Tag<uint32_t>{}); break;
+    default: f(Tag<uint64_t>{}); break;
+  }
+}
+
+template <typename F>
+void VisitIndex(bool index64, F&& f) {
+  if (index64) {
+    f(Tag<int64_t>{});
+  } else {
+    f(Tag<int32_t>{});
+  }
+}
+
+// The workspace of the forward and of the checked backward: an extra result that the
+// lowering drops, so that XLA allocates it (and CUDA graphs capture the call). It begins
+// with a header -- the windowed pass's flag (uint32 at offset 0) and the first bad index's
+// element offset (uint64 at 8, checked calls) -- followed, where the result cannot hold
+// them, by the general pass's positions: one per output element, PositionBytes() each.
+constexpr int64_t kHeaderBytes = 16;
+
+// Bytes per output element of the general pass's positions outside the result: 0 when the
+// result itself holds them (a 2-, 4- or 8-byte value wide enough for L + 1; 2-byte values
+// only for an even plane, so that the 32-bit word of a 16-bit atomic lies inside the
+// result), else 4 or 8. jax_unpool/backends/cuda.py sizes the workspace by the same rule.
+inline int64_t PositionBytes(int64_t width, int64_t L, int64_t Lo) {
+  const bool fits = width == 8 || (width == 4 && L <= int64_t{0xffffffff}) ||
+                    (width == 2 && L <= 0xffff && Lo % 2 == 0);
+  if (fits) return 0;
+  return L <= int64_t{0xffffffff} ? 4 : 8;
+}
+
+// A call's geometry: N images of C planes, L positions per plane on the input side and
+// Lo on the output side, spatial sizes as (D, H, W) with leading 1s.
+struct UnpoolShape {
+  int k = 2;
+  bool channels_last = false;
+  int64_t N = 1, C = 1, L = 1, Lo = 1;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+
+  int64_t outer() const { return channels_last ? N : N * C; }
+  int64_t inner() const { return channels_last ? C : 1; }
+  int64_t in_count() const { return N * C * L; }
+  int64_t out_count() const { return N * C * Lo; }
+};
+
+// A forward's window hint on (D, H, W) -- leading axes of 1 --, or none (`given` false).
+struct Window {
+  bool given = false;
+  int64_t extent[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0};
+};
+
+// Without a hint, the natural one where every output size is a multiple of its input
+// size: boxes of output / input positions, no padding (an unpool of a pool whose window
+// equals its stride).
+inline Window InferWindow(const UnpoolShape& g) {
+  Window w;
+  for (int a = 0; a < 3; ++a)
+    if (g.in[a] < 1 || g.out[a] % g.in[a] != 0) return w;
+  for (int a = 0; a < 3; ++a) w.extent[a] = w.stride[a] = g.out[a] / g.in[a];
+  w.given = true;
+  return w;
+}
+
+// Whether the boxes tile the output (TiledScatter): extent == stride, no padding, every
+// output size the input size times the stride, and boxes of at most 64 positions (one
+// thread writes each).
+inline bool Tiles(const UnpoolShape& g, const Window& w) {
+  if (!w.given) return false;
+  int64_t box = 1;
+  for (int a = 0; a < 3; ++a) {
+    if (w.extent[a] != w.stride[a] || w.padding[a] != 0 || g.out[a] != g.in[a] * w.stride[a])
+      return false;
+    box *= w.stride[a];
+  }
+  return box <= 64;
+}
+
+// Whether the windowed pass can run: on every axis each input position's box, clipped to
+// the output, is non-empty (so that a thread owns its check), sizes are small enough for
+// 32-bit window arithmetic, and an output element has at most 64 candidate boxes.
+inline bool WindowedPassApplies(const UnpoolShape& g, const Window& w) {
+  if (!w.given) return false;
+  constexpr int64_t kSmall = int64_t{1} << 30;
+  int64_t candidates = 1;
+  for (int a = 0; a < 3; ++a) {
+    if (g.in[a] < 1 || g.out[a] < 1 || g.in[a] >= kSmall || g.out[a] >= kSmall ||
+        w.extent[a] >= kSmall || w.stride[a] >= kSmall || w.padding[a] >= kSmall)
+      return false;
+    if (w.extent[a] <= w.padding[a] || (g.in[a] - 1) * w.stride[a] - w.padding[a] >= g.out[a])
+      return false;
+    candidates *= (w.extent[a] + w.stride[a] - 1) / w.stride[a];
+  }
+  return candidates <= 64;
+}
+
+template <typename Index>
+Planes<Index> MakePlanes(const UnpoolShape& g) {
+  Planes<Index> p;
+  p.inner = static_cast<Index>(g.inner());
+  p.L = static_cast<Index>(g.L);
+  p.Lo = static_cast<Index>(g.Lo);
+  p.inner_div = Divider<Index>(p.inner > 0 ? p.inner : 1);
+  p.L_div = Divider<Index>(g.L > 0 ? p.L : 1);
+  p.Lo_div = Divider<Index>(g.Lo > 0 ? p.Lo : 1);
+  return p;
+}
+
+template <typename Index>
+Boxes<Index> MakeBoxes(const UnpoolShape& g, const Window& w) {
+  Boxes<Index> b;
+  for (int a = 0; a < 3; ++a) {
+    b.in[a] = static_cast<Index>(g.in[a]);
+    b.out[a] = static_cast<Index>(g.out[a]);
+    b.extent[a] = static_cast<Index>(w.extent[a]);
+    b.stride[a] = static_cast<Index>(w.stride[a]);
+    b.padding[a] = static_cast<Index>(w.padding[a]);
+    b.first_owner_max[a] = static_cast<Index>(std::min(g.in[a] - 1, w.padding[a] / w.stride[a]));
+    b.in_div[a] = Divider<Index>(b.in[a]);
+    b.out_div[a] = Divider<Index>(b.out[a]);
+    b.stride_div[a] = Divider<Index>(b.stride[a]);
+  }
+  return b;
+}
+
+// The general pass: positions filled with 0, raised to position + 1 by every index, then
+// resolved into values. After a windowed pass, `guard` (its flag) skips it unless some
+// index lay outside its box.
+template <typename V, typename I, typename P, typename Index, typename Launcher>
+void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const UnpoolShape& g,
+                       const V* x, const I* indices, V* out, P* positions,
+                       const uint32_t* guard) {
+  const Index in_count = static_cast<Index>(g.in_count());
+  const Index out_count = static_cast<Index>(g.out_count());
+  launch.Run(out_count, FillPositions<P, Index>{positions}, guard);
+  launch.Run(in_count, ScatterPositions<I, P, Index>{planes, indices, positions}, guard);
+  launch.Run(out_count, ResolvePositions<V, P, Index>{planes, x, positions, out}, guard);
+}
+
+// What a forward launches with: buffers checked and non-empty on both sides.
+struct ForwardLaunch {
+  UnpoolShape shape;
+  Window window;  // the hint, or the inferred one, or none
+  int64_t width = 4, position_bytes = 0;
+  bool index64 = false;
+  const void* x = nullptr;
+  const void* indices = nullptr;
+  void* out = nullptr;
+  uint8_t* workspace = nullptr;  // kHeaderBytes, then the positions if any
+};
+
+template <typename V, typename I, typename Index, typename Launcher>
+void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
+  const UnpoolShape& g = a.shape;
+  const Planes<Index> planes = MakePlanes<Index>(g);
+  const V* x = static_cast<const V*>(a.x);
+  const I* indices = static_cast<const I*>(a.indices);
+  V* out = static_cast<V*>(a.out);
+  uint32_t* flag = reinterpret_cast<uint32_t*>(a.workspace);
+  const uint32_t* guard = nullptr;
+  if (WindowedPassApplies(g, a.window)) {
+    launch.Zero(flag, sizeof *flag);
+    const Boxes<Index> boxes = MakeBoxes<Index>(g, a.window);
+    if (Tiles(g, a.window)) {
+      launch.Run(static_cast<Index>(g.in_count()),
+                 TiledScatter<V, I, Index>{planes, boxes, x, indices, out, flag}, nullptr);
+    } else {
+      launch.Run(static_cast<Index>(g.out_count()),
+                 WindowedScatter<V, I, Index>{planes, boxes, x, indices, out, flag}, nullptr);
+    }
+    guard = flag;
+  }
+  uint8_t* positions = a.workspace + kHeaderBytes;
+  if (a.position_bytes == 4) {
+    LaunchGeneralPass(launch, planes, g, x, indices, out, reinterpret_cast<uint32_t*>(positions),
+                      guard);
+  } else if (a.position_bytes == 8) {
+    LaunchGeneralPass(launch, planes, g, x, indices, out, reinterpret_cast<uint64_t*>(positions),
+                      guard);
+  } else if constexpr (sizeof(V) >= 2) {  // PositionBytes is never 0 for 1-byte values
+    LaunchGeneralPass(launch, planes, g, x, indices, out, out, guard);
+  }
+}
+
+template <typename Launcher>
+void RunForward(Launcher& launch, const ForwardLaunch& a) {
+  VisitWidth(a.width, [&](auto value) {
+    VisitIndex(a.index64, [&](auto index) {
+      const int64_t largest = std::max(a.shape.in_count(), a.shape.out_count());
+      launch.VisitOffsets(largest, [&](auto offset) {
+        LaunchForward<typename decltype(value)::type, typename decltype(index)::type,
+                      typename decltype(offset)::type>(launch, a);
+      });
+    });
+  });
+}
+
+// What a backward launches with: buffers checked, the result non-empty.
+struct GatherLaunch {
+  UnpoolShape shape;
+  int64_t width = 4;
+  bool index64 = false;
+  const void* grad = nullptr;
+  const void* indices = nullptr;
+  void* out = nullptr;
+};
+
+template <typename Launcher>
+void RunGather(Launcher& launch, const GatherLaunch& a) {
+  const UnpoolShape& g = a.shape;
+  VisitWidth(a.width, [&](auto value) {
+    using V = typename decltype(value)::type;
+    VisitIndex(a.index64, [&](auto index) {
+      using I = typename decltype(index)::type;
+      launch.VisitOffsets(std::max(g.in_count(), g.out_count()), [&](auto offset) {
+        using Index = typename decltype(offset)::type;
+        launch.Run(static_cast<Index>(g.in_count()),
+                   Gather<V, I, Index>{MakePlanes<Index>(g), static_cast<const V*>(a.grad),
+                                       static_cast<const I*>(a.indices), static_cast<V*>(a.out)},
+                   nullptr);
+      });
+    });
+  });
+}
+
+// Checked calls: *first = the element offset of the first index outside [0, Lo), or
+// ~0 when there is none.
+struct FirstBadLaunch {
+  int64_t Lo = 0, count = 0;
+  bool index64 = false;
+  const void* indices = nullptr;
+  uint64_t* first = nullptr;
+};
+
+template <typename Launcher>
+void RunFindFirstBad(Launcher& launch, const FirstBadLaunch& a) {
+  launch.Fill(a.first, 0xff, sizeof *a.first);
+  VisitIndex(a.index64, [&](auto index) {
+    using I = typename decltype(index)::type;
+    launch.VisitOffsets(std::max(a.count, a.Lo), [&](auto offset) {
+      using Index = typename decltype(offset)::type;
+      launch.Run(static_cast<Index>(a.count),
+                 FindFirstBadIndex<I, Index>{static_cast<Index>(a.Lo),
+                                             static_cast<const I*>(a.indices), a.first},
+                 nullptr);
+    });
+  });
+}
+
+}  // namespace cuda
+}  // namespace jax_unpool

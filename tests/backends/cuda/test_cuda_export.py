@@ -1,0 +1,174 @@
+"""The CUDA backend without a GPU: the optional module loads where it was built, and
+`jax.export(..., platforms=["cuda"])` of every op, rank, layout and index dtype calls its
+`jax_unpool_cuda_*` target (the forward with its workspace as a dropped second result),
+the checked targets where JAX_UNPOOL_CUDA_CHECK_INDICES=1, never a CPU target; other GPU
+platforms keep the XLA ops; `export_safety_checks()` covers the new targets.
+
+Where the package was built without CUDA these tests skip, saying so;
+JAX_UNPOOL_EXPECT_CUDA=1 (tools/gpu-check sets it) makes a missing module a failure."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.export import DisabledSafetyCheck
+
+import jax_unpool as ju
+from jax_unpool._compat import enable_x64
+from jax_unpool.backends import cuda
+
+TARGETS = {op: f"jax_unpool_cuda_{op}_v1" for op in (
+    "max_unpool", "max_unpool_checked", "max_unpool_backward", "max_unpool_backward_checked",
+    "max_pool")}
+FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
+CASES = [(k, last, index) for k in (1, 2, 3) for last in (False, True)
+         for index in ("int32", "int64")]
+
+if not cuda.available():
+    if os.environ.get("JAX_UNPOOL_EXPECT_CUDA") == "1":
+        raise ImportError("JAX_UNPOOL_EXPECT_CUDA=1 but jax_unpool has no _jax_unpool_cuda "
+                          "module: the CUDA build failed or was skipped")
+    pytest.skip("jax_unpool was built without its CUDA module (no CUDA compiler, or "
+                "JAX_UNPOOL_CUDA=OFF)", allow_module_level=True)
+
+
+def shape(k: int, last: bool, n: int, c: int, size: int) -> tuple[int, ...]:
+    return (n, *(size,) * k, c) if last else (n, c, *(size,) * k)
+
+
+def export(fn, *args, platforms=("cuda",)):
+    return jax.export.export(jax.jit(fn), platforms=platforms,
+                             disabled_checks=ju.export_safety_checks())(*args)
+
+
+def custom_calls(module_text: str) -> list[str]:
+    """The FFI targets called (not jax's own, such as shape assertions)."""
+    return [t for t in re.findall(r"stablehlo\.custom_call @(\w+)\(", module_text)
+            if t.startswith("jax_unpool")]
+
+
+def op_function(op: str, k: int, last: bool, index: str):
+    """(function, its operands as ShapeDtypeStructs) of one op."""
+    fmt = FORMATS[k][last]
+    x = jax.ShapeDtypeStruct(shape(k, last, 2, 3, 4), jnp.float32)
+    idx = jax.ShapeDtypeStruct(shape(k, last, 2, 3, 4), jnp.dtype(index))
+    g = jax.ShapeDtypeStruct(shape(k, last, 2, 3, 8), jnp.float32)
+    if op == "forward":
+        unpool = getattr(ju, f"max_unpool{k}d")
+        return (lambda x, i: unpool(x, i, 2, data_format=fmt)), (x, idx)
+    if op == "backward":
+        backward = getattr(ju, f"max_unpool{k}d_backward")
+        return (lambda g, x, i: backward(g, x, i, (8,) * k, data_format=fmt)), (g, x, idx)
+    pool = getattr(ju, f"max_pool{k}d_with_indices")
+    return (lambda x: pool(x, 2, data_format=fmt, index_dtype=index)), (g,)
+
+
+def test_the_cuda_module_loads_and_names_its_build():
+    info = cuda._jax_unpool_cuda.build_info()
+    assert re.fullmatch(r"\d+\.\d+", info["cuda_runtime"])
+    assert info["architectures"]
+    assert sorted(cuda._jax_unpool_cuda.registrations()) == sorted(TARGETS)
+
+
+@pytest.mark.parametrize("op,target", [("forward", "max_unpool"),
+                                       ("backward", "max_unpool_backward"),
+                                       ("pool", "max_pool")])
+@pytest.mark.parametrize("k,last,index", CASES)
+def test_each_op_lowers_to_its_cuda_target(op, target, k, last, index):
+    with enable_x64():
+        fn, args = op_function(op, k, last, index)
+        text = export(fn, *args).mlir_module()
+    assert custom_calls(text) == [TARGETS[target]]
+    assert f"xi{index[3:]}>" in text  # the indices' dtype as given
+
+
+def test_the_forward_drops_its_workspace_and_passes_the_hint_attributes():
+    x = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.float32)
+    i = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.int32)
+    text = export(lambda x, i: ju.max_unpool2d(x, i, 2), x, i).mlir_module()
+    call = next(line for line in text.splitlines() if "custom_call" in line)
+    # float32 positions fit the result: a 16-byte header per plane (N, C batch dims)
+    assert "-> (tensor<2x3x8x8xf32>, tensor<2x3x16xui8>)" in call
+    for name in ("window_extent", "window_stride", "window_padding"):
+        assert re.search(name + r" = dense<> : tensor<0xi64>", call)
+    assert 'num_batch_dims = "2"' in call
+
+
+@pytest.mark.parametrize("dtype,per_plane", [("int8", 16 + 4 * 64), ("bfloat16", 16),
+                                             ("float64", 16)])
+def test_the_workspace_holds_positions_only_where_the_result_cannot(dtype, per_plane):
+    x = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.dtype(dtype))
+    i = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.int32)
+    with enable_x64():
+        text = export(lambda x, i: ju.max_unpool2d(x, i, 2), x, i).mlir_module()
+    assert f"tensor<2x3x{per_plane}xui8>" in text
+
+
+def test_the_pool_gradient_is_the_cuda_scatter():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+    text = export(jax.grad(lambda x: ju.max_pool2d_with_indices(x, 2)[0].sum()), x).mlir_module()
+    assert sorted(custom_calls(text)) == [TARGETS["max_pool"], TARGETS["max_unpool"]]
+
+
+def test_the_check_variable_selects_the_checked_targets(monkeypatch):
+    monkeypatch.setenv(cuda.CHECK_INDICES_ENV, "1")
+    x = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.float32)
+    i = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.int32)
+
+    def step(x, i):
+        return jax.value_and_grad(lambda x: ju.max_unpool2d(x, i, 2).sum())(x)
+
+    assert sorted(custom_calls(export(step, x, i).mlir_module())) == sorted([
+        TARGETS["max_unpool_checked"], TARGETS["max_unpool_backward_checked"]])
+
+
+def test_a_misspelt_check_variable_is_refused(monkeypatch):
+    monkeypatch.setenv(cuda.CHECK_INDICES_ENV, "yes")
+    x = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.float32)
+    i = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.int32)
+    with pytest.raises(ValueError, match="JAX_UNPOOL_CUDA_CHECK_INDICES must be '1', '0' or "
+                                         "unset, got 'yes'"):
+        export(lambda x, i: ju.max_unpool2d(x, i, 2), x, i)
+
+
+def test_a_symbolic_batch_lowers_to_the_cuda_targets():
+    b = jax.export.symbolic_shape("b")[0]
+    x = jax.ShapeDtypeStruct((b, 3, 4, 4), jnp.float32)
+    i = jax.ShapeDtypeStruct((b, 3, 4, 4), jnp.int32)
+
+    def step(x, i):
+        return jax.value_and_grad(lambda x: ju.max_unpool2d(x, i, 2).sum())(x)
+
+    assert sorted(custom_calls(export(step, x, i).mlir_module())) == sorted([
+        TARGETS["max_unpool"], TARGETS["max_unpool_backward"]])
+
+
+def test_a_two_platform_export_calls_each_platforms_targets():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+    text = export(lambda x: ju.max_pool2d_with_indices(x, 2), x,
+                  platforms=("cpu", "cuda")).mlir_module()
+    assert sorted(custom_calls(text)) == ["jax_unpool_cuda_max_pool_v1", "jax_unpool_max_pool_v1"]
+
+
+def test_rocm_keeps_the_xla_ops():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+    step = jax.grad(lambda x: ju.max_pool2d_with_indices(x, 2)[0].sum())
+    assert "custom_call" not in export(step, x, platforms=("rocm",)).mlir_module()
+
+
+def test_export_without_the_safety_checks_names_a_cuda_target():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+    with pytest.raises(ValueError, match="jax_unpool_cuda_max_pool_v1"):
+        jax.export.export(jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2)),
+                          platforms=("cuda",))(x)
+    assert DisabledSafetyCheck.custom_call(TARGETS["max_pool"]) in ju.export_safety_checks()
+
+
+def test_the_pool_keeps_xla_ops_for_dtypes_it_does_not_order():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.int4)
+    text = export(lambda x: ju.max_pool2d_with_indices(x, 2), x).mlir_module()
+    assert custom_calls(text) == []
