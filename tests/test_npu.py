@@ -782,3 +782,61 @@ def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     bullet = pages["docs/semantics.md"].split("- Duplicated indices in a plane:")[1].split(" - ")[0]
     for text in (bullet, docs["jax_unpool.unpooling.max_unpool2d"]):
         assert "which duplicate wins is unspecified" in text, text
+
+
+# Which unpool ops CANN documents per product (hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
+# all four on Atlas A2/A3 and Ascend 950, the backwards only on the Atlas training series
+# (910), none on the Atlas inference series (310P) and Atlas 200I/500 A2 (310B). The ops
+# check no chip, so there the routing keeps XLA's ops. (SoC name, forward on aclnn,
+# backward on aclnn.)
+CHIP_UNPOOLS = [("Ascend910ProA", False, True), ("Ascend310P3", False, False),
+                ("Ascend310B1", False, False), ("Ascend910B2", True, True),
+                ("Ascend950DT_9591", True, True)]
+
+
+@pytest.mark.parametrize("soc,forward_on_aclnn,backward_on_aclnn", CHIP_UNPOOLS)
+@pytest.mark.parametrize("fmt", ["NCW", "NCHW", "NCDHW"])
+def test_unpools_run_aclnn_only_where_the_chip_has_the_op(fake, fake_cann_dir, rng, soc,
+                                                          forward_on_aclnn, backward_on_aclnn,
+                                                          fmt):
+    k = len(fmt) - 2
+    small, size = {1: ((4,), (9,)), 2: ((3, 4), (5, 6)), 3: ((2, 2, 3), (3, 3, 4))}[k]
+    x = random_values(rng, (2, 3, *small), "float32")
+    idx = oracle.random_indices(rng, x.shape, int(np.prod(size)))  # with duplicates
+    g = random_values(rng, (2, 3, *size), "float32")
+    unpool = getattr(ju, f"max_unpool{k}d")
+    unpool_bwd = getattr(ju, f"max_unpool{k}d_backward")
+    forward = jax.jit(lambda x, i: unpool(x, i, output_size=size))
+    backward = jax.jit(lambda g, i: unpool_bwd(g, x, i, size))
+    with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+        out, back = forward(x, idx), backward(g, idx)
+        forward_text, backward_text = forward.lower(x, idx).as_text(), backward.lower(
+            g, idx).as_text()
+    assert_bits_equal(out, oracle.unpool_nd(x, idx, size))
+    assert_bits_equal(back, oracle.gather_nd(g, idx, k))
+    assert ("aclnn" in forward_text) == forward_on_aclnn, forward_text[:3000]
+    assert ("aclnn" in backward_text) == backward_on_aclnn, backward_text[:3000]
+    assert CPU_TARGET not in forward_text  # the jnp reference, not the CPU kernel
+
+
+@pytest.mark.parametrize("soc", ["Ascend999", "Ascend350_354f", None])
+def test_a_chip_no_doc_lists_runs_xla_ops_and_says_so(fake, fake_cann_dir, rng, soc):
+    named = "names no chip" if soc is None else f"names the chip '{soc}'"
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
+    g = random_values(rng, (*SHAPES[4][:2], *HW), "float32")
+    calls = {
+        "forward": (_forward(), (x, idx), oracle.unpool(x, idx, HW)),
+        "backward": (_backward(x.shape, x.dtype), (g, idx), oracle.gather(g, idx)),
+        "pool": (jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2)), (x,),
+                 ju.reference.max_pool2d_with_indices(x, 2)),
+    }
+    warning = (rf"CANN {named} \(aclrtGetSocName\), not one the aclnn operators' docs list "
+               rf".* every op runs XLA's ops, none aclnn")
+    with fake.soc(soc), pytest.warns(RuntimeWarning, match=warning), \
+            npu.cpu_emulation(fake_cann_dir):
+        results = {op: (f(*args), f.lower(*args).as_text())
+                   for op, (f, args, _) in calls.items()}
+    for op, (result, text) in results.items():
+        assert "aclnn" not in text, (op, text[:3000])
+        jax.tree.map(assert_bits_equal, result, calls[op][2])

@@ -304,6 +304,60 @@ def test_aclnn_pools_false_keeps_the_xla_ops(emulated, fake_cann_dir, rng):
 
 
 # --------------------------------------------------------------------------------------
+# The chip: aclnn only where CANN documents the pool ops
+# --------------------------------------------------------------------------------------
+
+# SoC names as aclrtGetSocName returns them (hicann/runtime platform configs). The pool ops
+# are documented for Atlas A2/A3 and Ascend 950 only (hicann/ops-nn
+# pooling/max_pool3d_with_argmax_v2/docs), and their sources refuse every other chip.
+WITHOUT_POOLS = ["Ascend910ProB", "Ascend910B", "Ascend310P3"]  # training 910, 310P
+WITH_POOLS = ["Ascend910B1", "Ascend910_9391", "Ascend950PR_9599"]  # A2, A3, 950
+PUBLIC_SHAPES = {1: (2, 3, 9), 2: SHAPES[2], 3: SHAPES[3]}
+
+
+def _public_pool_against_torch(k, x):
+    """The public k-D pool, jitted, and its gradient, against PyTorch's; returns the
+    lowered program's text."""
+    pool = getattr(ju, f"max_pool{k}d_with_indices")
+    values, indices = jax.jit(lambda x: pool(x, 2))(x)
+    grad = jax.jit(jax.grad(lambda x: (pool(x, 2)[0] ** 2).sum()))(x)
+    t = torch.from_numpy(x).requires_grad_(True)
+    want_v, want_i = getattr(torch.nn.functional, f"max_pool{k}d")(t, 2, return_indices=True)
+    (want_g,) = torch.autograd.grad((want_v ** 2).sum(), t)
+    assert_bits_equal(values, want_v.detach().numpy())
+    assert_bits_equal(indices, want_i.numpy().astype(np.int32))
+    assert_bits_equal(grad, want_g.numpy())
+    return jax.jit(lambda x: pool(x, 2)).lower(x).as_text()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("soc", WITHOUT_POOLS)
+def test_pools_keep_xla_ops_on_chips_without_the_aclnn_pools(fake, fake_cann_dir, rng, soc,
+                                                            k):
+    # On a 910 the 2-D op says "support for Ascend910 is not implemented" and the 3-D op's
+    # CheckPlatform refuses: the routing must not reach them there (issue 31 item 1).
+    x = hard_values(rng, PUBLIC_SHAPES[k], "float32")
+    x[np.isnan(x)] = 0.5  # a finite gradient to compare
+    calls = [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())]
+    with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+        text = _public_pool_against_torch(k, x)
+    assert "aclnn" not in text and "custom_call" not in text, text[:3000]
+    assert [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())] == calls
+
+
+@pytest.mark.parametrize("soc", WITH_POOLS)
+def test_pools_go_to_aclnn_on_chips_with_them(fake, fake_cann_dir, rng, soc):
+    for k in (1, 2, 3):
+        x = hard_values(rng, PUBLIC_SHAPES[k], "float32")
+        x[np.isnan(x)] = 0.5
+        runs = fake.call_count(RUN[max(k, 2)].encode())
+        with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+            text = _public_pool_against_torch(k, x)
+        assert TARGET[max(k, 2)] in text, (soc, k)
+        assert fake.call_count(RUN[max(k, 2)].encode()) == runs + 2  # forward, and in grad
+
+
+# --------------------------------------------------------------------------------------
 # A CANN without the pool ops
 # --------------------------------------------------------------------------------------
 

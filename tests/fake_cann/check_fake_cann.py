@@ -12,6 +12,7 @@ Each ``check_*`` function takes a ``FakeCann`` and raises AssertionError on fail
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import pathlib
@@ -211,6 +212,17 @@ class FakeCann:
         self.reset()
         self.err()  # drop stale messages of this thread
         return self.live_objects()
+
+    @contextlib.contextmanager
+    def soc(self, name: str | None):
+        """The emulated chip is SoC `name` (None: aclrtGetSocName names none) inside the
+        block, the one before it after."""
+        before = self.aclrtGetSocName()
+        self.set_soc_name(None if name is None else name.encode())
+        try:
+            yield
+        finally:
+            self.set_soc_name(before)
 
 
 class IntArray(int):
