@@ -3,19 +3,21 @@ aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D o
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
 handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
-aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`). Its
-functions::
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result for finite input
+(`pool_lowering`; CANN does not support NaN or -inf input to them on Atlas A2/A3, below).
+Its functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes the unpool
-        primitives lower to them there, and the pool primitives through `pool_lowering`. `platform` is JAX's name for the plugin's platform (none is
-        official; it is a parameter); it must have devices, and is never a GPU or TPU
-        platform. platform="cpu" is the host-emulation mode, for testing: the handlers run
-        on host memory with no stream against an emulated CANN (tests/fake_cann), named by
-        an explicit library_dir, and the primitives' CPU lowering goes through them (the
-        pools' to the XLA ops where aclnn's would not give PyTorch's result), process-wide,
-        until unregister_cpu_emulation() (or use `cpu_emulation()`).
+        primitives lower to them there, and the pool primitives through `pool_lowering`.
+        `platform` is JAX's name for the plugin's platform (none is official; it is a
+        parameter); it must have devices, and is never a GPU or TPU platform.
+        platform="cpu" is the host-emulation mode, for testing: the handlers run on host
+        memory with no stream against an emulated CANN (tests/fake_cann), named by an
+        explicit library_dir, and the primitives' CPU lowering goes through them (the
+        pools' as on an NPU), process-wide, until unregister_cpu_emulation() (or use
+        `cpu_emulation()`).
     is_available(library_dir=None) -> bool
         Whether CANN can be loaded (or already is); never raises.
     locate(library_dir=None) -> dict
@@ -50,7 +52,11 @@ elsewhere::
 
 (unpool forward: aclnnMaxUnpool2d/3d; backward: aclnnMaxUnpool2d/3dBackward; pools:
 aclnnMaxPool2dWithIndices/aclnnMaxPool3dWithArgmax, whose sources refuse every other chip
-with status 161002.) For a name no product has, register() warns. Direct calls of the FFI
+with status 161002.) The aclnn pools are for finite input: on Atlas A2/A3 CANN's doc of
+aclnnMaxPool2dWithIndices says NaN and -inf input is not supported ("输入数据暂不支持NaN、
+-Inf"), and aclnnMaxPool3dWithArgmax runs the same kernel there; what they return for it
+is unverified. With such input, register(..., aclnn_pools=False) keeps the pools on XLA's
+ops, which give PyTorch's result. For a name no product has, register() warns. Direct calls of the FFI
 targets are not routed: on a chip without the op they get CANN's status as a run-time
 error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
 ones, register() warns and the forward unpools lower to the jnp reference.
@@ -64,8 +70,8 @@ duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
 channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
 with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
-without them, and for every pool they would not compute as PyTorch does, the pools keep
-their XLA ops.
+without them, and for every pool they would not compute as PyTorch does for finite
+input, the pools keep their XLA ops.
 """
 
 from __future__ import annotations
@@ -174,8 +180,9 @@ def pool_lowering(xla_lowering):
     """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
     spatial rank k = len(kernel_size)) with the loaded CANN on its chip:
     aclnnMaxPool2dWithIndices (1-D and 2-D) or aclnnMaxPool3dWithArgmax where the chip has
-    them and they give PyTorch's result, else
-    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
+    them and they give PyTorch's result for finite input (CANN does not support NaN or
+    -inf input to them on Atlas A2/A3), else `xla_lowering`, the primitive's lowering in
+    XLA ops, with the same arguments. The
     rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
     dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
     `xla_lowering`. `register` installs it for the pools."""
@@ -223,10 +230,11 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     from.
 
     The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
-    where the loaded CANN and the chip have them and they give PyTorch's result (see
-    `pool_lowering`);
-    `aclnn_pools=False` keeps the XLA ops for every pool (CANN's docs say the 2-D op on
-    Atlas A2/A3 does not support NaN or -inf in its input).
+    where the loaded CANN and the chip have them and they give PyTorch's result for
+    finite input (see `pool_lowering`): on Atlas A2/A3 CANN's doc of the 2-D op says NaN
+    and -inf input is not supported, and the 3-D op runs the same kernel there.
+    `aclnn_pools=False` keeps the XLA ops, and PyTorch's result for every input, for every
+    pool.
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's

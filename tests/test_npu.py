@@ -10,6 +10,7 @@ and the module checks on teardown that the normal CPU lowering is back.
 
 import ctypes.util
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from fake_cann.check_fake_cann import FakeCann, build
 import jax_unpool as ju
 from jax_unpool import _compat
 from jax_unpool._compat import enable_x64
+from jax_unpool.backends import npu_chips
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
@@ -840,3 +842,60 @@ def test_a_chip_no_doc_lists_runs_xla_ops_and_says_so(fake, fake_cann_dir, rng, 
     for op, (result, text) in results.items():
         assert "aclnn" not in text, (op, text[:3000])
         jax.tree.map(assert_bits_equal, result, calls[op][2])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_COLUMNS = {  # the chip table's operator columns -> what the routing must send to aclnn
+    "`aclnnMaxUnpool2d`, `aclnnMaxUnpool3d`": ("unpool_ops", {"max_unpool2d", "max_unpool3d"}),
+    "`aclnnMaxUnpool2dBackward`, `aclnnMaxUnpool3dBackward`": (
+        "unpool_ops", {"max_unpool2d_backward", "max_unpool3d_backward"}),
+    "`aclnnMaxPool2dWithIndices`, `aclnnMaxPool3dWithArgmax`": ("pool_ranks", {2, 3}),
+}
+
+
+def test_the_chip_tables_list_every_op_as_the_routing_decides_it():
+    # Issue 31 item 2: the NPU page's table and npu.py's list the pool ops per chip too, and
+    # say what register() does on each chip (jax_unpool.backends.npu_chips).
+    section = (ROOT / "docs" / "npu.md").read_text().split("## Supported chips")[1]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.split("\n## ")[0].splitlines() if line.startswith("| ")]
+    header, body = rows[0], rows[1:]
+    assert header[2:] == list(OP_COLUMNS), header
+    assert len(body) == 7, body
+    for product, names, *cells in body:
+        socs = [n.rstrip("*") for n in re.findall(r"`([^`]+)`", names)] or ["Ascend999", None]
+        for soc in socs:
+            chip = npu_chips.chip(soc)
+            want = ["aclnn" if ops <= getattr(chip, field) else "XLA ops"
+                    for field, ops in OP_COLUMNS.values()]
+            assert cells == want, (product, soc, cells)
+    table = npu.__doc__.split("elsewhere::")[1].split("\n\n")[1].splitlines()
+    assert re.search(r"unpool forward +unpool backward +pools$", table[0]), table
+    for product, cells in (("Atlas A2", "aclnn +aclnn +aclnn"),
+                           ("Atlas training series, 910", "XLA ops +aclnn +XLA ops"),
+                           ("Atlas inference series, 310P", "XLA ops +XLA ops +XLA ops")):
+        assert any(product in line and re.search(cells + "$", line) for line in table), product
+
+
+def test_the_docs_promise_pytorchs_pools_on_aclnn_for_finite_input_only():
+    # Issue 31 item 2: CANN's doc of aclnnMaxPool2dWithIndices says NaN and -inf input is not
+    # supported on Atlas A2/A3 ("输入数据暂不支持NaN、-Inf", hicann/ops-nn
+    # pooling/max_pool3d_with_argmax_v2/docs), and the 3-D op runs the same kernel there.
+    def flat(text):
+        return " ".join(text.split())
+
+    npu_page = flat((ROOT / "docs" / "npu.md").read_text())
+    differs = npu_page.split("## What differs from the CPU backend")[1].split(" ## ")[0]
+    bullet = differs.split("- **NaN and -inf in the pools' input.**")[1].split(" - **")[0]
+    for words in ("输入数据暂不支持NaN、-Inf", "Atlas A2/A3", "aclnnMaxPool3dWithArgmax",
+                  "for finite input only", "aclnn_pools=False"):
+        assert words in bullet, words
+    pooling = flat((ROOT / "docs" / "pooling.md").read_text())
+    ascend = pooling.split("- **Ascend NPU**")[1].split(" - **")[0]
+    docstrings = {"docs/pooling.md": ascend, "npu": flat(npu.__doc__),
+                  "npu.register": flat(npu.register.__doc__),
+                  "npu.pool_lowering": flat(npu.pool_lowering.__doc__),
+                  "backends.npu.pool_lowering": flat(npu._backend.pool_lowering.__doc__)}
+    for name, text in docstrings.items():
+        assert "for finite input" in text, name
+        assert "NaN or -inf" in text or "NaN and -inf" in text, name

@@ -232,8 +232,10 @@ def _aclnn_pool_takes(routing: Routing, x_aval, k: int, window: dict,
                       channels_last: bool) -> bool:
     """Whether the pool of spatial rank k goes through aclnn: the routing sends that op
     there -- the op library has it and the chip does (1-D runs on the 2-D op's (N, C, 1, W)
-    view) -- and it gives PyTorch's values and indices on every chip that has it: values
-    float16, bfloat16 or float32; dilation 1 (Atlas A2/A3 refuse any other; what the 950's
+    view) -- and it gives PyTorch's values and indices for finite input on every chip that
+    has it (on Atlas A2/A3 CANN does not support NaN or -inf input to either op: the 2-D
+    op's doc says so, and the 3-D op runs the same kernel): values float16, bfloat16 or
+    float32; dilation 1 (Atlas A2/A3 refuse any other; what the 950's
     kernels give for more is unverified); padding at most half the kernel (PyTorch's rule,
     which CANN checks too); a plane or volume of at most INT_MAX positions (A2/A3 index it
     in int32); a non-empty x of known shape."""
@@ -287,11 +289,12 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
 def pool_lowering(routing: Routing, xla_lowering):
     """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
     spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
-    aclnnMaxPool3dWithArgmax where they give PyTorch's result (`_aclnn_pool_takes`), else
-    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
-    rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
-    dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
-    `xla_lowering`. The index dtype is the second result's."""
+    aclnnMaxPool3dWithArgmax where they give PyTorch's result for finite input
+    (`_aclnn_pool_takes`; CANN does not support NaN or -inf input to them on Atlas A2/A3),
+    else `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The rule takes the window as the CPU pool target does --
+    kernel_size, stride, padding, dilation (k ints each), ceil_mode -- and channels_last;
+    other parameters only go on to `xla_lowering`. The index dtype is the second
+    result's."""
     def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
                  **params):
         window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),
