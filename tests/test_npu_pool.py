@@ -288,19 +288,52 @@ def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
     assert_bits_equal(grad, want_g.numpy())
 
 
-def test_aclnn_pools_false_keeps_the_xla_ops(emulated, fake_cann_dir, rng):
+def test_a_second_register_reroutes_programs_compiled_before(emulated, fake_cann_dir, rng):
+    # Issue 31 item 3: register() again with another aclnn_pools clears jax's caches, so the
+    # same jitted function, compiled and run before, lowers and runs the other way.
     x = hard_values(rng, SHAPES[2], "float32")
+    want = torch_pool(x, (2, 2), (2, 2), (0, 0), False)
+    pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
+    runs = RUN[2].encode()
+    for aclnn_pools, calls in ((True, 1), (False, 1), (True, 2)):
+        npu.register("cpu", fake_cann_dir, aclnn_pools=aclnn_pools)
+        assert (npu.MAX_POOL2D_TARGET in pool.lower(x).as_text()) == aclnn_pools
+        values, indices = pool(x)
+        assert emulated.call_count(runs) == calls, aclnn_pools
+        assert_bits_equal(values, want[0])
+        assert_bits_equal(indices, want[1].astype(np.int32))
 
-    def pool(x):
-        return ju.max_pool2d_with_indices(x, 2)
 
-    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
-    npu.register("cpu", fake_cann_dir, aclnn_pools=False)
-    try:
-        assert npu.MAX_POOL2D_TARGET not in jax.jit(pool).lower(x).as_text()
-    finally:
-        npu.register("cpu", fake_cann_dir)
-    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+# The device mode, in a process of its own (a CANN loaded for a device never serves the host
+# emulation): a stand-in for an Ascend plugin's platform -- one jax knows, so lowerings can
+# be registered and programs lowered for it, with an FFI handler that takes the targets and
+# devices assumed. The programs are lowered for it, never run.
+DEVICE_MODE_REREGISTER = """
+import sys
+import jax, numpy as np
+import jax_unpool as ju
+from jax_unpool import _compat, npu
+
+platform = "tpu"
+npu._NOT_ASCEND = npu._NOT_ASCEND - {platform}
+npu._require_devices = lambda platform: None
+_compat.install_ffi_handler(platform.upper(), lambda *args: None)
+x = np.zeros((1, 2, 4, 4), np.float32)
+pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
+for aclnn_pools in (True, False, True):
+    npu.register(platform, sys.argv[1], aclnn_pools=aclnn_pools)
+    text = pool.trace(x).lower(lowering_platforms=(platform,)).as_text()
+    print(aclnn_pools, ju.npu.MAX_POOL2D_TARGET in text)
+"""
+
+
+def test_a_second_register_in_device_mode_reroutes_programs_lowered_before(fake_cann_dir):
+    # Issue 31 item 3 as found: before the registry cleared jax's caches on every
+    # register(), only the host emulation cleared them, and a device platform's second
+    # register(aclnn_pools=False) left the program lowered before on aclnn ("False True").
+    proc = run_code(DEVICE_MODE_REREGISTER, str(fake_cann_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == ["True", "True", "False", "False", "True", "True"]
 
 
 # --------------------------------------------------------------------------------------
