@@ -44,8 +44,8 @@ elsewhere::
     chip (SoC names)                         unpool forward  unpool backward  pools
     Atlas A2 (Ascend910B1..B4), Atlas A3     aclnn           aclnn            aclnn
       (Ascend910_93*), Ascend 950 (Ascend950*)
-    Atlas training series, 910 (Ascend910A,  XLA ops         aclnn            XLA ops
-      Ascend910B, Ascend910ProA/ProB/PremiumA)
+    Atlas training series, 910 (Ascend910,   XLA ops         aclnn            XLA ops
+      Ascend910A/B/ProA/ProB/PremiumA)
     Atlas inference series, 310P             XLA ops         XLA ops          XLA ops
       (Ascend310P*); Atlas 200I/500 A2
       (Ascend310B*); any other name, or none

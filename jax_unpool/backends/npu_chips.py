@@ -36,9 +36,10 @@ class Chip(NamedTuple):
 UNKNOWN = Chip(None, frozenset(), frozenset())
 _EVERY_OP = (UNPOOL_OPS, POOL_RANKS)
 # The first Atlas training series chips (NpuArch 1001). "Ascend910B" is the first 910's
-# 30-core bin (hicann/runtime src/runtime/core/src/runtime.cc, SocTypeInit), not an Atlas A2.
-_TRAINING_910 = frozenset({"Ascend910A", "Ascend910B", "Ascend910ProA", "Ascend910ProB",
-                           "Ascend910PremiumA"})
+# 30-core bin (hicann/runtime src/runtime/core/src/runtime.cc, SocTypeInit), not an Atlas A2;
+# "Ascend910" is loaded as Ascend910A (src/platform/platform_info.cpp).
+_TRAINING_910 = frozenset({"Ascend910", "Ascend910A", "Ascend910B", "Ascend910ProA",
+                           "Ascend910ProB", "Ascend910PremiumA"})
 # By SoC name prefix, the first match wins. Platform configs: Ascend910B1..B4, B2C, B4-1
 # (A2); Ascend910_9362..9392 (A3); Ascend950PR_*, Ascend950DT_* (950); Ascend310P1/3/5/7;
 # Ascend310B1..B4.

@@ -1650,7 +1650,8 @@ def check_pool_empty_workspace_and_volume(fc):
 # the 2-D op names in "support for ... is not implemented" (hicann/opbase
 # src/nnopbase/composite_op/utils/platform.cpp, ToString), for chips without the pool ops.
 # "Ascend910B" is the first 910's 30-core bin (NpuArch 1001), not an Atlas A2.
-CHIPS_WITHOUT_POOLS = {"Ascend910A": "Ascend910", "Ascend910B": "Ascend910",
+CHIPS_WITHOUT_POOLS = {"Ascend910": "Ascend910", "Ascend910A": "Ascend910",
+                       "Ascend910B": "Ascend910",
                        "Ascend910ProB": "Ascend910", "Ascend310P3": "Ascend310P",
                        "Ascend310B1": "Ascend310B", "Ascend999": "UnknownSocVersion",
                        None: "UnknownSocVersion"}

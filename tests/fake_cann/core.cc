@@ -165,7 +165,8 @@ State &state() {
 // Atlas A2); Ascend910B1..B4, B2C, B4-1 -> Ascend910B, 2201; Ascend910_93xx ->
 // Ascend910_93, 2201; Ascend950PR_xxxx, Ascend950DT_xxxx -> Ascend950, 3510; Ascend350_xxxx
 // -> Ascend350, 3510; Ascend310P1/3/5/7 -> Ascend310P, 2002; Ascend310B1..4 -> Ascend310B,
-// 3002. Any other name (or none) counts as an unknown chip: no NpuArch, "UnknownSocVersion".
+// 3002; Ascend910 is loaded as Ascend910A (src/platform/platform_info.cpp). Any other name
+// (or none) counts as an unknown chip: no NpuArch, "UnknownSocVersion".
 struct Chip {
   std::string short_name = "UnknownSocVersion";
   int arch = 0;  // NpuArch: DAV_1001, DAV_2002, DAV_2201, DAV_3002, DAV_3510; 0 unknown
@@ -182,8 +183,8 @@ Chip current_chip() {
     if (state().soc_name_null) return {};
     name = state().soc_name;
   }
-  for (const char *n : {"Ascend910A", "Ascend910B", "Ascend910ProA", "Ascend910ProB",
-                        "Ascend910PremiumA"})
+  for (const char *n : {"Ascend910", "Ascend910A", "Ascend910B", "Ascend910ProA",
+                        "Ascend910ProB", "Ascend910PremiumA"})
     if (name == n) return {"Ascend910", 1001};
   const std::pair<const char *, Chip> prefixes[] = {
       {"Ascend910B", {"Ascend910B", 2201}}, {"Ascend910_93", {"Ascend910_93", 2201}},
