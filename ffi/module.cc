@@ -4,6 +4,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 
+#include <cstring>
 #include <utility>
 
 #include "cpu/kernels.h"
@@ -71,6 +72,15 @@ NB_MODULE(_jax_unpool, m) {
       if (present) ops.append(name);
     }
     return ops;
+  });
+  // The chip's SoC name as the loaded CANN's aclrtGetSocName() gives it (e.g.
+  // "Ascend910B1"); None when no CANN is loaded, it lacks the function or names no chip.
+  m.def("cann_soc_name", []() -> nb::object {
+    const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
+    const char* name = cann && cann->get_soc_name ? cann->get_soc_name() : nullptr;
+    if (name == nullptr) return nb::none();
+    // "replace": a name that is not UTF-8 must not raise here.
+    return nb::steal(PyUnicode_DecodeUTF8(name, std::strlen(name), "replace"));
   });
   // The spatial ranks whose (optional) pool op the loaded CANN has: 2 for
   // aclnnMaxPool2dWithIndices, 3 for aclnnMaxPool3dWithArgmax.

@@ -3,19 +3,21 @@ aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D o
 (N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
 aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
 handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
-aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result (`pool_lowering`). Its
-functions::
+aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result for finite input
+(`pool_lowering`; CANN does not support NaN or -inf input to them on Atlas A2/A3, below).
+Its functions::
 
     register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes the unpool
-        primitives lower to them there, and the pool primitives through `pool_lowering`. `platform` is JAX's name for the plugin's platform (none is
-        official; it is a parameter); it must have devices, and is never a GPU or TPU
-        platform. platform="cpu" is the host-emulation mode, for testing: the handlers run
-        on host memory with no stream against an emulated CANN (tests/fake_cann), named by
-        an explicit library_dir, and the primitives' CPU lowering goes through them (the
-        pools' to the XLA ops where aclnn's would not give PyTorch's result), process-wide,
-        until unregister_cpu_emulation() (or use `cpu_emulation()`).
+        primitives lower to them there, and the pool primitives through `pool_lowering`.
+        `platform` is JAX's name for the plugin's platform (none is official; it is a
+        parameter); it must have devices, and is never a GPU or TPU platform.
+        platform="cpu" is the host-emulation mode, for testing: the handlers run on host
+        memory with no stream against an emulated CANN (tests/fake_cann), named by an
+        explicit library_dir, and the primitives' CPU lowering goes through them (the
+        pools' as on an NPU), process-wide, until unregister_cpu_emulation() (or use
+        `cpu_emulation()`).
     is_available(library_dir=None) -> bool
         Whether CANN can be loaded (or already is); never raises.
     locate(library_dir=None) -> dict
@@ -33,10 +35,29 @@ process: a later register() whose library_dir resolves to other files raises, an
 does one in the other mode (host emulation or NPU platform) than the first; a failed load
 can be retried.
 
-Supported chips (CANN's docs for the ops, hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
-all four ops on Atlas A2/A3 and Ascend 950; only the two backwards on the Atlas training
-series (910); none on the Atlas inference series (310P) or Atlas 200I/500 A2. The chip is
-not checked (nor by the ops): elsewhere the outcome is CANN's, a failing status a run-time
+Supported chips: register() reads the chip's SoC name (CANN's aclrtGetSocName()) and
+sends an op to aclnn only where CANN's docs list its operator for that chip (hicann/ops-nn
+index/*/docs/aclnnMaxUnpool*.md, pooling/max_pool3d_with_argmax_v2/docs/aclnnMaxPool*.md;
+the names are CANN's platform configs'; jax_unpool.backends.npu_chips), XLA's ops
+elsewhere::
+
+    chip (SoC names)                         unpool forward  unpool backward  pools
+    Atlas A2 (Ascend910B1..B4), Atlas A3     aclnn           aclnn            aclnn
+      (Ascend910_93*), Ascend 950 (Ascend950*)
+    Atlas training series, 910 (Ascend910,   XLA ops         aclnn            XLA ops
+      Ascend910A/B/ProA/ProB/PremiumA)
+    Atlas inference series, 310P             XLA ops         XLA ops          XLA ops
+      (Ascend310P*); Atlas 200I/500 A2
+      (Ascend310B*); any other name, or none
+
+(unpool forward: aclnnMaxUnpool2d/3d; backward: aclnnMaxUnpool2d/3dBackward; pools:
+aclnnMaxPool2dWithIndices/aclnnMaxPool3dWithArgmax, whose sources refuse every other chip
+with status 161002.) The aclnn pools are for finite input: on Atlas A2/A3 CANN's doc of
+aclnnMaxPool2dWithIndices says NaN and -inf input is not supported ("输入数据暂不支持NaN、
+-Inf"), and aclnnMaxPool3dWithArgmax runs the same kernel there; what they return for it
+is unverified. With such input, register(..., aclnn_pools=False) keeps the pools on XLA's
+ops, which give PyTorch's result. For a name no product has, register() warns. Direct calls of the FFI
+targets are not routed: on a chip without the op they get CANN's status as a run-time
 error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
 ones, register() warns and the forward unpools lower to the jnp reference.
 
@@ -49,8 +70,8 @@ duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
 channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
 with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
-without them, and for every pool they would not compute as PyTorch does, the pools keep
-their XLA ops.
+without them, and for every pool they would not compute as PyTorch does for finite
+input, the pools keep their XLA ops.
 """
 
 from __future__ import annotations
@@ -67,7 +88,7 @@ import numpy as np
 from jax_unpool import _compat
 from jax_unpool._extension import module as _jax_unpool
 from jax_unpool.backends import npu as _backend
-from jax_unpool.backends import registry
+from jax_unpool.backends import npu_chips, registry
 
 __all__ = [
     "MAX_POOL2D_TARGET",
@@ -142,21 +163,30 @@ def locate(library_dir: str | os.PathLike | None = None) -> dict[str, str]:
     return dict(_jax_unpool.probe_cann(_library_dir(library_dir, "locate")))
 
 
-def _routing(aclnn_pools: bool) -> _backend.Routing:
-    """How the loaded CANN routes the operations."""
-    pool_ranks = frozenset(_jax_unpool.cann_pool_ranks()) if aclnn_pools else frozenset()
-    return _backend.Routing(frozenset(_jax_unpool.cann_ops()), pool_ranks)
+def _chip() -> npu_chips.Chip:
+    """The chip of the loaded CANN, by its aclrtGetSocName()."""
+    return npu_chips.chip(_jax_unpool.cann_soc_name())
+
+
+def _routing(chip: npu_chips.Chip, aclnn_pools: bool) -> _backend.Routing:
+    """How the loaded CANN routes the operations on `chip`: an operator goes to aclnn
+    where the op library has it and CANN documents it for the chip."""
+    pool_ranks = frozenset(_jax_unpool.cann_pool_ranks()) & chip.pool_ranks
+    return _backend.Routing(frozenset(_jax_unpool.cann_ops()) & chip.unpool_ops,
+                            pool_ranks if aclnn_pools else frozenset())
 
 
 def pool_lowering(xla_lowering):
     """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
-    spatial rank k = len(kernel_size)) with the loaded CANN: aclnnMaxPool2dWithIndices
-    (1-D and 2-D) or aclnnMaxPool3dWithArgmax where they give PyTorch's result, else
-    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
+    spatial rank k = len(kernel_size)) with the loaded CANN on its chip:
+    aclnnMaxPool2dWithIndices (1-D and 2-D) or aclnnMaxPool3dWithArgmax where the chip has
+    them and they give PyTorch's result for finite input (CANN does not support NaN or
+    -inf input to them on Atlas A2/A3), else `xla_lowering`, the primitive's lowering in
+    XLA ops, with the same arguments. The
     rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
     dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
     `xla_lowering`. `register` installs it for the pools."""
-    return _backend.pool_lowering(_routing(True), xla_lowering)
+    return _backend.pool_lowering(_routing(_chip(), True), xla_lowering)
 
 
 # JAX platforms that are never an Ascend NPU: their devices would get CANN calls.
@@ -200,9 +230,11 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     from.
 
     The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
-    where the loaded CANN has them and they give PyTorch's result (see `pool_lowering`);
-    `aclnn_pools=False` keeps the XLA ops for every pool (CANN's docs say the 2-D op on
-    Atlas A2/A3 does not support NaN or -inf in its input).
+    where the loaded CANN and the chip have them and they give PyTorch's result for
+    finite input (see `pool_lowering`): on Atlas A2/A3 CANN's doc of the 2-D op says NaN
+    and -inf input is not supported, and the 3-D op runs the same kernel there.
+    `aclnn_pools=False` keeps the XLA ops, and PyTorch's result for every input, for every
+    pool.
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
@@ -216,15 +248,15 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
     for an NPU platform host memory.
 
-    Supported chips, as CANN documents the ops (hicann/ops-nn
-    index/*/docs/aclnnMaxUnpool*.md): Atlas A2/A3 and Ascend 950 have all four;
-    the Atlas training series (910) only aclnnMaxUnpool2dBackward and
-    aclnnMaxUnpool3dBackward; the Atlas inference series (310P) and Atlas 200I/500 A2
-    none. The chip is not checked (nor do the ops check it): elsewhere the call is made
-    and a failing status is a run-time error. If the op library has no aclnnMaxUnpool2d
-    entry points, a RuntimeWarning says so and the forward unpools lower to the jnp
-    reference (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run
-    aclnn.
+    The chip is read here, from CANN's aclrtGetSocName(), and an op goes to aclnn only
+    where CANN documents its operator for it (the module docstring's table): Atlas A2/A3
+    and Ascend 950 have all six; the Atlas training series (910) only
+    aclnnMaxUnpool2dBackward and aclnnMaxUnpool3dBackward; the Atlas inference series
+    (310P) and Atlas 200I/500 A2 none. Elsewhere the op runs XLA's ops. A chip name no
+    product has (or none) is a RuntimeWarning, and every op runs XLA's ops. If the op
+    library has no aclnnMaxUnpool2d entry points on a chip that should have them, a
+    RuntimeWarning says so and the forward unpools lower to the jnp reference
+    (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn.
 
     Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
     `library_dir` that is not None, a str or a str os.PathLike (bytes are refused), or an
@@ -255,7 +287,16 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
         where = dict(_jax_unpool.load_cann(directory, host))
-        if "max_unpool2d" not in _jax_unpool.cann_ops():
+        chip = _chip()
+        if chip.product is None:
+            soc = _jax_unpool.cann_soc_name()
+            named = "names no chip" if soc is None else f"names the chip {soc!r}"
+            warnings.warn(
+                f"jax_unpool.npu.register: CANN {named} (aclrtGetSocName), not one the aclnn "
+                f"operators' docs list (Atlas A2/A3: Ascend910B1..4, Ascend910_93*; Ascend "
+                f"950: Ascend950*), so on platform {platform!r} every op runs XLA's ops, "
+                f"none aclnn.", RuntimeWarning, stacklevel=2)
+        elif "max_unpool2d" in chip.unpool_ops and "max_unpool2d" not in _jax_unpool.cann_ops():
             warnings.warn(
                 f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "
                 f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run the "
@@ -271,7 +312,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
         # Clears jax's caches: no program compiled before keeps another routing.
-        registry.install(platform, _backend.lowerings(_routing(bool(aclnn_pools))))
+        registry.install(platform, _backend.lowerings(_routing(chip, bool(aclnn_pools))))
     return where
 
 

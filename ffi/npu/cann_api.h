@@ -91,6 +91,10 @@ using RtMallocFn = aclError (*)(void** dev_ptr, size_t size, int policy);
 using RtFreeFn = aclError (*)(void* dev_ptr);
 using aclrtContext = void*;
 using GetCurrentContextFn = aclError (*)(aclrtContext* context);
+// The chip's SoC name (e.g. "Ascend910B1"), nullptr if the runtime cannot tell
+// (hicann/runtime include/external/acl/acl_base_rt.h; src/acl/aclrt_impl/acl_rt_impl_base.cpp
+// returns rtGetSocVersion's process-wide name, the SoC_version of the chip's platform config).
+using GetSocNameFn = const char* (*)();
 // aclrtGetCurrentContext's error when the calling thread has no context (acl_base.h).
 constexpr aclError ACL_ERROR_RT_CONTEXT_NULL = 107002;
 constexpr int ACL_MEM_MALLOC_HUGE_FIRST = 0;

@@ -160,6 +160,7 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need(acl, "aclrtMalloc", &lib.rt_malloc);
   need(acl, "aclrtFree", &lib.rt_free);
   need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
+  Resolve(acl, "aclrtGetSocName", &lib.get_soc_name);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);

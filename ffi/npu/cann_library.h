@@ -23,7 +23,8 @@
 // It must have the aclnnMaxUnpool2dBackward* entry points (every product that has any of
 // the four unpool ops has these); aclnnMaxUnpool2d*, the aclnnMaxUnpool3d* ones and the
 // pools (aclnnMaxPool2dWithIndices*, aclnnMaxPool3dWithArgmax*) are optional (the
-// forwards are not on the Atlas training series; older CANN lacks the 3-D ops).
+// forwards are not on the Atlas training series; older CANN lacks the 3-D ops), and so is
+// libascendcl.so's aclrtGetSocName (which ops the chip has is decided in Python).
 //
 // Loading policy: the first successful LoadCann() fixes the runtime for the process (one
 // process talks to one CANN: its streams, device memory and the handlers' function table
@@ -60,6 +61,7 @@ struct CannLibrary {
   RtMallocFn rt_malloc = nullptr;
   RtFreeFn rt_free = nullptr;
   GetCurrentContextFn get_current_context = nullptr;
+  GetSocNameFn get_soc_name = nullptr;  // optional: without it the chip is unknown
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d_backward = nullptr;
   // Optional: a CANN without the forward or the 3-D ops still loads and serves the others;

@@ -3,8 +3,9 @@
 aclnnMaxPool3dWithArgmax). Nothing is registered on import: `jax_unpool.npu.register`
 loads CANN, registers the targets with the platform's plugin and installs `lowerings(...)`
 for the platform through the registry. What the routing depends on -- the ops the loaded
-CANN has, which pools go to aclnn -- is read there once and captured in the rules
-(`Routing`); jax_unpool.npu's docstring says what each op runs on.
+CANN has and CANN documents for the chip (`npu_chips`), which pools go to aclnn -- is read
+there once and captured in the rules (`Routing`); jax_unpool.npu's docstring says what
+each op runs on.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ HANDLERS = {"max_unpool2d": MAX_UNPOOL2D_TARGET,
 class Routing(NamedTuple):
     """What the NPU rules route by, fixed when `register` installs them."""
 
-    ops: frozenset  # the unpool ops whose entry points the loaded CANN has (cann_ops())
+    # The unpool ops that go to aclnn: the loaded CANN has their entry points (cann_ops())
+    # and CANN documents them for the chip (npu_chips).
+    ops: frozenset
     pool_ranks: frozenset  # the pool ops' ranks (2, 3) that go to aclnn
 
 
@@ -168,7 +171,7 @@ def _max_unpool(routing: Routing, ctx, x, indices, *, output_size, channels_last
                                   channels_last=channels_last)
     on_2d = _on_2d_ops(routing, k, channels_last, "max_unpool3d")
     if (on_2d or k == 2) and "max_unpool2d" not in routing.ops:
-        # An op library without the forward op (the backwards are required; see register).
+        # An op library or a chip without the forward op.
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
     if on_2d:
@@ -203,7 +206,11 @@ def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channel
     if _symbolic_planes(ctx, channels_last, k):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
-    if _on_2d_ops(routing, k, channels_last, "max_unpool3d_backward"):
+    on_2d = _on_2d_ops(routing, k, channels_last, "max_unpool3d_backward")
+    if (on_2d or k == 2) and "max_unpool2d_backward" not in routing.ops:  # a chip without it
+        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
+                                   spatial_rank=k)
+    if on_2d:
         return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
                           ctx, grad_output, indices, channels_last, k)
     return _backward(ctx, grad_output, indices, channels_last, k)
@@ -215,7 +222,8 @@ def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channel
 
 _POOL_TARGETS = {2: MAX_POOL2D_TARGET, 3: MAX_POOL3D_TARGET}
 # What aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax take on every chip that has
-# them (Atlas A2/A3, Ascend 950; hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api).
+# them (Atlas A2/A3, Ascend 950: npu_chips; hicann/ops-nn
+# pooling/max_pool3d_with_argmax_v2/op_api).
 _POOL_VALUE_DTYPES = frozenset(map(np.dtype, ("float16", jax.numpy.bfloat16, "float32")))
 _INT32_MAX = 2**31 - 1
 
@@ -223,11 +231,14 @@ _INT32_MAX = 2**31 - 1
 def _aclnn_pool_takes(routing: Routing, x_aval, k: int, window: dict,
                       channels_last: bool) -> bool:
     """Whether the pool of spatial rank k goes through aclnn: the routing sends that op
-    there (1-D runs on the 2-D op's (N, C, 1, W) view) and it gives PyTorch's values and indices
-    on every chip that has it -- values float16, bfloat16 or float32; dilation 1 (Atlas
-    A2/A3 refuse any other, and the chip is unknown at trace time); padding at most half
-    the kernel (PyTorch's rule, which CANN checks too); a plane or volume of at most
-    INT_MAX positions (A2/A3 index it in int32); a non-empty x of known shape."""
+    there -- the op library has it and the chip does (1-D runs on the 2-D op's (N, C, 1, W)
+    view) -- and it gives PyTorch's values and indices for finite input on every chip that
+    has it (on Atlas A2/A3 CANN does not support NaN or -inf input to either op: the 2-D
+    op's doc says so, and the 3-D op runs the same kernel): values float16, bfloat16 or
+    float32; dilation 1 (Atlas A2/A3 refuse any other; what the 950's
+    kernels give for more is unverified); padding at most half the kernel (PyTorch's rule,
+    which CANN checks too); a plane or volume of at most INT_MAX positions (A2/A3 index it
+    in int32); a non-empty x of known shape."""
     if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
         return False
     s = _geometry.spatial_axis(x_aval.ndim, channels_last, k)
@@ -278,11 +289,12 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
 def pool_lowering(routing: Routing, xla_lowering):
     """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
     spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
-    aclnnMaxPool3dWithArgmax where they give PyTorch's result (`_aclnn_pool_takes`), else
-    `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
-    rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
-    dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
-    `xla_lowering`. The index dtype is the second result's."""
+    aclnnMaxPool3dWithArgmax where they give PyTorch's result for finite input
+    (`_aclnn_pool_takes`; CANN does not support NaN or -inf input to them on Atlas A2/A3),
+    else `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The rule takes the window as the CPU pool target does --
+    kernel_size, stride, padding, dilation (k ints each), ceil_mode -- and channels_last;
+    other parameters only go on to `xla_lowering`. The index dtype is the second
+    result's."""
     def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
                  **params):
         window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),
@@ -300,11 +312,18 @@ def lowerings(routing: Routing) -> dict[str, registry.Lowering]:
     """The NPU lowerings of the three operations, routed by `routing`."""
     pools = (f"aclnn pool ops for ranks {sorted(routing.pool_ranks)}, XLA ops otherwise"
              if routing.pool_ranks else "XLA ops (no aclnn pool op used)")
+
+    def runs(ops: str, names: tuple) -> str:
+        return ops if routing.ops & set(names) else "XLA ops (no aclnn op used)"
+
     return {
-        "max_unpool": registry.Lowering(partial(_max_unpool, routing), "npu",
-                                        "aclnnMaxUnpool2d/3d"),
-        "max_unpool_backward": registry.Lowering(partial(_max_unpool_backward, routing),
-                                                 "npu", "aclnnMaxUnpool2d/3dBackward"),
+        "max_unpool": registry.Lowering(
+            partial(_max_unpool, routing), "npu",
+            runs("aclnnMaxUnpool2d/3d", ("max_unpool2d", "max_unpool3d"))),
+        "max_unpool_backward": registry.Lowering(
+            partial(_max_unpool_backward, routing), "npu",
+            runs("aclnnMaxUnpool2d/3dBackward", ("max_unpool2d_backward",
+                                                  "max_unpool3d_backward"))),
         "max_pool": registry.Lowering(pool_lowering(routing, registry.rule(None, "max_pool")),
                                       "npu", pools),
     }

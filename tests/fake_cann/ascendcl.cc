@@ -18,3 +18,5 @@ FAKECANN_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
 FAKECANN_EXPORT aclError aclrtGetCurrentContext(void **context) {
   return forward_core().rt_get_current_context(context);
 }
+
+FAKECANN_EXPORT const char *aclrtGetSocName() { return forward_core().rt_get_soc_name(); }

@@ -5,7 +5,8 @@
 - ``libnnopbase.so``: aclCreateTensor, aclDestroyTensor, aclCreateIntArray,
   aclDestroyIntArray, aclDestroyAclOpExecutor, the shared state and the ``fakecann_*``
   test controls;
-- ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream;
+- ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream,
+  aclrtGetCurrentContext, aclrtGetSocName;
 - ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the eight
   aclnnMaxUnpool{2,3}d* entry points and the four of aclnnMaxPool2dWithIndices and
   aclnnMaxPool3dWithArgmax; or, with ``layout``, the libraries of another CANN packaging,

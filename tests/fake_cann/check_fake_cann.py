@@ -12,6 +12,7 @@ Each ``check_*`` function takes a ``FakeCann`` and raises AssertionError on fail
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import pathlib
@@ -161,6 +162,8 @@ class FakeCann:
         self.last_error_message = _sig(n, "fakecann_last_error_message", c_char_p)
         self.set_int64_indices_only = _sig(n, "fakecann_set_int64_indices_only", None, c_int32)
         self.set_no_context = _sig(n, "fakecann_set_no_context", None, c_int32)
+        self.aclrtGetSocName = _sig(a, "aclrtGetSocName", c_char_p)
+        self.set_soc_name = _sig(n, "fakecann_set_soc_name", None, c_char_p)
         self._keep = []  # numpy buffers referenced by tensors
 
     # -- object helpers ---------------------------------------------------------------
@@ -209,6 +212,17 @@ class FakeCann:
         self.reset()
         self.err()  # drop stale messages of this thread
         return self.live_objects()
+
+    @contextlib.contextmanager
+    def soc(self, name: str | None):
+        """The emulated chip is SoC `name` (None: aclrtGetSocName names none) inside the
+        block, the one before it after."""
+        before = self.aclrtGetSocName()
+        self.set_soc_name(None if name is None else name.encode())
+        try:
+            yield
+        finally:
+            self.set_soc_name(before)
 
 
 class IntArray(int):
@@ -1379,23 +1393,24 @@ def check_3d_executors_are_their_own(fc):
 # (hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api): PyTorch's values and flat
 # indices; FLOAT16, FLOAT, BF16; dilation 1; 3-D indices INT32 only.
 
-def pool_ref(x, k, kernel, stride, padding, ceil_mode=False):
+def pool_ref(x, k, kernel, stride, padding, ceil_mode=False, dilation=None):
     """PyTorch's max pooling with indices by loops over channels-first x (rank k + 1 or
     k + 2): start from the first in-bounds tap with -inf, take `v > best or isnan(v)`."""
     lead, spatial = x.shape[:-k], x.shape[-k:]
+    dilation = dilation or (1,) * k
 
-    def size(n, kk, s, p):
-        out = (n + 2 * p - (kk - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    def size(n, kk, s, p, d):
+        out = (n + 2 * p - d * (kk - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
         return out - 1 if ceil_mode and (out - 1) * s >= n + p else out
 
-    osz = tuple(size(*a) for a in zip(spatial, kernel, stride, padding))
+    osz = tuple(size(*a) for a in zip(spatial, kernel, stride, padding, dilation))
     flat = x.reshape(-1, int(np.prod(spatial)))
     values = np.empty((flat.shape[0], int(np.prod(osz))), x.dtype)
     indices = np.empty(values.shape, np.int64)
     for j, o in enumerate(np.ndindex(*osz)):
         start = [oo * s - p for oo, s, p in zip(o, stride, padding)]
-        taps = [[st + t for t in range(kk) if 0 <= st + t < n]
-                for st, kk, n in zip(start, kernel, spatial)]
+        taps = [[st + t * d for t in range(kk) if 0 <= st + t * d < n]
+                for st, kk, n, d in zip(start, kernel, spatial, dilation)]
         positions = [int(np.ravel_multi_index(tuple(t[i] for t, i in zip(taps, c)), spatial))
                      for c in np.ndindex(*map(len, taps))]
         for r in range(flat.shape[0]):
@@ -1429,7 +1444,7 @@ def run_pool(fc, k, x, window, ceil_mode=False, *, index_dtype=np.int32, dtype=N
     `dtype` overrides x's aclDataType (BF16 on uint16 bits); `views` = (out, indices,
     out_base, indices_base) for strided outputs. Returns (status, values, indices)."""
     if views is None:
-        shape = out_shape or pool_ref(x, k, *window[:3], ceil_mode)[0].shape
+        shape = out_shape or pool_ref(x, k, *window[:3], ceil_mode, window[3])[0].shape
         out, idx = np.full(shape, 77, x.dtype), np.full(shape, -7, index_dtype)
         out_t, idx_t = fc.tensor(out, dtype=dtype), fc.tensor(idx)
     else:
@@ -1630,6 +1645,81 @@ def check_pool_empty_workspace_and_volume(fc):
     assert fc.live_objects() == live0
 
 
+# SoC names as aclrtGetSocName returns them (hicann/runtime
+# src/platform/platform_config/{cann,cann-dev}/*.ini: SoC_version) -> the Short_SoC_version
+# the 2-D op names in "support for ... is not implemented" (hicann/opbase
+# src/nnopbase/composite_op/utils/platform.cpp, ToString), for chips without the pool ops.
+# "Ascend910B" is the first 910's 30-core bin (NpuArch 1001), not an Atlas A2.
+CHIPS_WITHOUT_POOLS = {"Ascend910": "Ascend910", "Ascend910A": "Ascend910",
+                       "Ascend910B": "Ascend910",
+                       "Ascend910ProB": "Ascend910", "Ascend310P3": "Ascend310P",
+                       "Ascend310B1": "Ascend310B", "Ascend999": "UnknownSocVersion",
+                       None: "UnknownSocVersion"}
+# Atlas A2 (NpuArch 2201), Atlas A3 (2201), Ascend 950 (3510, regbase).
+CHIPS_WITH_POOLS = ("Ascend910B1", "Ascend910B4-1", "Ascend910_9391", "Ascend950PR_9599",
+                    "Ascend950DT_9591")
+
+
+def check_pool_chips(fc):
+    """aclrtGetSocName names the emulated chip (Ascend910B1 by default) and the pool ops
+    check it as CANN's sources do: on chips without them the 2-D op's dtype list is empty
+    after its nullptr checks (161002 "support for <short SoC name> is not implemented") and
+    the 3-D op's CheckPlatform refuses before every other check; the Ascend 950 (regbase)
+    takes dilation > 1 and INT64 3-D indices, an Atlas A2/A3 neither. The unpool ops do not
+    look at the chip (no SoC check in aclnn_max_unpool*.cpp)."""
+    live0 = fc.baseline()
+    assert fc.aclrtGetSocName() == b"Ascend910B1"
+    z, f32, i32, i64 = np.zeros, np.float32, np.int32, np.int64
+    W2, W3 = ((2, 2), (2, 2), (0, 0), (1, 1)), ((2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1))
+    ok2 = (z((1, 2, 4, 4), f32), z((1, 2, 2, 2), f32), z((1, 2, 2, 2), i64))
+    ok3 = (z((1, 2, 4, 4, 4), f32), z((1, 2, 2, 2, 2), f32), z((1, 2, 2, 2, 2), i32))
+    rng = np.random.default_rng(11)
+    try:
+        for name, short in CHIPS_WITHOUT_POOLS.items():
+            fc.set_soc_name(None if name is None else name.encode())
+            assert fc.aclrtGetSocName() == (None if name is None else name.encode())
+            rc, msg, ws, ex = _pool_invalid(fc, 2, ok2, W2)
+            assert rc == INVALID and f"support for {short} is not implemented" in msg, (name, msg)
+            assert ws == 12345 and ex is None
+            rc, msg, _, _ = _pool_invalid(fc, 2, ok2, W2, nulls=("self",))
+            assert rc == NULLPTR and "self is nullptr" in msg, (name, msg)
+            for nulls in ((), ("self",)):
+                rc, msg, ws, ex = _pool_invalid(fc, 3, ok3, W3, nulls=nulls)
+                assert rc == INVALID and ws == 12345 and ex is None, (name, nulls, rc)
+                assert "aclnnMaxPool3dWithArgmax is not supported on this platform" in msg, msg
+            x = rng.standard_normal((1, 1, 2, 2)).astype(f32)
+            idx = np.array([[[[0, 5], [2, 8]]]], i32)
+            rc, out = run_fwd(fc, x, idx, (3, 3))
+            assert rc == OK and (out == forward_ref(x, idx, (3, 3))).all(), (name, fc.err())
+        for name in CHIPS_WITH_POOLS:
+            fc.set_soc_name(name.encode())
+            regbase = name.startswith("Ascend950")
+            for k, shape, window in (
+                (2, (2, 3, 7, 6), ((2, 3), (1, 2), (1, 1), (2, 1))),
+                (3, (1, 2, 5, 4, 6), ((2, 2, 3), (1, 2, 2), (1, 0, 1), (2, 1, 2))),
+            ):
+                x = rng.standard_normal(shape).astype(f32)
+                for dilation, idt in (((1,) * k, i32), (window[3], i64 if k == 3 else i32)):
+                    want_v, want_i = pool_ref(x, k, *window[:3], dilation=dilation)
+                    rc, out, idx = run_pool(fc, k, x, (*window[:3], dilation),
+                                            index_dtype=idt)
+                    if dilation == (1,) * k or regbase:
+                        assert rc == OK, (name, k, dilation, fc.err())
+                        np.testing.assert_array_equal(out, want_v)
+                        np.testing.assert_array_equal(idx, want_i.astype(idt))
+                    else:  # Atlas A2/A3: dilation 1 only; 3-D indices INT32 only
+                        assert rc == INVALID, (name, k, rc)
+                        word = "INT64 (9) is not supported" if k == 3 else "dilation only"
+                        assert word in fc.err()
+            rc, msg, _, _ = _pool_invalid(fc, 2, ok2, (*W2[:3], (0, 1)))
+            assert rc == INVALID, (name, rc)
+            assert ("greater than 0" if regbase else "dilation only support 1") in msg, msg
+    finally:
+        fc.reset()
+    assert fc.aclrtGetSocName() == b"Ascend910B1"  # reset restores the default chip
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
 ALL_CHECKS = [
     check_seed_example,
     check_forward_values,
@@ -1664,6 +1754,7 @@ ALL_CHECKS = [
     check_pool_values,
     check_pool_refusals,
     check_pool_empty_workspace_and_volume,
+    check_pool_chips,
 ]
 
 

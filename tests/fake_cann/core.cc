@@ -132,13 +132,71 @@ struct State {
   std::string last_error;  // process-wide copy of the newest message
   bool int64_indices_only = false;  // CANN 8.0.RC1-RC3 forward: INT64 indices only
   bool no_context = false;          // aclrtGetCurrentContext reports none
+  std::string soc_name;             // what aclrtGetSocName returns (set_default_soc_name)
+  bool soc_name_null = false;       // ... or nullptr
 };
+
+// The emulated chip's SoC name: $FAKECANN_SOC_NAME, "Ascend910B1" (an Atlas A2) when it
+// is unset; nullptr (aclrtGetSocName failing) when it is set but empty.
+void set_default_soc_name(State &s) {
+  const char *env = std::getenv("FAKECANN_SOC_NAME");
+  s.soc_name = env ? env : "Ascend910B1";
+  s.soc_name_null = env && !*env;
+}
 
 // Never destroyed: other libraries' static destructors may still call in at exit.
 State &state() {
-  static State *s = new State;
+  static State *s = [] {
+    auto *fresh = new State;
+    set_default_soc_name(*fresh);
+    return fresh;
+  }();
   return *s;
 }
+
+// ---- the chip ---------------------------------------------------------------------------
+// aclrtGetSocName() returns the chip's SoC_version, the name of its platform config
+// (hicann/runtime src/acl/aclrt_impl/acl_rt_impl_base.cpp, aclrtGetSocNameImpl, and
+// src/platform/platform_config/{cann,cann-dev}/<SoC_version>.ini). The ops decide by the
+// config's NpuArch and name the chip by its Short_SoC_version (hicann/opbase
+// src/nnopbase/composite_op/utils/platform.cpp: InitNpuArch, InitSocVersion, ToString).
+// The configs, by SoC_version: Ascend910A, Ascend910B, Ascend910ProA, Ascend910ProB,
+// Ascend910PremiumA -> Ascend910, 1001 (Ascend910B is the first 910's 30-core bin, not an
+// Atlas A2); Ascend910B1..B4, B2C, B4-1 -> Ascend910B, 2201; Ascend910_93xx ->
+// Ascend910_93, 2201; Ascend950PR_xxxx, Ascend950DT_xxxx -> Ascend950, 3510; Ascend350_xxxx
+// -> Ascend350, 3510; Ascend310P1/3/5/7 -> Ascend310P, 2002; Ascend310B1..4 -> Ascend310B,
+// 3002; Ascend910 is loaded as Ascend910A (src/platform/platform_info.cpp). Any other name
+// (or none) counts as an unknown chip: no NpuArch, "UnknownSocVersion".
+struct Chip {
+  std::string short_name = "UnknownSocVersion";
+  int arch = 0;  // NpuArch: DAV_1001, DAV_2002, DAV_2201, DAV_3002, DAV_3510; 0 unknown
+};
+
+bool starts_with(const std::string &s, const char *prefix) {
+  return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
+
+Chip current_chip() {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    if (state().soc_name_null) return {};
+    name = state().soc_name;
+  }
+  for (const char *n : {"Ascend910", "Ascend910A", "Ascend910B", "Ascend910ProA",
+                        "Ascend910ProB", "Ascend910PremiumA"})
+    if (name == n) return {"Ascend910", 1001};
+  const std::pair<const char *, Chip> prefixes[] = {
+      {"Ascend910B", {"Ascend910B", 2201}}, {"Ascend910_93", {"Ascend910_93", 2201}},
+      {"Ascend950", {"Ascend950", 3510}},   {"Ascend350", {"Ascend350", 3510}},
+      {"Ascend310P", {"Ascend310P", 2002}}, {"Ascend310B", {"Ascend310B", 3002}}};
+  for (const auto &[prefix, chip] : prefixes)
+    if (starts_with(name, prefix)) return chip;
+  return {};
+}
+
+// Ops::NN::AclnnUtil::IsRegbase (hicann/ops-nn common/inc/op_api/aclnn_util.h): DAV_3510.
+bool is_regbase(const Chip &chip) { return chip.arch == 3510; }
 
 // Bumped by fakecann_reset(); a thread's pending messages from an older generation are
 // dropped on its next use.
@@ -706,8 +764,12 @@ Failure validate_backward_3d(const aclTensor &grad, const aclTensor &self,
 // ---- the MaxPool ops --------------------------------------------------------------------
 // The checks of aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax (hicann/ops-nn,
 // pooling/max_pool3d_with_argmax_v2/op_api/aclnn_max_pool{2d_with_indices,3d_with_argmax}.cpp
-// and the l0op max_pool3d_with_argmax_v2.cpp), in their order, as an Atlas A2/A3 (910B,
-// 910_93) runs them: dtypes FLOAT16, FLOAT, BF16; dilation 1 only; 3-D indices INT32 only.
+// and the l0op max_pool3d_with_argmax_v2.cpp), in their order, with the chip-dependent ones
+// for the emulated chip (current_chip()). On an Atlas A2/A3 (910B, 910_93; DAV_2201):
+// dtypes FLOAT16, FLOAT, BF16; dilation 1 only; 3-D indices INT32 only. On the Ascend 950
+// (DAV_3510, regbase) the 2-D op takes dilation > 0 and the 3-D op any dilation and INT32
+// or INT64 indices. On every other chip the 2-D op's dtype list is empty ("support for
+// <chip> is not implemented") and the 3-D op's CheckPlatform refuses before any other check.
 // The array arguments take 1 or k elements (stride also 0: the kernel's).
 
 bool pool_dtype_ok(aclDataType dt) { return dt == kFloat16 || dt == kFloat || dt == kBf16; }
@@ -731,9 +793,9 @@ int64_t pooled_size(int64_t size, int64_t kernel, int64_t stride, int64_t pad, i
 
 // The window of an executor, checked: sizes and values of kernel, stride, padding and
 // dilation. `lengths` names the allowed sizes ("one or two", "1 or 3").
-Failure check_window(aclOpExecutor &e, size_t k, const std::vector<int64_t> &kernel,
-                     const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
-                     const std::vector<int64_t> &dilation) {
+Failure check_window(aclOpExecutor &e, size_t k, const Chip &chip,
+                     const std::vector<int64_t> &kernel, const std::vector<int64_t> &stride,
+                     const std::vector<int64_t> &padding, const std::vector<int64_t> &dilation) {
   const bool two = k == 2;
   auto sized = [&](const std::vector<int64_t> &v, bool may_be_empty) {
     return v.size() == 1 || v.size() == k || (may_be_empty && v.empty());
@@ -770,9 +832,13 @@ Failure check_window(aclOpExecutor &e, size_t k, const std::vector<int64_t> &ker
   if (!two && !sized(dilation, false))
     return invalid("The length of dilation can be only 1 or 3");
   e.dilation = expand(dilation, k);
-  for (int64_t v : e.dilation)
-    if (v != 1)
+  // The 2-D op: > 0 on regbase, else 1; the 3-D op: 1 on DAV_2201 and DAV_1001, else any.
+  for (int64_t v : e.dilation) {
+    if (two && is_regbase(chip) && v <= 0)
+      return invalid("dilation should be greater than 0, but got " + shape_str(e.dilation));
+    if ((two ? !is_regbase(chip) : chip.arch == 2201 || chip.arch == 1001) && v != 1)
       return invalid("dilation only support 1 (Atlas A2/A3), but got " + shape_str(e.dilation));
+  }
   return {};
 }
 
@@ -792,6 +858,10 @@ Failure validate_pool2d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
                         const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
                         const std::vector<int64_t> &dilation) {
   const aclTensor &self = e.tensors[0], &out = e.tensors[1], &indices = e.tensors[2];
+  const Chip chip = current_chip();
+  // GetDtypeSupportListBySocVersion: a list on DAV_3510 and DAV_2201 only.
+  if (chip.arch != 3510 && chip.arch != 2201)
+    return invalid("support for " + chip.short_name + " is not implemented");
   if (!pool_dtype_ok(self.dtype))
     return invalid("self dtype " + dtype_str(self.dtype) +
                    " is not supported; supported: FLOAT16, FLOAT, BF16");
@@ -807,7 +877,7 @@ Failure validate_pool2d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
   if (rank != 3 && rank != 4)
     return invalid("3D or 4D tensor expected for inputs, got self shape " +
                    shape_str(self.view));
-  if (Failure f = check_window(e, 2, kernel, stride, padding, dilation)) return f;
+  if (Failure f = check_window(e, 2, chip, kernel, stride, padding, dilation)) return f;
   for (size_t i = rank - 3; i < rank; ++i)
     if (self.view[i] == 0)
       return invalid("Expected tensor with optional 0 dim batch size, but got self shape " +
@@ -824,8 +894,8 @@ Failure validate_pool2d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
   return {};
 }
 
-// aclnnMaxPool3dWithArgmax up to the empty-tensor return: CheckDtypeValid, CheckFormat,
-// CheckParamsValid. (CheckPlatform, before them, passes: the emulated chip is an A2/A3.)
+// aclnnMaxPool3dWithArgmax up to the empty-tensor return, after CheckPlatform and the
+// nullptr checks: CheckDtypeValid, CheckFormat, CheckParamsValid.
 Failure validate_pool3d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
                         const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
                         const std::vector<int64_t> &dilation) {
@@ -833,9 +903,10 @@ Failure validate_pool3d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
   if (!pool_dtype_ok(self.dtype))
     return invalid("self dtype " + dtype_str(self.dtype) +
                    " is not supported; supported: BF16, FLOAT16, FLOAT");
-  if (indices.dtype != kInt32)
-    return invalid("indices dtype " + dtype_str(indices.dtype) +
-                   " is not supported; supported: INT32 (Atlas A2/A3)");
+  const Chip chip = current_chip();
+  if (indices.dtype != kInt32 && !(is_regbase(chip) && indices.dtype == kInt64))
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " is not supported; supported: " +
+                   (is_regbase(chip) ? "INT32, INT64" : "INT32 (Atlas A2/A3)"));
   if (out.dtype != self.dtype)
     return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
                    dtype_str(self.dtype));
@@ -848,7 +919,7 @@ Failure validate_pool3d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
   if (self.view.size() != 4 && self.view.size() != 5)
     return invalid("4D or 5D tensor expected for inputs, got self shape " +
                    shape_str(self.view));
-  return check_window(e, 3, kernel, stride, padding, dilation);
+  return check_window(e, 3, chip, kernel, stride, padding, dilation);
 }
 
 // After the empty-tensor return: the l0op's volume limit (it returns no tensor, which the
@@ -984,7 +1055,8 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
   return kSuccess;
 }
 
-// The MaxPool ops' first phase: nullptr checks in signature order, liveness, the op's
+// The MaxPool ops' first phase: the 3-D op's CheckPlatform, nullptr checks in signature
+// order, liveness, the op's
 // validation, the empty-tensor return (workspace 0), the kernel's shape checks, the
 // emulator's own format and memory checks, executor.
 int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
@@ -1001,6 +1073,11 @@ int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
     if (indices && s.live.count(indices) && s.live[indices] == kTensor)
       s.last_indices_dtype[fn] = indices->dtype;
   }
+  // aclnnMaxPool3dWithArgmax's CheckPlatform comes before every other check: DAV_2201 or
+  // regbase.
+  const Chip chip = current_chip();
+  if (op == Op::kPool3d && chip.arch != 2201 && !is_regbase(chip))
+    return fail(fn, kErrParamInvalid, "aclnnMaxPool3dWithArgmax is not supported on this platform");
   const std::vector<TensorArg> tensor_args = {{"self", self}, {"out", out}, {"indices", indices}};
   const std::vector<IntArrayArg> array_args = {
       {"kernelSize", kernel}, {"stride", stride}, {"padding", padding}, {"dilation", dilation}};
@@ -1380,6 +1457,19 @@ aclError rt_get_current_context(void **context) {
   return 0;
 }
 
+// The emulated chip's SoC name (set_default_soc_name, fakecann_set_soc_name); nullptr when
+// it has none, as aclrtGetSocName does when the runtime cannot tell. The pointer stays
+// valid until the thread's next call.
+const char *rt_get_soc_name() {
+  int32_t st;
+  if (take_injected("aclrtGetSocName", &st)) return nullptr;
+  thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (state().soc_name_null) return nullptr;
+  copy = state().soc_name;
+  return copy.c_str();
+}
+
 aclError rt_synchronize_stream(aclrtStream) {
   int32_t st;
   if (take_injected("aclrtSynchronizeStream", &st)) return st;
@@ -1487,6 +1577,7 @@ const CoreTable kCoreTable = {
     pool2d_run,
     pool3d_gws,
     pool3d_run,
+    rt_get_soc_name,
 };
 
 }  // namespace
@@ -1661,7 +1752,8 @@ FAKECANN_EXPORT const char *fakecann_last_error_message() {
 }
 
 // Clears injected failures, call counts, last_* records, bad destroy/free counts and all
-// threads' pending error messages. Live objects and allocations are kept (and counted).
+// threads' pending error messages, ends the modes below and gives the chip its default SoC
+// name again. Live objects and allocations are kept (and counted).
 FAKECANN_EXPORT void fakecann_reset() {
   std::lock_guard<std::mutex> lock(state().mu);
   State &s = state();
@@ -1676,6 +1768,7 @@ FAKECANN_EXPORT void fakecann_reset() {
   s.last_error.clear();
   s.int64_indices_only = false;
   s.no_context = false;
+  set_default_soc_name(s);
   ++g_generation;
 }
 
@@ -1689,4 +1782,12 @@ FAKECANN_EXPORT void fakecann_set_int64_indices_only(int on) {
 FAKECANN_EXPORT void fakecann_set_no_context(int on) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().no_context = on != 0;
+}
+
+// The emulated chip: what aclrtGetSocName returns from now on (nullptr for NULL), and so
+// which chip the pool ops check for (current_chip()). fakecann_reset() restores the default.
+FAKECANN_EXPORT void fakecann_set_soc_name(const char *name) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().soc_name = name ? name : "";
+  state().soc_name_null = name == nullptr;
 }

@@ -101,8 +101,9 @@ struct CoreTable {
       aclTensor *indices, uint64_t *workspace_size, aclOpExecutor **executor);
   aclnnStatus (*max_pool3d_with_argmax)(void *workspace, uint64_t workspace_size,
                                         aclOpExecutor *executor, aclrtStream stream);
+  const char *(*rt_get_soc_name)();  // aclrtGetSocName, of libascendcl.so
 };
-constexpr uint32_t kCoreAbiVersion = 4;
+constexpr uint32_t kCoreAbiVersion = 5;
 
 }  // namespace fakecann
 

@@ -288,19 +288,106 @@ def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
     assert_bits_equal(grad, want_g.numpy())
 
 
-def test_aclnn_pools_false_keeps_the_xla_ops(emulated, fake_cann_dir, rng):
+def test_a_second_register_reroutes_programs_compiled_before(emulated, fake_cann_dir, rng):
+    # Issue 31 item 3: register() again with another aclnn_pools clears jax's caches, so the
+    # same jitted function, compiled and run before, lowers and runs the other way.
     x = hard_values(rng, SHAPES[2], "float32")
+    want = torch_pool(x, (2, 2), (2, 2), (0, 0), False)
+    pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
+    runs = RUN[2].encode()
+    for aclnn_pools, calls in ((True, 1), (False, 1), (True, 2)):
+        npu.register("cpu", fake_cann_dir, aclnn_pools=aclnn_pools)
+        assert (npu.MAX_POOL2D_TARGET in pool.lower(x).as_text()) == aclnn_pools
+        values, indices = pool(x)
+        assert emulated.call_count(runs) == calls, aclnn_pools
+        assert_bits_equal(values, want[0])
+        assert_bits_equal(indices, want[1].astype(np.int32))
 
-    def pool(x):
-        return ju.max_pool2d_with_indices(x, 2)
 
-    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
-    npu.register("cpu", fake_cann_dir, aclnn_pools=False)
-    try:
-        assert npu.MAX_POOL2D_TARGET not in jax.jit(pool).lower(x).as_text()
-    finally:
-        npu.register("cpu", fake_cann_dir)
-    assert npu.MAX_POOL2D_TARGET in jax.jit(pool).lower(x).as_text()
+# The device mode, in a process of its own (a CANN loaded for a device never serves the host
+# emulation): a stand-in for an Ascend plugin's platform -- one jax knows, so lowerings can
+# be registered and programs lowered for it, with an FFI handler that takes the targets and
+# devices assumed. The programs are lowered for it, never run.
+DEVICE_MODE_REREGISTER = """
+import sys
+import jax, numpy as np
+import jax_unpool as ju
+from jax_unpool import _compat, npu
+
+platform = "tpu"
+npu._NOT_ASCEND = npu._NOT_ASCEND - {platform}
+npu._require_devices = lambda platform: None
+_compat.install_ffi_handler(platform.upper(), lambda *args: None)
+x = np.zeros((1, 2, 4, 4), np.float32)
+pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
+for aclnn_pools in (True, False, True):
+    npu.register(platform, sys.argv[1], aclnn_pools=aclnn_pools)
+    text = pool.trace(x).lower(lowering_platforms=(platform,)).as_text()
+    print(aclnn_pools, ju.npu.MAX_POOL2D_TARGET in text)
+"""
+
+
+def test_a_second_register_in_device_mode_reroutes_programs_lowered_before(fake_cann_dir):
+    # Issue 31 item 3 as found: before the registry cleared jax's caches on every
+    # register(), only the host emulation cleared them, and a device platform's second
+    # register(aclnn_pools=False) left the program lowered before on aclnn ("False True").
+    proc = run_code(DEVICE_MODE_REREGISTER, str(fake_cann_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == ["True", "True", "False", "False", "True", "True"]
+
+
+# --------------------------------------------------------------------------------------
+# The chip: aclnn only where CANN documents the pool ops
+# --------------------------------------------------------------------------------------
+
+# SoC names as aclrtGetSocName returns them (hicann/runtime platform configs). The pool ops
+# are documented for Atlas A2/A3 and Ascend 950 only (hicann/ops-nn
+# pooling/max_pool3d_with_argmax_v2/docs), and their sources refuse every other chip.
+WITHOUT_POOLS = ["Ascend910ProB", "Ascend910B", "Ascend310P3"]  # training 910, 310P
+WITH_POOLS = ["Ascend910B1", "Ascend910_9391", "Ascend950PR_9599"]  # A2, A3, 950
+PUBLIC_SHAPES = {1: (2, 3, 9), 2: SHAPES[2], 3: SHAPES[3]}
+
+
+def _public_pool_against_torch(k, x):
+    """The public k-D pool, jitted, and its gradient, against PyTorch's; returns the
+    lowered program's text."""
+    pool = getattr(ju, f"max_pool{k}d_with_indices")
+    values, indices = jax.jit(lambda x: pool(x, 2))(x)
+    grad = jax.jit(jax.grad(lambda x: (pool(x, 2)[0] ** 2).sum()))(x)
+    t = torch.from_numpy(x).requires_grad_(True)
+    want_v, want_i = getattr(torch.nn.functional, f"max_pool{k}d")(t, 2, return_indices=True)
+    (want_g,) = torch.autograd.grad((want_v ** 2).sum(), t)
+    assert_bits_equal(values, want_v.detach().numpy())
+    assert_bits_equal(indices, want_i.numpy().astype(np.int32))
+    assert_bits_equal(grad, want_g.numpy())
+    return jax.jit(lambda x: pool(x, 2)).lower(x).as_text()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("soc", WITHOUT_POOLS)
+def test_pools_keep_xla_ops_on_chips_without_the_aclnn_pools(fake, fake_cann_dir, rng, soc,
+                                                            k):
+    # On a 910 the 2-D op says "support for Ascend910 is not implemented" and the 3-D op's
+    # CheckPlatform refuses: the routing must not reach them there (issue 31 item 1).
+    x = hard_values(rng, PUBLIC_SHAPES[k], "float32")
+    x[np.isnan(x)] = 0.5  # a finite gradient to compare
+    calls = [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())]
+    with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+        text = _public_pool_against_torch(k, x)
+    assert "aclnn" not in text and "custom_call" not in text, text[:3000]
+    assert [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())] == calls
+
+
+@pytest.mark.parametrize("soc", WITH_POOLS)
+def test_pools_go_to_aclnn_on_chips_with_them(fake, fake_cann_dir, rng, soc):
+    for k in (1, 2, 3):
+        x = hard_values(rng, PUBLIC_SHAPES[k], "float32")
+        x[np.isnan(x)] = 0.5
+        runs = fake.call_count(RUN[max(k, 2)].encode())
+        with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+            text = _public_pool_against_torch(k, x)
+        assert TARGET[max(k, 2)] in text, (soc, k)
+        assert fake.call_count(RUN[max(k, 2)].encode()) == runs + 2  # forward, and in grad
 
 
 # --------------------------------------------------------------------------------------

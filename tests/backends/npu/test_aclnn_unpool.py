@@ -10,6 +10,7 @@ and the module checks on teardown that the normal CPU lowering is back.
 
 import ctypes.util
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,7 @@ from fake_cann.check_fake_cann import FakeCann, build
 import jax_unpool as ju
 from jax_unpool import _compat
 from jax_unpool._compat import enable_x64
+from jax_unpool.backends import npu_chips
 
 npu = ju.npu
 RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)  # see docs/semantics.md: jax-ml/jax#34083
@@ -779,3 +781,118 @@ def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     bullet = pages["docs/semantics.md"].split("- Duplicated indices in a plane:")[1].split(" - ")[0]
     for text in (bullet, docs["jax_unpool.unpooling.max_unpool2d"]):
         assert "which duplicate wins is unspecified" in text, text
+
+
+# Which unpool ops CANN documents per product (hicann/ops-nn index/*/docs/aclnnMaxUnpool*.md):
+# all four on Atlas A2/A3 and Ascend 950, the backwards only on the Atlas training series
+# (910), none on the Atlas inference series (310P) and Atlas 200I/500 A2 (310B). The ops
+# check no chip, so there the routing keeps XLA's ops. (SoC name, forward on aclnn,
+# backward on aclnn.)
+CHIP_UNPOOLS = [("Ascend910ProA", False, True), ("Ascend310P3", False, False),
+                ("Ascend310B1", False, False), ("Ascend910B2", True, True),
+                ("Ascend950DT_9591", True, True)]
+
+
+@pytest.mark.parametrize("soc,forward_on_aclnn,backward_on_aclnn", CHIP_UNPOOLS)
+@pytest.mark.parametrize("fmt", ["NCW", "NCHW", "NCDHW"])
+def test_unpools_run_aclnn_only_where_the_chip_has_the_op(fake, fake_cann_dir, rng, soc,
+                                                          forward_on_aclnn, backward_on_aclnn,
+                                                          fmt):
+    k = len(fmt) - 2
+    small, size = {1: ((4,), (9,)), 2: ((3, 4), (5, 6)), 3: ((2, 2, 3), (3, 3, 4))}[k]
+    x = random_values(rng, (2, 3, *small), "float32")
+    idx = oracle.random_indices(rng, x.shape, int(np.prod(size)))  # with duplicates
+    g = random_values(rng, (2, 3, *size), "float32")
+    unpool = getattr(ju, f"max_unpool{k}d")
+    unpool_bwd = getattr(ju, f"max_unpool{k}d_backward")
+    forward = jax.jit(lambda x, i: unpool(x, i, output_size=size))
+    backward = jax.jit(lambda g, i: unpool_bwd(g, x, i, size))
+    with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
+        out, back = forward(x, idx), backward(g, idx)
+        forward_text, backward_text = forward.lower(x, idx).as_text(), backward.lower(
+            g, idx).as_text()
+    assert_bits_equal(out, oracle.unpool_nd(x, idx, size))
+    assert_bits_equal(back, oracle.gather_nd(g, idx, k))
+    assert ("aclnn" in forward_text) == forward_on_aclnn, forward_text[:3000]
+    assert ("aclnn" in backward_text) == backward_on_aclnn, backward_text[:3000]
+    assert CPU_TARGET not in forward_text  # the jnp reference, not the CPU kernel
+
+
+@pytest.mark.parametrize("soc", ["Ascend999", "Ascend350_354f", None])
+def test_a_chip_no_doc_lists_runs_xla_ops_and_says_so(fake, fake_cann_dir, rng, soc):
+    named = "names no chip" if soc is None else f"names the chip '{soc}'"
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1])
+    g = random_values(rng, (*SHAPES[4][:2], *HW), "float32")
+    calls = {
+        "forward": (_forward(), (x, idx), oracle.unpool(x, idx, HW)),
+        "backward": (_backward(x.shape, x.dtype), (g, idx), oracle.gather(g, idx)),
+        "pool": (jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2)), (x,),
+                 ju.reference.max_pool2d_with_indices(x, 2)),
+    }
+    warning = (rf"CANN {named} \(aclrtGetSocName\), not one the aclnn operators' docs list "
+               rf".* every op runs XLA's ops, none aclnn")
+    with fake.soc(soc), pytest.warns(RuntimeWarning, match=warning), \
+            npu.cpu_emulation(fake_cann_dir):
+        results = {op: (f(*args), f.lower(*args).as_text())
+                   for op, (f, args, _) in calls.items()}
+    for op, (result, text) in results.items():
+        assert "aclnn" not in text, (op, text[:3000])
+        jax.tree.map(assert_bits_equal, result, calls[op][2])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_COLUMNS = {  # the chip table's operator columns -> what the routing must send to aclnn
+    "`aclnnMaxUnpool2d`, `aclnnMaxUnpool3d`": ("unpool_ops", {"max_unpool2d", "max_unpool3d"}),
+    "`aclnnMaxUnpool2dBackward`, `aclnnMaxUnpool3dBackward`": (
+        "unpool_ops", {"max_unpool2d_backward", "max_unpool3d_backward"}),
+    "`aclnnMaxPool2dWithIndices`, `aclnnMaxPool3dWithArgmax`": ("pool_ranks", {2, 3}),
+}
+
+
+def test_the_chip_tables_list_every_op_as_the_routing_decides_it():
+    # Issue 31 item 2: the NPU page's table and npu.py's list the pool ops per chip too, and
+    # say what register() does on each chip (jax_unpool.backends.npu_chips).
+    section = (ROOT / "docs" / "npu.md").read_text().split("## Supported chips")[1]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.split("\n## ")[0].splitlines() if line.startswith("| ")]
+    header, body = rows[0], rows[1:]
+    assert header[2:] == list(OP_COLUMNS), header
+    assert len(body) == 7, body
+    for product, names, *cells in body:
+        socs = [n.rstrip("*") for n in re.findall(r"`([^`]+)`", names)] or ["Ascend999", None]
+        for soc in socs:
+            chip = npu_chips.chip(soc)
+            want = ["aclnn" if ops <= getattr(chip, field) else "XLA ops"
+                    for field, ops in OP_COLUMNS.values()]
+            assert cells == want, (product, soc, cells)
+    table = npu.__doc__.split("elsewhere::")[1].split("\n\n")[1].splitlines()
+    assert re.search(r"unpool forward +unpool backward +pools$", table[0]), table
+    for product, cells in (("Atlas A2", "aclnn +aclnn +aclnn"),
+                           ("Atlas training series, 910", "XLA ops +aclnn +XLA ops"),
+                           ("Atlas inference series, 310P", "XLA ops +XLA ops +XLA ops")):
+        assert any(product in line and re.search(cells + "$", line) for line in table), product
+
+
+def test_the_docs_promise_pytorchs_pools_on_aclnn_for_finite_input_only():
+    # Issue 31 item 2: CANN's doc of aclnnMaxPool2dWithIndices says NaN and -inf input is not
+    # supported on Atlas A2/A3 ("输入数据暂不支持NaN、-Inf", hicann/ops-nn
+    # pooling/max_pool3d_with_argmax_v2/docs), and the 3-D op runs the same kernel there.
+    def flat(text):
+        return " ".join(text.split())
+
+    npu_page = flat((ROOT / "docs" / "npu.md").read_text())
+    differs = npu_page.split("## What differs from the CPU backend")[1].split(" ## ")[0]
+    bullet = differs.split("- **NaN and -inf in the pools' input.**")[1].split(" - **")[0]
+    for words in ("输入数据暂不支持NaN、-Inf", "Atlas A2/A3", "aclnnMaxPool3dWithArgmax",
+                  "for finite input only", "aclnn_pools=False"):
+        assert words in bullet, words
+    pooling = flat((ROOT / "docs" / "pooling.md").read_text())
+    ascend = pooling.split("- **Ascend NPU**")[1].split(" - **")[0]
+    docstrings = {"docs/pooling.md": ascend, "npu": flat(npu.__doc__),
+                  "npu.register": flat(npu.register.__doc__),
+                  "npu.pool_lowering": flat(npu.pool_lowering.__doc__),
+                  "backends.npu.pool_lowering": flat(npu._backend.pool_lowering.__doc__)}
+    for name, text in docstrings.items():
+        assert "for finite input" in text, name
+        assert "NaN or -inf" in text or "NaN and -inf" in text, name
