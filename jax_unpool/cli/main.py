@@ -43,7 +43,7 @@ def _implementation(op: str, platform_name: str) -> str:
     import jax.numpy as jnp
 
     import jax_unpool
-    from jax_unpool.backends import cpu
+    from jax_unpool.backends import cpu, cuda
 
     k = int(re.search(r"\d", op).group())
     x = jax.ShapeDtypeStruct((1, 1, *[2] * k), jnp.float32)
@@ -62,6 +62,8 @@ def _implementation(op: str, platform_name: str) -> str:
         return "jnp reference"
     if targets[0] in cpu.STABLE_TARGETS:
         return "XLA FFI (C++)"
+    if targets[0] in cuda.STABLE_TARGETS:
+        return "XLA FFI (CUDA)"
     return "aclnn" if "aclnn" in targets[0] else f"custom call {targets[0]}"
 
 
@@ -86,7 +88,10 @@ def info() -> int:
         kinds = sorted({d.device_kind for d in devices})
         print(f"  {name}: {len(devices)} x {', '.join(kinds)}")
     print("implementation of each op on each platform:")
-    names = list(clients)
+    from jax_unpool.backends import cuda
+
+    # The CUDA kernels' column also where no GPU is visible: what a GPU would run.
+    names = list(clients) + (["cuda"] if cuda.available() and "cuda" not in clients else [])
     rows = {op: [_implementation(op, name) for name in names] for op in OPS}
     width = max(len(impl) for row in rows.values() for impl in row) + 2
     op_width = max(len(op) for op in OPS) + 2

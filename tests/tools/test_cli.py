@@ -48,13 +48,16 @@ def test_info(tmp_path):
     assert (f"flax {importlib.metadata.version('flax')} (for jax_unpool.nnx, jax_unpool.linen), "
             f"equinox {importlib.metadata.version('equinox')} (for jax_unpool.equinox)") in out
     # One row per op of every rank, a column per platform: on CPU every op lowers to our
-    # FFI kernels (the unpools' and the pool's).
-    assert re.search(r"^  op +cpu$", out, re.MULTILINE), out
+    # FFI kernels (the unpools' and the pool's); with the CUDA module, a cuda column says
+    # what a GPU would run.
+    from jax_unpool.backends import cuda
+    cuda_column = r" +XLA FFI \(CUDA\)" if cuda.available() else ""
+    assert re.search(r"^  op +cpu" + (" +cuda" if cuda.available() else "") + "$", out,
+                     re.MULTILINE), out
     for k in (1, 2, 3):
-        for op, impl in ((f"max_unpool{k}d", r"XLA FFI \(C\+\+\)"),
-                         (f"max_unpool{k}d_backward", r"XLA FFI \(C\+\+\)"),
-                         (f"max_pool{k}d_with_indices", r"XLA FFI \(C\+\+\)")):
-            assert re.search(rf"^  {op} +{impl}$", out, re.MULTILINE), (op, out)
+        for op in (f"max_unpool{k}d", f"max_unpool{k}d_backward", f"max_pool{k}d_with_indices"):
+            assert re.search(rf"^  {op} +XLA FFI \(C\+\+\){cuda_column}$", out,
+                             re.MULTILINE), (op, out)
     assert re.search(r"^  cpu: \d+ x cpu$", out, re.MULTILINE)
     # Asked in a fresh process, as the command was: this one may have loaded an emulated
     # CANN for other tests.
@@ -120,6 +123,7 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
                                         "aclnn with jax_unpool.npu.register()\n")
     for op in ("max_unpool1d", "max_unpool2d_backward", "max_unpool3d",
                "max_pool2d_with_indices", "max_pool3d_with_indices"):
-        assert re.search(rf"^  {op} +XLA FFI \(C\+\+\)$", before, re.MULTILINE), before
-        assert re.search(rf"^  {op} +aclnn$", after, re.MULTILINE), after
+        assert re.search(rf"^  {op} +XLA FFI \(C\+\+\)( +XLA FFI \(CUDA\))?$", before,
+                         re.MULTILINE), before
+        assert re.search(rf"^  {op} +aclnn( +XLA FFI \(CUDA\))?$", after, re.MULTILINE), after
     assert after.rstrip().endswith("CANN (Ascend NPU toolkit): found")
