@@ -13,24 +13,18 @@ repacked from the installed files. Run one release alone with
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import importlib.metadata
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import threading
 import tomllib
 import xml.etree.ElementTree as ET
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import fresh_process
+import installed_build
 import pytest
 
 from jax_unpool import _compat
@@ -101,49 +95,10 @@ def _window_dir() -> Path:
     return Path(os.environ.get("JAX_UNPOOL_WINDOW_DIR", REPO / "build" / "jax-window"))
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode()
-
-
 @pytest.fixture(scope="module")
 def wheel() -> Path:
     """This checkout's installed build, repacked as a wheel (the same files)."""
-    try:
-        dist = importlib.metadata.distribution("jax-unpool")
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
-    origin = json.loads((dist and dist.read_text("direct_url.json")) or "{}")
-    source = Path(unquote(urlparse(origin.get("url", "")).path or "/nowhere")).resolve()
-    if source != REPO or origin.get("dir_info", {}).get("editable"):
-        pytest.fail(f"this test installs the build of this checkout into other environments: "
-                    f"run `pip install .` in {REPO} first (installed: {origin or 'none'})")
-    files = [f for f in dist.files if f.parts[0] != ".." and "__pycache__" not in f.parts]
-    installed = {f.as_posix(): f for f in files
-                 if f.parts[0] == "jax_unpool" and f.suffix == ".py"}
-    ours = {p.relative_to(REPO).as_posix() for p in (REPO / "jax_unpool").rglob("*.py")}
-    stale = sorted((installed.keys() ^ ours) | {name for name in installed.keys() & ours
-                                                if (REPO / name).read_bytes()
-                                                != installed[name].read_binary()})
-    if stale:
-        pytest.fail(f"the installed jax-unpool is an older build of this checkout ({stale}): "
-                    f"run `pip install .` in {REPO} again")
-    info = f"jax_unpool-{dist.version}.dist-info"
-    skipped = {f"{info}/{name}" for name in ("RECORD", "INSTALLER", "REQUESTED",
-                                             "direct_url.json")}
-    tag = re.search(r"^Tag: (\S+)$", dist.read_text("WHEEL"), re.MULTILINE).group(1)
-    out = _window_dir() / f"jax_unpool-{dist.version}-{tag}.whl"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    record = []
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as whl:
-        for f in files:
-            if f.as_posix() in skipped:
-                continue
-            data = f.read_binary()
-            whl.writestr(f.as_posix(), data)
-            record.append(f"{f.as_posix()},{_record_hash(data)},{len(data)}")
-        whl.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    return out
+    return installed_build.repack(_window_dir())
 
 
 @pytest.fixture(scope="module")
