@@ -20,16 +20,17 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
 
 import jax
 
-import jax_unpool as ju
-from jax_unpool._layers import layer_data_format, unbatched
+from jax_unpool._layers import POOLS, UNPOOLS, layer_data_format, static_size, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
 IntOrTuple = int | tuple[int, ...]
 
-_POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
-          3: ju.max_pool3d_with_indices}
-_UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
+
+def _keep_sizes(layer: nn.Module, *names: str) -> None:
+    """The sizes as layers keep them (a Linen module is hashed: no list, no array)."""
+    for name in names:
+        object.__setattr__(layer, name, static_size(getattr(layer, name)))
 
 
 class _MaxPool(nn.Module):
@@ -46,12 +47,13 @@ class _MaxPool(nn.Module):
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        _keep_sizes(self, "kernel_size", "stride", "padding", "dilation")
         super().__post_init__()
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
-        return _POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                              self.ceil_mode, data_format=unbatched(data_format, x, self.k))
+        return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode, data_format=unbatched(data_format, x, self.k))
 
 
 class _MaxUnpool(nn.Module):
@@ -66,12 +68,13 @@ class _MaxUnpool(nn.Module):
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        _keep_sizes(self, "kernel_size", "stride", "padding")
         super().__post_init__()
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
-        return _UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
-                                output_size, data_format=unbatched(data_format, y, self.k))
+        return UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
+                               output_size, data_format=unbatched(data_format, y, self.k))
 
 
 class MaxPool2d(_MaxPool):
