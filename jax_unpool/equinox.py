@@ -19,6 +19,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_unpool._args import SPATIAL
@@ -55,6 +56,7 @@ class _MaxPool(eqx.Module):
     padding: IntOrTuple = _size(default=0)
     dilation: IntOrTuple = _size(default=1)
     ceil_mode: bool = eqx.field(static=True, default=False)
+    index_dtype: Any = eqx.field(static=True, default=jnp.int32)
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None
                  ) -> tuple[jax.Array, jax.Array]:
@@ -64,7 +66,8 @@ class _MaxPool(eqx.Module):
         _check_one_example(self, "x", x, "x")
         k = self.num_spatial_dims
         return POOLS[k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                        self.ceil_mode, data_format=channels_first_example(k))
+                        self.ceil_mode, data_format=channels_first_example(k),
+                        index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(eqx.Module):
@@ -90,12 +93,14 @@ class _MaxUnpool(eqx.Module):
 class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
-    ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False)``;
-    ``pool(x)`` takes one example ``(C, H, W)`` and returns ``(values, indices)``, each
-    ``(C, H_out, W_out)``: see :func:`jax_unpool.max_pool2d_with_indices` for the
-    semantics and errors (``stride`` defaults to ``kernel_size``, as in PyTorch; sizes
-    are ints or pairs: tuples, lists or 1-D integer numpy arrays). Indices are flat
-    positions ``h * W + w`` inside each plane, ready for :class:`MaxUnpool2d`.
+    ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+    index_dtype=jnp.int32)``; ``pool(x)`` takes one example ``(C, H, W)`` and returns
+    ``(values, indices)``, each ``(C, H_out, W_out)``: see
+    :func:`jax_unpool.max_pool2d_with_indices` for the semantics and errors (``stride``
+    defaults to ``kernel_size``, as in PyTorch; sizes are ints or pairs: tuples, lists or
+    1-D integer numpy arrays). Indices are flat positions ``h * W + w`` inside each plane,
+    ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64 (PyTorch's, with
+    ``jax_enable_x64``).
     ``jax.vmap(pool)(xs)`` pools a batch ``(N, C, H, W)``. A batched ``x`` raises
     ValueError. The layer has no parameters.
     """

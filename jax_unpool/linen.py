@@ -19,6 +19,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 
 from jax_unpool._layers import POOLS, UNPOOLS, layer_data_format, static_size, unbatched
 
@@ -44,6 +45,7 @@ class _MaxPool(nn.Module):
     dilation: IntOrTuple = 1
     ceil_mode: bool = False
     data_format: str | None = None  # channels-last by default
+    index_dtype: Any = jnp.int32
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
@@ -53,7 +55,8 @@ class _MaxPool(nn.Module):
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
         return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                             self.ceil_mode, data_format=unbatched(data_format, x, self.k))
+                             self.ceil_mode, data_format=unbatched(data_format, x, self.k),
+                             index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(nn.Module):
@@ -81,11 +84,12 @@ class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
     ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-    data_format=None)``; ``pool(x)`` returns ``(values, indices)``: see
-    :func:`jax_unpool.max_pool2d_with_indices` for the semantics, shapes and errors. ``x``
-    is ``(N, H, W, C)`` or ``(H, W, C)`` by default; ``data_format="NCHW"`` (or ``"CHW"``)
-    for channels-first data. Indices are flat positions ``h * W + w`` inside each input
-    plane, ready for :class:`MaxUnpool2d`. The layer has no parameters.
+    data_format=None, index_dtype=jnp.int32)``; ``pool(x)`` returns ``(values, indices)``:
+    see :func:`jax_unpool.max_pool2d_with_indices` for the semantics, shapes and errors.
+    ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by default; ``data_format="NCHW"`` (or
+    ``"CHW"``) for channels-first data. Indices are flat positions ``h * W + w`` inside
+    each input plane, ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64
+    (PyTorch's, with ``jax_enable_x64``). The layer has no parameters.
     """
 
     k = 2

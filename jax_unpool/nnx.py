@@ -16,6 +16,7 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 
 from jax_unpool._layers import POOLS, UNPOOLS, layer_data_format, static_size, unbatched
 
@@ -31,7 +32,7 @@ class _MaxPool(nnx.Module):
 
     def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                  padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
-                 data_format: str | None = None):
+                 data_format: str | None = None, index_dtype: Any = jnp.int32):
         # Tuples of ints: an NNX module's numpy arrays are state, traced under nnx.jit.
         self.kernel_size = static_size(kernel_size)
         self.stride = static_size(stride)
@@ -39,10 +40,12 @@ class _MaxPool(nnx.Module):
         self.dilation = static_size(dilation)
         self.ceil_mode = ceil_mode
         self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
+        self.index_dtype = index_dtype
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                             self.ceil_mode, data_format=unbatched(self.data_format, x, self.k))
+                             self.ceil_mode, data_format=unbatched(self.data_format, x, self.k),
+                             index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(nnx.Module):
@@ -68,8 +71,9 @@ class MaxPool2d(_MaxPool):
     ``pool(x)`` returns ``(values, indices)``: see :func:`jax_unpool.max_pool2d_with_indices`
     for the semantics, shapes and errors. ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by
     default; ``data_format="NCHW"`` (or ``"CHW"``) for channels-first data. Indices are flat
-    positions ``h * W + w`` inside each input plane, ready for :class:`MaxUnpool2d`.
-    The layer has no parameters.
+    positions ``h * W + w`` inside each input plane, ready for :class:`MaxUnpool2d`, of
+    ``index_dtype``: int32, or int64 (PyTorch's, with ``jax_enable_x64``). The layer has no
+    parameters.
     """
 
     k = 2
