@@ -25,7 +25,7 @@ def fake_cann_dir(tmp_path_factory):
 # Files that take minutes start first: under xdist (a file per worker, in collection
 # order with pyproject's --no-loadscope-reorder) one started last would leave the other
 # workers idle while it runs alone.
-SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_ranks.py",
+SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py", "test_ranks.py",
                     "test_notebook.py", "test_npu.py", "test_sharding.py")
 
 

@@ -1,30 +1,70 @@
 """The documentation builds with warnings as errors (a broken page, link, reference or
-docstring fails the suite), its performance page is drawn from the benchmark JSON, and its
+docstring fails the suite) in an environment made from the `docs` extra alone, as the
+README's command makes it; its performance page is drawn from the benchmark JSON, and its
 API reference has an entry for every public name. The examples run in test_doc_examples.py.
+
+The environment -- this checkout's build (repacked from the installed files, as
+test_jax_window.py does) installed with its `docs` extra, nothing else -- is made once in
+build/docs-env and made again when the installed build's requirements change.
 """
 
 from __future__ import annotations
 
 import html as markup
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import installed_build
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS_ENV = ROOT / "build" / "docs-env"
 
 
 @pytest.fixture(scope="module")
-def html(tmp_path_factory) -> Path:
+def docs_python() -> Path:
+    """The Python of the `docs` extra's environment (made here when it is not there, or
+    when the installed build's requirements are not those it was made from)."""
+    python, made = DOCS_ENV / "bin" / "python", DOCS_ENV / "requirements.json"
+    wanted = json.dumps(sorted(installed_build.distribution().requires or []))
+    if not made.is_file() or made.read_text() != wanted:
+        wheel = installed_build.repack(DOCS_ENV.parent / "docs-env-wheel")
+        shutil.rmtree(DOCS_ENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(DOCS_ENV)],
+                       check=True)
+        # This process's pip; no byte-compiling (it costs more than it saves here).
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
+                               "--disable-pip-version-check", "install", "-q", "--no-compile",
+                               f"{wheel}[docs]"],
+                              capture_output=True, text=True, timeout=900, check=False)
+        assert done.returncode == 0, f"pip install [docs] failed:\n{done.stdout}\n{done.stderr}"
+        made.write_text(wanted)
+    return python
+
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory, docs_python) -> Path:
     out = tmp_path_factory.mktemp("docs") / "html"
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+        [str(docs_python), "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
          str(ROOT / "docs"), str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"the docs build failed:\n{done.stdout}\n{done.stderr}"
     return out
+
+
+def test_the_docs_environment_holds_the_docs_extra_alone(docs_python):
+    # The README's `pip install '.[docs]'`: the package, its requirements and the extra's;
+    # none of the test extra's (the suite's own environment has equinox, torch, pytest).
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(docs_python),
+                           "list", "--format", "json"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(done.stdout)}
+    assert {"jax-unpool", "jax", "sphinx", "myst-parser", "flax"} <= installed
+    assert not installed & {"torch", "pytest", "hypothesis", "nbclient"}
 
 
 def test_every_page_is_built(html):
@@ -77,3 +117,4 @@ def test_the_architecture_page_maps_every_module_and_test_file(html):
             assert f">{name}<" in page, name
     for test_file in (ROOT / "tests").glob("test_*.py"):
         assert f">{test_file.name}<" in page, test_file.name
+
