@@ -46,3 +46,22 @@ html_theme_options = {"show_toc_level": 2, "use_download_button": False}
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 pygments_style = "default"
+
+
+def _nnx_init_signature(app, what, name, obj, options, signature, return_annotation):
+    """NNX's Module metaclass is called with (*args, **kwargs), which autodoc shows for
+    every NNX class: show the signature of the class's __init__, what users call, with its
+    defaults as written (autodoc_preserve_defaults)."""
+    if what != "class" or not name.startswith("jax_unpool.nnx."):
+        return None
+    from sphinx.ext.autodoc.preserve_defaults import update_defvalue
+    from sphinx.util import inspect
+
+    update_defvalue(app, obj.__init__, bound_method=True)
+    init = inspect.signature(obj.__init__, bound_method=True,
+                             type_aliases=app.config.autodoc_type_aliases)
+    return inspect.stringify_signature(init, show_return_annotation=False), return_annotation
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _nnx_init_signature)

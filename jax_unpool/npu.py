@@ -94,12 +94,21 @@ __all__ = [
     "unregister_cpu_emulation",
 ]
 
-# Stable and versioned, like the CPU targets: jax.export artifacts record them.
+# Stable and versioned, like the CPU targets: jax.export artifacts record them. (The #:
+# comments are their entries in the API reference.)
+#: The FFI target of the unpooling forward of rank 1 and 2 on the NPU
+#: (``aclnnMaxUnpool2d``; 1-D runs as 2-D over an ``(N, C, 1, W)`` view).
 MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
+#: The FFI target of the unpooling backward of rank 1 and 2 on the NPU
+#: (``aclnnMaxUnpool2dBackward``).
 MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
+#: The FFI target of the 3-D unpooling forward on the NPU (``aclnnMaxUnpool3d``).
 MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
+#: The FFI target of the 3-D unpooling backward on the NPU (``aclnnMaxUnpool3dBackward``).
 MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
+#: The FFI target of the 1-D and 2-D pools on the NPU (``aclnnMaxPool2dWithIndices``).
 MAX_POOL2D_TARGET = _ffi.ACLNN_MAX_POOL2D_TARGET
+#: The FFI target of the 3-D pool on the NPU (``aclnnMaxPool3dWithArgmax``).
 MAX_POOL3D_TARGET = _ffi.ACLNN_MAX_POOL3D_TARGET
 
 _lock = threading.Lock()

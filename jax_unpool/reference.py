@@ -32,56 +32,92 @@ __all__ = [
 ]
 
 
-def _unpool(fn, k):
-    def unpool(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
-               padding: Any = 0, output_size: Any = None, *,
-               data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
-        x, indices, size, last = _args.unpool_operands(fn, k, x, indices, kernel_size,
-                                                       stride, padding, output_size,
-                                                       data_format)
-        return scatter_planes(x, indices, size, last)
-    unpool.__name__ = unpool.__qualname__ = fn
-    unpool.__doc__ = f"Reference of :func:`jax_unpool.{fn}` (same arguments and semantics)."
-    return unpool
+# Each function is written out, so that its signature is the public function's (the
+# API reference shows it as written).
+
+def _unpool(fn: str, k: int, *args: Any) -> jax.Array:
+    x, indices, size, last = _args.unpool_operands(fn, k, *args)
+    return scatter_planes(x, indices, size, last)
 
 
-def _unpool_backward(fn, k):
-    def unpool_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
-                        data_format: str = _DEFAULT_FORMAT[k]) -> jax.Array:
-        grad_output, indices, last = _args.unpool_backward_operands(
-            fn, k, grad_output, x, indices, output_size, data_format)
-        return gather_planes(grad_output, indices, last, k)
-    unpool_backward.__name__ = unpool_backward.__qualname__ = fn
-    unpool_backward.__doc__ = (f"Reference of :func:`jax_unpool.{fn}` "
-                               "(same arguments and semantics).")
-    return unpool_backward
+def _unpool_backward(fn: str, k: int, *args: Any) -> jax.Array:
+    grad_output, indices, last = _args.unpool_backward_operands(fn, k, *args)
+    return gather_planes(grad_output, indices, last, k)
 
 
-_DEFAULT_FORMAT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
-max_unpool1d = _unpool("max_unpool1d", 1)
-max_unpool2d = _unpool("max_unpool2d", 2)
-max_unpool3d = _unpool("max_unpool3d", 3)
-max_unpool1d_backward = _unpool_backward("max_unpool1d_backward", 1)
-max_unpool2d_backward = _unpool_backward("max_unpool2d_backward", 2)
-max_unpool3d_backward = _unpool_backward("max_unpool3d_backward", 3)
+def max_unpool1d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None, *,
+                 data_format: str = "NCW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool1d` (same arguments and semantics)."""
+    return _unpool("max_unpool1d", 1, x, indices, kernel_size, stride, padding, output_size,
+                   data_format)
 
 
-def _pool(k: int, data_format: str):
-    """max_pool{k}d_with_indices in XLA ops, its gradient XLA's scatter-add (the public ones
-    run the native kernel on CPU and scatter through the unpool primitive where windows
-    cannot overlap)."""
-    fn = f"max_pool{k}d_with_indices"
-
-    def pool(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
-             data_format=data_format, index_dtype=jnp.int32):
-        return _pool_xla.max_pool(fn, k, x, kernel_size, stride, padding, dilation,
-                                  ceil_mode, data_format, index_dtype)
-
-    pool.__name__ = pool.__qualname__ = fn
-    pool.__doc__ = f"Reference of :func:`jax_unpool.{fn}` (XLA ops; same arguments and semantics)."
-    return pool
+def max_unpool2d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None, *,
+                 data_format: str = "NCHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool2d` (same arguments and semantics)."""
+    return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride, padding, output_size,
+                   data_format)
 
 
-max_pool1d_with_indices = _pool(1, "NCW")
-max_pool2d_with_indices = _pool(2, "NCHW")
-max_pool3d_with_indices = _pool(3, "NCDHW")
+def max_unpool3d(x: Any, indices: Any, kernel_size: Any = None, stride: Any = None,
+                 padding: Any = 0, output_size: Any = None, *,
+                 data_format: str = "NCDHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool3d` (same arguments and semantics)."""
+    return _unpool("max_unpool3d", 3, x, indices, kernel_size, stride, padding, output_size,
+                   data_format)
+
+
+def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool1d_backward` (same arguments and semantics)."""
+    return _unpool_backward("max_unpool1d_backward", 1, grad_output, x, indices, output_size,
+                            data_format)
+
+
+def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool2d_backward` (same arguments and semantics)."""
+    return _unpool_backward("max_unpool2d_backward", 2, grad_output, x, indices, output_size,
+                            data_format)
+
+
+def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCDHW") -> jax.Array:
+    """Reference of :func:`jax_unpool.max_unpool3d_backward` (same arguments and semantics)."""
+    return _unpool_backward("max_unpool3d_backward", 3, grad_output, x, indices, output_size,
+                            data_format)
+
+
+# The pools in XLA ops, their gradient XLA's scatter-add (the public ones run the native
+# kernel on CPU and scatter through the unpool primitive where windows cannot overlap).
+
+def max_pool1d_with_indices(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False, *,
+                            data_format: str = "NCW",
+                            index_dtype: Any = jnp.int32) -> tuple[jax.Array, jax.Array]:
+    """Reference of :func:`jax_unpool.max_pool1d_with_indices` (XLA ops; same arguments and
+    semantics)."""
+    return _pool_xla.max_pool("max_pool1d_with_indices", 1, x, kernel_size, stride, padding,
+                              dilation, ceil_mode, data_format, index_dtype)
+
+
+def max_pool2d_with_indices(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False, *,
+                            data_format: str = "NCHW",
+                            index_dtype: Any = jnp.int32) -> tuple[jax.Array, jax.Array]:
+    """Reference of :func:`jax_unpool.max_pool2d_with_indices` (XLA ops; same arguments and
+    semantics)."""
+    return _pool_xla.max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding,
+                              dilation, ceil_mode, data_format, index_dtype)
+
+
+def max_pool3d_with_indices(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                            dilation: Any = 1, ceil_mode: bool = False, *,
+                            data_format: str = "NCDHW",
+                            index_dtype: Any = jnp.int32) -> tuple[jax.Array, jax.Array]:
+    """Reference of :func:`jax_unpool.max_pool3d_with_indices` (XLA ops; same arguments and
+    semantics)."""
+    return _pool_xla.max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding,
+                              dilation, ceil_mode, data_format, index_dtype)

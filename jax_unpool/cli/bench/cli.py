@@ -1,5 +1,7 @@
 """Side-by-side benchmark of the CPU kernels against XLA, PyTorch and a memory roofline.
 
+Run as::
+
     python -m jax_unpool bench [--quick] [--json PATH] [--reps N] ...
     python benchmarks/run.py ...            (the same)
 
