@@ -3,22 +3,13 @@
 # First: a jax outside the supported window is an ImportError before any FFI handler is
 # registered.
 from jax_unpool import _compat  # noqa: F401, I001
-from jax_unpool import npu, reference
-from jax_unpool._api import (
+from jax_unpool.unpooling import (
     max_unpool1d,
     max_unpool1d_backward,
     max_unpool2d,
     max_unpool2d_backward,
     max_unpool3d,
     max_unpool3d_backward,
-)
-from jax_unpool._ffi import export_safety_checks
-from jax_unpool._pool_primitives import (
-    max_pool1d_with_indices_p,
-    max_pool2d_with_indices_p,
-    max_pool3d_with_indices_p,
-)
-from jax_unpool._primitives import (
     max_unpool1d_backward_p,
     max_unpool1d_p,
     max_unpool2d_backward_p,
@@ -28,9 +19,19 @@ from jax_unpool._primitives import (
 )
 from jax_unpool.pooling import (
     max_pool1d_with_indices,
+    max_pool1d_with_indices_p,
     max_pool2d_with_indices,
+    max_pool2d_with_indices_p,
     max_pool3d_with_indices,
+    max_pool3d_with_indices_p,
 )
+
+# Then the platforms register their lowerings, and the modules built on them follow.
+from jax_unpool import backends
+from jax_unpool.backends import export_safety_checks
+
+backends.load()
+from jax_unpool import npu, reference
 
 __version__ = "0.1.0"
 

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 import jax_unpool as ju
-from jax_unpool._args import SPATIAL, layouts, received
+from jax_unpool._args import received
+from jax_unpool._geometry import SPATIAL
+from jax_unpool._geometry import formats as layouts
 
 # The function each rank's pooling and unpooling layer calls.
 POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,

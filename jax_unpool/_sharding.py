@@ -9,7 +9,7 @@ spatial dims (W; H, W; D, H, W) cannot, because an index addresses a whole outpu
   operands'. As jax's own ops do, `bind` first casts every operand to that union
   (`pcast(..., to="varying")`), so that the transpose of a replicated `x` used with
   varying indices sums its cotangent over the devices.
-- Partitioning (CPU lowering): the FFI call is marked batch-partitionable over its
+- Partitioning (the native kernels' lowerings, `backends.custom_call`): the FFI call is marked batch-partitionable over its
   leading plane dims (`num_batch_dims`), and carries the matching Shardy sharding rule,
   so XLA runs the kernel on each device's shard instead of gathering the operands.
   XLA's batch partitioner only splits leading dims, and NHWC keeps C last, so a
@@ -23,59 +23,20 @@ spatial dims (W; H, W; D, H, W) cannot, because an index addresses a whole outpu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
 
 import jax
 import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.extend import core
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import sdy
-from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_unpool import _args, _compat
-
-
-def plane_dims(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
-    """Positions of N and C (or C alone when unbatched) in a shape of spatial rank k."""
-    s = _args.spatial_axis(ndim, channels_last, k)
-    return tuple(d for d in range(ndim) if not s <= d < s + k)
-
-
-def leading_batch_dims(ndim: int, channels_last: bool, k: int) -> int:
-    """How many leading dims are plane dims: the batch dims of the partitioned call."""
-    return _args.spatial_axis(ndim, channels_last, k)
-
+from jax_unpool import _compat, _geometry
 
 # --------------------------------------------------------------------------------------
 # Types
 # --------------------------------------------------------------------------------------
-
-class Primitive(core.Primitive):
-    """A primitive whose operands vary over the same manual axes when it is bound, and
-    whose lowering sees the devices (custom_partitioning needs them; see below).
-    `check_params(**params)` runs first at every bind: before jax's caches, which hold
-    2.0 equal to 2 and 1 equal to True, so that a bad parameter fails the same way every
-    time."""
-
-    def __init__(self, name: str, check_params: Callable[..., object]):
-        super().__init__(name)
-        self._check_params = check_params
-        _compat.require_devices_during_lowering(self)
-
-    def bind(self, *args, **params):
-        self._check_params(**params)
-        return super().bind(*_vary_to_union(args), **params)
-
-
-def _vary_to_union(args):
-    varying = [_compat.varying_axes(jax.typeof(a)) for a in args]
-    union = frozenset().union(*varying)
-    return [a if v == union else _compat.cast_to_varying(a, tuple(union - v))
-            for a, v in zip(args, varying)]
-
 
 def _mesh_of(avals):
     meshes = {a.sharding.mesh for a in avals if not a.sharding.mesh.empty}
@@ -108,10 +69,10 @@ def result_type(fn: str, operand, others, shape, dtype, channels_last: bool, k: 
     avals = (operand, *others)
     mesh = _mesh_of(avals)
     spec = [None] * len(shape)
-    for d in plane_dims(len(shape), channels_last, k):
+    for d in _geometry.plane_dims(len(shape), channels_last, k):
         spec[d] = _merge_entry(fn, d, [a.sharding.spec[d] if d < len(a.sharding.spec)
                                        else None for a in avals])
-    s = _args.spatial_axis(len(shape), channels_last, k)
+    s = _geometry.spatial_axis(len(shape), channels_last, k)
     for d in range(s, s + k):
         entry = operand.sharding.spec[d] if d < len(operand.sharding.spec) else None
         if entry is not None and shape[d] % _axes_size(mesh, entry) == 0:
@@ -150,7 +111,8 @@ def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     """Extra attributes for the FFI custom call that let XLA partition it along the
     leading plane dims; None when there are none, or the shapes are symbolic."""
     avals = (*ctx.avals_in, *ctx.avals_out)
-    num_batch_dims = leading_batch_dims(ctx.avals_out[0].ndim, channels_last, k)
+    # The plane dims before the spatial ones: the batch dims of the partitioned call.
+    num_batch_dims = _geometry.spatial_axis(ctx.avals_out[0].ndim, channels_last, k)
     if num_batch_dims == 0 or not all(isinstance(d, int) for a in avals for d in a.shape):
         return None
     attributes = {"mhlo.frontend_attributes":
@@ -161,7 +123,18 @@ def call_attributes(ctx, channels_last: bool, k: int) -> dict | None:
     return attributes
 
 
-def _rule(target, k, output_size, mesh, operand_types, result_types):
+def ffi_attributes(attributes) -> dict:
+    """An FFI call's attributes from (name, value) pairs: tuples of ints become int64
+    arrays (XLA's FFI decoder rejects array attributes of Python lists and tuples)."""
+    return {name: np.asarray(v, np.int64) if isinstance(v, tuple) else v
+            for name, v in attributes}
+
+
+# The unpool calls (two operands -> one result), channels last. `attributes` is the FFI
+# call's attributes as a hashable tuple of (name, value); `output_size` is None for the
+# backward, whose result has the indices' shape.
+
+def _rule(target, k, output_size, attributes, mesh, operand_types, result_types):
     """NHWC/HWC (any spatial rank k): every dim before the spatial ones is N, C is last.
     The spatial dims of the small operands (h*) and of the plane (p*) must be whole on
     each device."""
@@ -177,14 +150,13 @@ def _rule(target, k, output_size, mesh, operand_types, result_types):
     return rule, {"need_replication_factors": (*first, *(f for f in result if f not in first))}
 
 
-def _kernel(target: str, k: int, output_size, x, indices):
+def _kernel(target: str, k: int, output_size, attributes, x, indices):
     """The FFI call on channels-last operands as they come: whole arrays, or one device's
-    shard when `_per_shard_kernel` is partitioned. `output_size` is None for the
-    backward, whose result has the indices' shape."""
+    shard when `per_shard_unpool_call` is partitioned."""
     shape = (indices.shape if output_size is None
              else (*x.shape[:-k - 1], *output_size, x.shape[-1]))
     return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, x.dtype))(
-        x, indices, channels_last=True, spatial_rank=k)
+        x, indices, **ffi_attributes(attributes))
 
 
 def _plane_sharding(mesh, sharding, ndim: int, k: int) -> NamedSharding:
@@ -195,99 +167,55 @@ def _plane_sharding(mesh, sharding, ndim: int, k: int) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*spec))
 
 
-def _partition(target, k, output_size, mesh, arg_shapes, result_shape):
+def _partition(target, k, output_size, attributes, mesh, arg_shapes, result_shape):
     # Operands and result have the same rank and plane dims: one sharding for all.
     sharding = _plane_sharding(mesh, result_shape.sharding, len(result_shape.shape), k)
-    return mesh, partial(_kernel, target, k, output_size), sharding, (sharding, sharding)
+    kernel = partial(_kernel, target, k, output_size, attributes)
+    return mesh, kernel, sharding, (sharding, sharding)
 
 
-def _infer_sharding(target, k, output_size, mesh, arg_shapes, result_shape):
+def _infer_sharding(target, k, output_size, attributes, mesh, arg_shapes, result_shape):
     # GSPMD only (Shardy uses the rule): the indices always have the plane dims.
     return _plane_sharding(mesh, arg_shapes[1].sharding, len(result_shape.shape), k)
 
 
-_per_shard_kernel = custom_partitioning(_kernel, static_argnums=(0, 1, 2))
-_per_shard_kernel.def_partition(_partition, infer_sharding_from_operands=_infer_sharding,
-                                sharding_rule=_rule)
+per_shard_unpool_call = custom_partitioning(_kernel, static_argnums=(0, 1, 2, 3))
+per_shard_unpool_call.def_partition(_partition, infer_sharding_from_operands=_infer_sharding,
+                                    sharding_rule=_rule)
 
 
 # The pool (x -> values, indices), channels last: the same split, one operand and two
-# results. `window` is the FFI call's attributes as a hashable tuple of (name, value).
+# results.
 
-def _pool_rule(target, k, window, out_size, index_dtype, mesh, operand_types, result_types):
+def _pool_rule(target, k, attributes, out_size, index_dtype, mesh, operand_types,
+               result_types):
     small = " ".join(f"o{d}" for d in range(k))
     rule = f"... {' '.join(f'i{d}' for d in range(k))} c -> ... {small} c, ... {small} c"
     return rule, {"need_replication_factors": (*(f"i{d}" for d in range(k)),
                                                *(f"o{d}" for d in range(k)))}
 
 
-def _pool_kernel(target: str, k: int, window, out_size, index_dtype, x):
+def _pool_kernel(target: str, k: int, attributes, out_size, index_dtype, x):
     shape = (*x.shape[:-k - 1], *out_size, x.shape[-1])
-    attributes = {name: np.asarray(v, np.int64) if isinstance(v, tuple) else v
-                  for name, v in window}
     return jax.ffi.ffi_call(target, (jax.ShapeDtypeStruct(shape, x.dtype),
                                      jax.ShapeDtypeStruct(shape, index_dtype)))(
-        x, channels_last=True, **attributes)
+        x, **ffi_attributes(attributes))
 
 
-def _pool_partition(target, k, window, out_size, index_dtype, mesh, arg_shapes,
+def _pool_partition(target, k, attributes, out_size, index_dtype, mesh, arg_shapes,
                     result_shapes):
     sharding = _plane_sharding(mesh, result_shapes[0].sharding, len(result_shapes[0].shape), k)
-    kernel = partial(_pool_kernel, target, k, window, out_size, index_dtype)
+    kernel = partial(_pool_kernel, target, k, attributes, out_size, index_dtype)
     return mesh, kernel, (sharding, sharding), (sharding,)
 
 
-def _pool_infer_sharding(target, k, window, out_size, index_dtype, mesh, arg_shapes,
+def _pool_infer_sharding(target, k, attributes, out_size, index_dtype, mesh, arg_shapes,
                          result_shapes):
     sharding = _plane_sharding(mesh, arg_shapes[0].sharding, len(arg_shapes[0].shape), k)
     return (sharding, sharding)
 
 
-_per_shard_pool = custom_partitioning(_pool_kernel, static_argnums=(0, 1, 2, 3, 4))
-_per_shard_pool.def_partition(_pool_partition, infer_sharding_from_operands=_pool_infer_sharding,
-                              sharding_rule=_pool_rule)
-
-
-def pool_call_lowering(target: str):
-    """A pool primitive's lowering to the FFI call `target` (x -> values, indices), the
-    window as its attributes, partitioned along N and C as the unpool calls are (above)."""
-    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
-                 index_dtype):
-        k = len(kernel_size)
-        window = (("kernel_size", tuple(kernel_size)), ("stride", tuple(stride)),
-                  ("padding", tuple(padding)), ("dilation", tuple(dilation)),
-                  ("ceil_mode", bool(ceil_mode)))
-        if channels_last and not ctx.module_context.lowering_parameters.for_export:
-            values = ctx.avals_out[0]
-            out_size = tuple(values.shape[values.ndim - 1 - k:values.ndim - 1])
-            kernel = partial(_per_shard_pool, target, k, window, out_size,
-                             np.dtype(index_dtype))
-            return mlir.lower_fun(kernel, multiple_results=True)(ctx, x)
-        call = jax.ffi.ffi_lowering(target,
-                                    extra_attributes=call_attributes(ctx, channels_last, k))
-        return call(ctx, x, channels_last=bool(channels_last),
-                    **{name: np.asarray(v, np.int64) if isinstance(v, tuple) else v
-                       for name, v in window})
-    return lowering
-
-
-def ffi_call_lowering(target: str, *, with_spatial_rank: bool = False,
-                      split_channels_last: bool = False):
-    """A primitive's lowering to the FFI call `target`: `channels_last` is its attribute,
-    and `spatial_rank` too `with_spatial_rank` (the handlers read output_size from the
-    result's shape), plus the partitioning attributes above. With
-    `split_channels_last`, a channels-last call (outside `jax.export`) is partitioned
-    per shard of N and C as described above."""
-    def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2):
-        k = len(output_size) if output_size is not None else spatial_rank
-        if (channels_last and split_channels_last
-                and not _compat.lowering_for_export(ctx)):
-            kernel = partial(_per_shard_kernel, target, k, output_size)
-            return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
-        attributes = {"channels_last": bool(channels_last)}
-        if with_spatial_rank:
-            attributes["spatial_rank"] = int(k)  # an i64 attribute, also for np.int32(k)
-        call = jax.ffi.ffi_lowering(target,
-                                    extra_attributes=call_attributes(ctx, channels_last, k))
-        return call(ctx, *operands, **attributes)
-    return lowering
+per_shard_pool_call = custom_partitioning(_pool_kernel, static_argnums=(0, 1, 2, 3, 4))
+per_shard_pool_call.def_partition(_pool_partition,
+                                  infer_sharding_from_operands=_pool_infer_sharding,
+                                  sharding_rule=_pool_rule)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_unpool._args import SPATIAL
+from jax_unpool._geometry import SPATIAL
 from jax_unpool._layers import POOLS, UNPOOLS, channels_first_example, static_size
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]

@@ -56,7 +56,6 @@ their XLA ops.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 import warnings
@@ -64,20 +63,11 @@ from collections.abc import Iterator
 
 import jax
 import numpy as np
-from jax import core
-from jax.extend.mlir.dialects import stablehlo as hlo
-from jax.interpreters import mlir
 
-from jax_unpool import (
-    _args,
-    _compat,
-    _ffi,
-    _jax_unpool,
-    _planes,
-    _pool_primitives,
-    _primitives,
-    _sharding,
-)
+from jax_unpool import _compat
+from jax_unpool._extension import module as _jax_unpool
+from jax_unpool.backends import npu as _backend
+from jax_unpool.backends import registry
 
 __all__ = [
     "MAX_POOL2D_TARGET",
@@ -90,31 +80,26 @@ __all__ = [
     "cpu_emulation_active",
     "is_available",
     "locate",
+    "pool_lowering",
     "register",
     "unregister_cpu_emulation",
 ]
 
-# Stable and versioned, like the CPU targets: jax.export artifacts record them. (The #:
-# comments are their entries in the API reference.)
-#: The FFI target of the unpooling forward of rank 1 and 2 on the NPU
-#: (``aclnnMaxUnpool2d``; 1-D runs as 2-D over an ``(N, C, 1, W)`` view).
-MAX_UNPOOL2D_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_TARGET
-#: The FFI target of the unpooling backward of rank 1 and 2 on the NPU
-#: (``aclnnMaxUnpool2dBackward``).
-MAX_UNPOOL2D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL2D_BACKWARD_TARGET
-#: The FFI target of the 3-D unpooling forward on the NPU (``aclnnMaxUnpool3d``).
-MAX_UNPOOL3D_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_TARGET
-#: The FFI target of the 3-D unpooling backward on the NPU (``aclnnMaxUnpool3dBackward``).
-MAX_UNPOOL3D_BACKWARD_TARGET = _ffi.ACLNN_MAX_UNPOOL3D_BACKWARD_TARGET
-#: The FFI target of the 1-D and 2-D pools on the NPU (``aclnnMaxPool2dWithIndices``).
-MAX_POOL2D_TARGET = _ffi.ACLNN_MAX_POOL2D_TARGET
-#: The FFI target of the 3-D pool on the NPU (``aclnnMaxPool3dWithArgmax``).
-MAX_POOL3D_TARGET = _ffi.ACLNN_MAX_POOL3D_TARGET
+#: FFI target of aclnnMaxUnpool2d (stable and versioned: jax.export artifacts record it).
+MAX_UNPOOL2D_TARGET = _backend.MAX_UNPOOL2D_TARGET
+#: FFI target of aclnnMaxUnpool2dBackward.
+MAX_UNPOOL2D_BACKWARD_TARGET = _backend.MAX_UNPOOL2D_BACKWARD_TARGET
+#: FFI target of aclnnMaxUnpool3d.
+MAX_UNPOOL3D_TARGET = _backend.MAX_UNPOOL3D_TARGET
+#: FFI target of aclnnMaxUnpool3dBackward.
+MAX_UNPOOL3D_BACKWARD_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_TARGET
+#: FFI target of aclnnMaxPool2dWithIndices.
+MAX_POOL2D_TARGET = _backend.MAX_POOL2D_TARGET
+#: FFI target of aclnnMaxPool3dWithArgmax.
+MAX_POOL3D_TARGET = _backend.MAX_POOL3D_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
-_cpu_emulation = False
-_aclnn_pools = True  # register(..., aclnn_pools=False) keeps the pools' XLA ops
 
 
 def _library_dir(library_dir: str | os.PathLike | None, fn: str = "register") -> str:
@@ -157,253 +142,22 @@ def locate(library_dir: str | os.PathLike | None = None) -> dict[str, str]:
     return dict(_jax_unpool.probe_cann(_library_dir(library_dir, "locate")))
 
 
-# --------------------------------------------------------------------------------------
-# Lowerings
-# --------------------------------------------------------------------------------------
-
-def _aclnn_takes(x_shape, output_size, channels_last: bool) -> bool:
-    """aclnnMaxUnpool2d/3d refuse empty C and spatial dims (and leave `out` unwritten for
-    an empty x) and an output plane smaller than the input plane."""
-    k = len(output_size)
-    s = _args.spatial_axis(len(x_shape), channels_last, k)
-    return all(d > 0 for d in x_shape) and math.prod(output_size) >= math.prod(x_shape[s:s + k])
-
-
-def _scatter_reference(x, indices, *, output_size, channels_last):
-    return _planes.scatter_planes(x, indices, output_size, channels_last)
-
-
-def _gather_reference(grad_output, indices, *, channels_last, spatial_rank):
-    return _planes.gather_planes(grad_output, indices, channels_last, spatial_rank)
-
-
-_forward_reference = mlir.lower_fun(_scatter_reference, multiple_results=False)
-_backward_reference = mlir.lower_fun(_gather_reference, multiple_results=False)
-_aclnn_forward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_TARGET)
-_aclnn_backward = _sharding.ffi_call_lowering(MAX_UNPOOL2D_BACKWARD_TARGET)
-
-
-def _aclnn_volume_call(target: str, ctx, values, indices):
-    """A call of a 3-D aclnn target (NCDHW/CDHW buffers, no attributes)."""
-    call = jax.ffi.ffi_lowering(target, extra_attributes=_sharding.call_attributes(ctx, False, 3))
-    return call(ctx, values, indices)
-
-
-def _indices_into_plane(ctx, indices, plane: int, dtype):
-    """Indices as `dtype`, clamped into [0, plane): CANN reports an out-of-range index only
-    asynchronously if at all (its ScatterElements/GatherElements would write or read out of
-    bounds), so on the NPU such an index lands on the plane's nearest end instead -- a wrong
-    value for an input that is wrong anyway, never memory corruption. Returns the value and
-    the LoweringRuleContext updated for it."""
-    aval = ctx.avals_in[1]
-    new_aval = aval.update(dtype=np.dtype(dtype))
-    value = indices
-    if aval.dtype != new_aval.dtype:
-        value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
-    value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
-                      mlir.ir_constant(np.array(plane - 1, dtype)))
-    return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
-
-
-def _plane_shape(shape, channels_last: bool, k: int) -> tuple[int, ...]:
-    """`shape` with its k spatial dims as the plane of the 2-D ops: (W,) -> (1, W),
-    (D, H, W) -> (D * H, W). Indices are flat positions in either, so it is the same
-    data: a reshape that XLA compiles to a bitcast."""
-    s = _args.spatial_axis(len(shape), channels_last, k)
-    spatial = shape[s:s + k]
-    return (*shape[:s], math.prod(spatial[:-1]), spatial[-1], *shape[s + k:])
-
-
-def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
-    """`lowering_2d` of a 2-D aclnn call on operands and result of spatial rank k viewed
-    as 2-D planes."""
-    def plane_aval(aval):
-        return core.ShapedArray(_plane_shape(aval.shape, channels_last, k), aval.dtype)
-
-    def reshape(value, aval, new_aval):  # lax's: a symbolic N (jax.export) needs it
-        rule = mlir.lower_fun(lambda v: jax.lax.reshape(v, new_aval.shape),
-                              multiple_results=False)
-        (out,) = rule(ctx.replace(avals_in=[aval], avals_out=[new_aval]), value)
-        return out
-
-    avals_in = [plane_aval(a) for a in ctx.avals_in]
-    plane_ctx = ctx.replace(avals_in=avals_in, avals_out=[plane_aval(ctx.avals_out[0])])
-    (out,) = lowering_2d(plane_ctx, reshape(values, ctx.avals_in[0], avals_in[0]),
-                         reshape(indices, ctx.avals_in[1], avals_in[1]),
-                         channels_last=channels_last)
-    return [reshape(out, plane_ctx.avals_out[0], ctx.avals_out[0])]
-
-
-def _forward(ctx, x, indices, output_size, channels_last):
-    """aclnnMaxUnpool2d, or aclnnMaxUnpool3d for an NCDHW output_size of 3 sizes."""
-    if not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
-        return _forward_reference(ctx, x, indices, output_size=output_size,
-                                  channels_last=channels_last)
-    # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
-    # conversion is cheap next to the scatter.
-    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
-    if len(output_size) == 3:
-        return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
-    # outputSize is read from the result's shape by the handler: one source of truth.
-    return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
-
-
-def _on_2d_ops(k: int, channels_last: bool, op_3d: str) -> bool:
-    """Whether rank k runs on the 2-D ops' view: 1-D as (N, C, 1, W), and NDHWC as
-    (N, D * H, W, C) -- aclnnMaxUnpool3d(Backward) want a contiguous NCDHW out
-    (CheckOutContiguous), which a channels-last buffer is not, while the 2-D ops honour
-    strides -- and NCDHW as (N, C, D * H, W) with a CANN that lacks `op_3d` (it predates
-    the 3-D ops)."""
-    return k == 1 or (k == 3 and (channels_last or op_3d not in _jax_unpool.cann_ops()))
-
-
-def _symbolic_planes(ctx, channels_last: bool, k: int) -> bool:
-    """Whether a spatial dim is symbolic (jax.export): the handlers would take it (they read
-    sizes from the buffers), but clamping the indices into the plane needs its size here.
-    Symbolic N and C are fine."""
-    s = _args.spatial_axis(ctx.avals_out[0].ndim, channels_last, k)
-    return any(jax.export.is_symbolic_dim(d)
-               for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape[s:s + k])
-
-
-def _max_unpool2d_aclnn_lowering(ctx, x, indices, *, output_size, channels_last):
-    k = len(output_size)
-    if _symbolic_planes(ctx, channels_last, k):
-        return _forward_reference(ctx, x, indices, output_size=output_size,
-                                  channels_last=channels_last)
-    on_2d = _on_2d_ops(k, channels_last, "max_unpool3d")
-    if (on_2d or k == 2) and "max_unpool2d" not in _jax_unpool.cann_ops():
-        # An op library without the forward op (the backwards are required; see register).
-        return _forward_reference(ctx, x, indices, output_size=output_size,
-                                  channels_last=channels_last)
-    if on_2d:
-        plane = (math.prod(output_size[:-1]), output_size[-1])
-        return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
-                                                                   channels_last),
-                          ctx, x, indices, channels_last, k)
-    return _forward(ctx, x, indices, output_size, channels_last)
-
-
-def _backward(ctx, grad_output, indices, channels_last, k):
-    """aclnnMaxUnpool2dBackward (k = 2), or aclnnMaxUnpool3dBackward (NCDHW, k = 3)."""
-    g_shape, i_shape = ctx.avals_in[0].shape, ctx.avals_in[1].shape
-    s = _args.spatial_axis(len(g_shape), channels_last, k)
-    plane = math.prod(g_shape[s:s + k])
-    # aclnn refuses empty dims; aclnnMaxUnpool3dBackward also a gradient volume smaller
-    # than the input's (CheckIntArrayShapeMaxUnPool3D, shared with the forward).
-    if not (all(d > 0 for d in (*g_shape, *i_shape))
-            and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
-        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
-                                   spatial_rank=k)
-    if k == 3:  # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only
-        indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
-        return _aclnn_volume_call(MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output, indices)
-    indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype)
-    return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
-
-
-def _max_unpool2d_backward_aclnn_lowering(ctx, grad_output, indices, *, channels_last,
-                                          spatial_rank=2):
-    k = spatial_rank
-    if _symbolic_planes(ctx, channels_last, k):
-        return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
-                                   spatial_rank=k)
-    if _on_2d_ops(k, channels_last, "max_unpool3d_backward"):
-        return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
-                          ctx, grad_output, indices, channels_last, k)
-    return _backward(ctx, grad_output, indices, channels_last, k)
-
-
-# --------------------------------------------------------------------------------------
-# The pools' forward
-# --------------------------------------------------------------------------------------
-
-_POOL_TARGETS = {2: MAX_POOL2D_TARGET, 3: MAX_POOL3D_TARGET}
-# What aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax take on every chip that has
-# them (Atlas A2/A3, Ascend 950; hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api).
-_POOL_VALUE_DTYPES = frozenset(map(np.dtype, ("float16", jax.numpy.bfloat16, "float32")))
-_INT32_MAX = 2**31 - 1
-
-
-def _aclnn_pool_takes(x_aval, k: int, window: dict, channels_last: bool) -> bool:
-    """Whether the pool of spatial rank k goes through aclnn: the loaded CANN has the op
-    (1-D runs on the 2-D op's (N, C, 1, W) view) and it gives PyTorch's values and indices
-    on every chip that has it -- values float16, bfloat16 or float32; dilation 1 (Atlas
-    A2/A3 refuse any other, and the chip is unknown at trace time); padding at most half
-    the kernel (PyTorch's rule, which CANN checks too); a plane or volume of at most
-    INT_MAX positions (A2/A3 index it in int32); a non-empty x of known shape."""
-    if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
-        return False
-    s = _args.spatial_axis(x_aval.ndim, channels_last, k)
-    return (max(k, 2) in _jax_unpool.cann_pool_ranks()
-            and np.dtype(x_aval.dtype) in _POOL_VALUE_DTYPES
-            and all(d == 1 for d in window["dilation"])
-            and all(p <= kk // 2 for p, kk in zip(window["padding"], window["kernel_size"]))
-            and math.prod(x_aval.shape[s:s + k]) <= _INT32_MAX
-            and math.prod(x_aval.shape) > 0)
-
-
-def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
-    """The aclnn pool call: 1-D on the 2-D op's view of one-row planes (its indices are
-    then w, as 1-D's); the 3-D op asked for int32 indices (Atlas A2/A3 take no other,
-    exact: the volume has at most INT_MAX positions) converted to the requested dtype."""
-    op_k = max(k, 2)
-    x_aval, v_aval, i_aval = ctx.avals_in[0], *ctx.avals_out
-    if k == 1:  # (N,) C, W -> (N,) C, 1, W; (N,) W, C -> (N,) 1, W, C
-        def plane(aval):
-            s = _args.spatial_axis(aval.ndim, channels_last, 1)
-            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]))
-
-        x_call, v_call, i_call = plane(x_aval), plane(v_aval), plane(i_aval)
-        # The added axis: kernel 1, stride 1, padding 0, dilation 1 -- an output row of 1.
-        window = {**window, "kernel_size": (1, *window["kernel_size"]),
-                  "stride": (1, *window["stride"]), "padding": (0, *window["padding"]),
-                  "dilation": (1, *window["dilation"])}
-        x = hlo.reshape(_compat.ir_type(ctx, x_call), x)
-    else:
-        x_call, v_call, i_call = x_aval, v_aval, i_aval
-    if op_k == 3:
-        i_call = i_call.update(dtype=np.dtype(np.int32))
-    call_ctx = ctx.replace(avals_in=[x_call], avals_out=[v_call, i_call])
-    call = jax.ffi.ffi_lowering(
-        _POOL_TARGETS[op_k],
-        extra_attributes=_sharding.call_attributes(call_ctx, channels_last, op_k))
-    values, indices = call(
-        call_ctx, x, ceil_mode=bool(window["ceil_mode"]), channels_last=bool(channels_last),
-        **{n: np.asarray(window[n], np.int64)
-           for n in ("kernel_size", "stride", "padding", "dilation")})
-    if i_call.dtype != i_aval.dtype:
-        indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)),
-                              indices)
-    if k == 1:
-        values = hlo.reshape(_compat.ir_type(ctx, v_aval), values)
-        indices = hlo.reshape(_compat.ir_type(ctx, i_aval), indices)
-    return [values, indices]
+def _routing(aclnn_pools: bool) -> _backend.Routing:
+    """How the loaded CANN routes the operations."""
+    pool_ranks = frozenset(_jax_unpool.cann_pool_ranks()) if aclnn_pools else frozenset()
+    return _backend.Routing(frozenset(_jax_unpool.cann_ops()), pool_ranks)
 
 
 def pool_lowering(xla_lowering):
     """The NPU lowering rule of a max-pool-with-indices primitive (x -> values, indices of
-    spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
-    aclnnMaxPool3dWithArgmax where they give PyTorch's result (`_aclnn_pool_takes`), else
+    spatial rank k = len(kernel_size)) with the loaded CANN: aclnnMaxPool2dWithIndices
+    (1-D and 2-D) or aclnnMaxPool3dWithArgmax where they give PyTorch's result, else
     `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The
     rule takes the window as the CPU pool target does -- kernel_size, stride, padding,
     dilation (k ints each), ceil_mode -- and channels_last; other parameters only go on to
-    `xla_lowering`. The index dtype is the second result's."""
-    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
-                 **params):
-        window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),
-                  "padding": tuple(padding), "dilation": tuple(dilation),
-                  "ceil_mode": ceil_mode}
-        k = len(window["kernel_size"])
-        if _aclnn_pools and _aclnn_pool_takes(ctx.avals_in[0], k, window, channels_last):
-            return _aclnn_pool(ctx, x, k, window, channels_last)
-        return xla_lowering(ctx, x, channels_last=channels_last, **window, **params)
-    return lowering
+    `xla_lowering`. `register` installs it for the pools."""
+    return _backend.pool_lowering(_routing(True), xla_lowering)
 
-
-# --------------------------------------------------------------------------------------
-# Registration
-# --------------------------------------------------------------------------------------
 
 # JAX platforms that are never an Ascend NPU: their devices would get CANN calls.
 _NOT_ASCEND = frozenset({"gpu", "cuda", "rocm", "oneapi", "tpu"})
@@ -433,17 +187,6 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
     if ffi_platform is not None:
         return [ffi_platform]
     return list(dict.fromkeys([platform, platform.upper()]))
-
-
-def _register_lowerings(platform: str, forward, backward, pool) -> None:
-    """`forward`, `backward` and `pool` as the lowerings of every rank's unpool, unpool
-    backward and pool primitives on `platform`."""
-    for p in _primitives.max_unpool_p.values():
-        mlir.register_lowering(p, forward, platform=platform)
-    for p in _primitives.max_unpool_backward_p.values():
-        mlir.register_lowering(p, backward, platform=platform)
-    for p in _pool_primitives.max_pool_p.values():
-        mlir.register_lowering(p, pool, platform=platform)
 
 
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
@@ -492,7 +235,6 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     the environment variables consulted), or if it is loaded in this process in the other
     mode.
     """
-    global _cpu_emulation, _aclnn_pools
     _check_arguments(platform, ffi_platform, aclnn_pools)
     directory = _library_dir(library_dir)
     host = platform == "cpu"
@@ -522,40 +264,23 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()
             suffix = "_host" if host else ""
-            for op, target in (("max_unpool2d", MAX_UNPOOL2D_TARGET),
-                               ("max_unpool2d_backward", MAX_UNPOOL2D_BACKWARD_TARGET),
-                               ("max_unpool3d", MAX_UNPOOL3D_TARGET),
-                               ("max_unpool3d_backward", MAX_UNPOOL3D_BACKWARD_TARGET),
-                               ("max_pool2d", MAX_POOL2D_TARGET),
-                               ("max_pool3d", MAX_POOL3D_TARGET)):
+            for op, target in _backend.HANDLERS.items():
                 for name in targets:
                     jax.ffi.register_ffi_target(target, capsules[op + suffix], platform=name)
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
-        _register_lowerings(platform,
-                            _primitives.forward_lowering(_max_unpool2d_aclnn_lowering),
-                            _primitives.backward_lowering(
-                                _max_unpool2d_backward_aclnn_lowering),
-                            pool_lowering(_pool_primitives.xla_lowering))
-        _aclnn_pools = bool(aclnn_pools)
-        if host:
-            _cpu_emulation = True
-            jax.clear_caches()
+        # Clears jax's caches: no program compiled before keeps another routing.
+        registry.install(platform, _backend.lowerings(_routing(bool(aclnn_pools))))
     return where
 
 
 def unregister_cpu_emulation() -> None:
     """Ends the host-emulation mode: the primitives lower to the CPU FFI kernels again.
     A no-op when the mode is off."""
-    global _cpu_emulation
     with _lock:
-        if not _cpu_emulation:
-            return
-        _register_lowerings("cpu", _primitives._forward_cpu_lowering,
-                            _primitives._backward_cpu_lowering, _pool_primitives.cpu_lowering)
-        _cpu_emulation = False
-        jax.clear_caches()
+        if cpu_emulation_active():
+            registry.restore("cpu")
 
 
 @contextlib.contextmanager
@@ -563,7 +288,7 @@ def cpu_emulation(library_dir: str | os.PathLike) -> Iterator[dict[str, str]]:
     """Host-emulation mode, against the emulated CANN in `library_dir`, for the duration of
     a `with` block; on exit the mode is left as it was found (off, unless it was on before).
     Yields where CANN was loaded from."""
-    was_on = _cpu_emulation
+    was_on = cpu_emulation_active()
     where = register("cpu", library_dir)
     try:
         yield where
@@ -574,4 +299,4 @@ def cpu_emulation(library_dir: str | os.PathLike) -> Iterator[dict[str, str]]:
 
 def cpu_emulation_active() -> bool:
     """Whether the CPU lowering currently goes through the aclnn handlers."""
-    return _cpu_emulation
+    return registry.serving("cpu", "max_unpool").backend == "npu"

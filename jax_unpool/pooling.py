@@ -1,35 +1,66 @@
-"""``max_pool{1,2,3}d_with_indices``: PyTorch's max pooling with argmax indices.
+"""max_pool{1,2,3}d_with_indices: PyTorch's max pooling with argmax indices, as public
+functions and primitives (one per spatial rank k, sharing one set of rules, in jax's
+order: abstract evaluation, JVP, batching; each platform's lowering is a backend's,
+`jax_unpool.backends`).
 
-Each binds its rank's pool primitive (jax_unpool._pool_primitives): on CPU one native pass
-over x (the jax_unpool_max_pool_v1 kernel), elsewhere XLA ops (jax_unpool._pool_xla). The
-gradient w.r.t. x goes through the unpool primitives (the native CPU kernel, aclnn on the
-NPU) whenever each input position is the argmax of at most one window; otherwise it is
-XLA's scatter-add.
+max_pool{k}d_with_indices_p(x; kernel_size, stride, padding, dilation, ceil_mode,
+                            channels_last, index_dtype) -> (values, indices)
+    kernel_size, stride, padding and dilation are tuples of k ints, index_dtype is int32
+    or int64, x has rank k + 1 (unbatched) or k + 2, channels first or last. Indices are
+    flat positions inside one input plane, in both layouts.
+
+Values and indices come from one bind, so one pass over x computes both (on CPU the
+jax_unpool_max_pool_v1 kernel; elsewhere XLA ops). The tangent is gathered at the argmax,
+which reverse mode turns into a scatter to the argmax: the unpool primitive where each
+input position is the argmax of at most one window, XLA's scatter-add otherwise.
+
+The window is checked once per shape and window (`_geometry.pool_geometry`, cached),
+whichever rule asks for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
+
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad, batching, xla
 
-from jax_unpool import _args, _pool_xla
-from jax_unpool._pool_primitives import max_pool_p
-from jax_unpool._pool_xla import IntOrPair
+from jax_unpool import _args, _compat, _geometry, _pool_xla, _primitive, _sharding
+from jax_unpool._geometry import RANKS, PoolGeometry
+from jax_unpool.backends import registry
+from jax_unpool.unpooling import max_unpool_backward_p
 
-__all__ = ["max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices"]
+__all__ = ["max_pool1d_with_indices", "max_pool1d_with_indices_p", "max_pool2d_with_indices",
+           "max_pool2d_with_indices_p", "max_pool3d_with_indices", "max_pool3d_with_indices_p"]
+
+IntOrPair = int | Sequence[int]
 
 
-def _max_pool(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
-              data_format, index_dtype) -> tuple[jax.Array, jax.Array]:
-    """Checks the arguments as PyTorch does (errors name `fn`), then binds the primitive."""
+def checked(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mode,
+            data_format, index_dtype) -> tuple[jax.Array, PoolGeometry]:
+    """The public pools' arguments checked as PyTorch checks them (errors name `fn`):
+    x as an array and its window's geometry."""
     x = _args.as_array(fn, "x", x)
-    g = _pool_xla.geometry(fn, k, x.shape, kernel_size, stride, padding, dilation, ceil_mode,
-                           data_format, index_dtype)
-    if jnp.issubdtype(x.dtype, jnp.complexfloating):
-        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {x.dtype}")
+    window = _geometry.pool_window(fn, k, kernel_size, stride, padding, dilation, ceil_mode)
+    last = _geometry.channels_last(fn, data_format, k)
+    g = _geometry.pool_geometry(fn, tuple(x.shape), *window, bool(ceil_mode), last,
+                                _geometry.index_dtype(fn, index_dtype, stacklevel=5))
+    _check_real(fn, x.dtype)
+    return x, g
+
+
+def _check_real(fn: str, dtype) -> None:
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {dtype}")
+
+
+def _max_pool(fn: str, k: int, x, *args) -> tuple[jax.Array, jax.Array]:
+    x, g = checked(fn, k, x, *args)
     values, indices = max_pool_p[k].bind(
         x, kernel_size=g.kernel, stride=g.stride, padding=g.padding, dilation=g.dilation,
-        ceil_mode=bool(ceil_mode), channels_last=g.channels_last, index_dtype=g.index_dtype)
+        ceil_mode=g.ceil_mode, channels_last=g.channels_last, index_dtype=g.index_dtype)
     return values, indices
 
 
@@ -64,15 +95,15 @@ def max_pool2d_with_indices(
       window the LAST one in scan order wins (PyTorch's CPU and CUDA kernels
       test ``val > maxval || isnan(val)``).
     - Indices are flat positions in the unpadded input plane, ``h * W + w``, in
-      both layouts. (PyTorch quirk, kept: a ``ceil_mode`` window that contains
-      only padding, possible with dilation, returns -inf, or the dtype's
-      minimum, and the flat index of its first tap right of the left padding,
-      which lies past the end of a row or of the plane. In the gradient an index
-      past a row's end gets its cotangent on the next row's element, as in
-      PyTorch; one past the plane has its cotangent dropped, where PyTorch's CPU
-      backward adds it unchecked into the next plane's gradient or past the end
-      of the buffer: ``cpu_max_pool_backward`` in
-      aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
+      both layouts. (PyTorch quirk, kept: a window that contains only padding
+      -- with ``ceil_mode``, or without it when the dilation steps over the
+      whole input -- returns -inf, or the dtype's minimum, and the flat index
+      of its first tap right of the left padding, which lies past the end of a
+      row or of the plane. In the gradient an index past a row's end gets its
+      cotangent on the next row's element, as in PyTorch; one past the plane
+      has its cotangent dropped, where PyTorch's CPU backward adds it unchecked
+      into the next plane's gradient or past the end of the buffer:
+      ``cpu_max_pool_backward`` in aten/src/ATen/native/cpu/MaxPoolKernel.cpp.)
 
     Args:
       x: ``(N, C, H, W)`` or ``(C, H, W)``; with ``data_format="NHWC"`` (or
@@ -163,3 +194,95 @@ def max_pool3d_with_indices(
     """
     return _max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding, dilation,
                      ceil_mode, data_format, index_dtype)
+
+
+# --------------------------------------------------------------------------------------
+# max_pool{k}d_with_indices_p
+# --------------------------------------------------------------------------------------
+
+def _rank(kernel_size) -> int:
+    k = len(kernel_size) if isinstance(kernel_size, tuple) else 0
+    if k not in RANKS:
+        raise ValueError(f"max_pool_with_indices_p: kernel_size must be a tuple of 1, 2 or 3 "
+                         f"ints (the spatial rank), got {kernel_size!r}")
+    return k
+
+
+def _max_pool_params(primitive: str, *, kernel_size, stride, padding, dilation, ceil_mode,
+                     channels_last, index_dtype) -> None:
+    """The parameters' types, checked at every bind; their values are checked against
+    x's shape by the abstract evaluation."""
+    k = _rank(kernel_size)
+    for name, value in (("kernel_size", kernel_size), ("stride", stride),
+                        ("padding", padding), ("dilation", dilation)):
+        if not (isinstance(value, tuple) and len(value) == k
+                and all(map(_args.is_int, value))):
+            raise TypeError(f"{primitive}: {name} must be a tuple of {k} ints, got "
+                            f"{_args.received(value)}")
+    _primitive.check_bool(primitive, "ceil_mode", ceil_mode)
+    _primitive.check_bool(primitive, "channels_last", channels_last)
+
+
+max_pool_p = {k: _primitive.Primitive(f"max_pool{k}d_with_indices",
+                                      partial(_max_pool_params, f"max_pool{k}d_with_indices_p"),
+                                      multiple_results=True)
+              for k in RANKS}
+max_pool1d_with_indices_p, max_pool2d_with_indices_p, max_pool3d_with_indices_p = (
+    max_pool_p.values())
+
+
+def geometry(shape, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
+             index_dtype) -> PoolGeometry:
+    """A bind's geometry: its parameters checked against x's `shape` (cached)."""
+    fn = f"max_pool{len(kernel_size)}d_with_indices"
+    return _geometry.pool_geometry(fn, tuple(shape), tuple(kernel_size), tuple(stride),
+                                   tuple(padding), tuple(dilation), bool(ceil_mode),
+                                   bool(channels_last), _geometry.index_dtype(fn, index_dtype))
+
+
+def _max_pool_abstract_eval(x, **params):
+    k = _rank(params["kernel_size"])
+    fn = f"max_pool{k}d_with_indices"
+    _check_real(fn, x.dtype)
+    g = geometry(x.shape, **params)
+    s = _geometry.spatial_axis(x.ndim, g.channels_last, k)
+    shape = (*x.shape[:s], *g.out_size, *x.shape[s + k:])
+    return [_sharding.result_type(fn, x, [], shape, dtype, g.channels_last, k)
+            for dtype in (x.dtype, g.index_dtype)]
+
+
+def _gather_tangent(t: jax.Array, indices: jax.Array, g: PoolGeometry) -> jax.Array:
+    """t at the argmax positions. With unique argmaxes it is the unpool primitives'
+    gather, whose transpose is the unpool primitive (the native kernels; second order
+    transposes back to the gather), with the window as its hint; otherwise XLA's gather,
+    whose transpose is a scatter-add (overlapping windows sum up). Packed sub-byte dtypes
+    (float4_e2m1fn, int4), which the unpool kernels do not move, take XLA's gather too."""
+    if g.argmax_is_unique() and _args.is_movable(t.dtype):
+        return max_unpool_backward_p[g.k].bind(t, indices, channels_last=g.channels_last,
+                                               spatial_rank=g.k, window=g.window())
+    if t.ndim == g.k + 1:  # unbatched
+        return _pool_xla.gather_at_argmax(t[None], indices[None], g)[0]
+    return _pool_xla.gather_at_argmax(t, indices, g)
+
+
+def _max_pool_jvp(primals, tangents, **params):
+    (x,), (t,) = primals, tangents
+    values, indices = max_pool_p[len(params["kernel_size"])].bind(x, **params)
+    t_values = _primitive.tangent_or_zero(
+        t, values, lambda t: _gather_tangent(t, indices, geometry(x.shape, **params)))
+    return [values, indices], [t_values, _compat.zero_tangent(indices)]
+
+
+def _max_pool_batch(args, dims, **params):
+    k = len(params["kernel_size"])
+    (x,), unfold = _primitive.fold_batch(args, dims, k)
+    results = [unfold(r) for r in max_pool_p[k].bind(x, **params)]
+    return [r for r, _ in results], [d for _, d in results]
+
+
+for _p in max_pool_p.values():
+    _p.def_impl(partial(xla.apply_primitive, _p))
+    _p.def_abstract_eval(_max_pool_abstract_eval)
+    ad.primitive_jvps[_p] = _max_pool_jvp
+    batching.primitive_batchers[_p] = _max_pool_batch
+registry.declare("max_pool", max_pool_p.values())

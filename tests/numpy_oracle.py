@@ -167,8 +167,8 @@ def max_pool(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode: bool,
                 for d in range(k):
                     start = o[d] * stride[d] - padding[d]
                     end = min(start + (kernel[d] - 1) * dilation[d] + 1, size[d])
-                    while start < 0:
-                        start += dilation[d]
+                    if start < 0:  # `while (ih0 < 0) ih0 += dilationH`, in one step
+                        start += -(start // dilation[d]) * dilation[d]
                     first.append(start)
                     ranges.append(range(start, end, dilation[d]))
                 best, best_index = -np.inf, sum(f * s for f, s in zip(first, flat_strides))

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: the oracle
 import numpy_oracle
 
-from jax_unpool import _ffi
+from jax_unpool.backends import cpu
 
 jax.config.update("jax_enable_x64", True)  # int64 indices and float64 values as given
 
@@ -55,7 +55,7 @@ def run_case(case: dict) -> dict:
                   for name, v in case["attributes"].items()}
     try:
         values, indices = (np.asarray(r) for r in
-                           jax.ffi.ffi_call(_ffi.MAX_POOL_TARGET, results)(x, **attributes))
+                           jax.ffi.ffi_call(cpu.MAX_POOL_TARGET, results)(x, **attributes))
     except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
         return {"error": type(e).__name__, "message": str(e)}
     a = case["attributes"]

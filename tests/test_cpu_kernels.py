@@ -19,7 +19,7 @@ from cpu_features import cpu_has_avx2, expected_gather
 from dtypes import assert_bits_equal, needs_x64, random_values
 
 import jax_unpool as ju
-from jax_unpool import _ffi
+from jax_unpool import _extension
 from jax_unpool._compat import enable_x64
 
 # Outputs of several MB, which the kernels split into chunks of planes: one image of 16
@@ -152,7 +152,7 @@ def test_backward_of_a_large_result_equals_numpy(rng, dtype, index_dtype, layout
 
 
 def test_backward_gathers_with_the_loop_the_cpu_and_the_environment_choose():
-    assert _ffi._jax_unpool.cpu_gather() == expected_gather()
+    assert _extension.module.cpu_gather() == expected_gather()
 
 
 @pytest.mark.skipif(not cpu_has_avx2(), reason="no AVX2: the scalar loop is the only one")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import jax_unpool as ju
-from jax_unpool import _ffi, reference
+from jax_unpool import reference
+from jax_unpool.backends import cpu as cpu_backend
 
 
 def to_last(a):
@@ -183,10 +184,35 @@ def test_nhwc_forward_and_grad_compile_without_transposes():
     assert instructions(hlo, "transpose") == []
     assert instructions(hlo, "copy") == []  # nor a layout-changing copy in its place
     targets = re.findall(r'custom_call_target="(\w+)"', hlo)
-    assert sorted(targets) == sorted([_ffi.MAX_UNPOOL_TARGET,
-                                      _ffi.MAX_UNPOOL_BACKWARD_TARGET])
+    assert sorted(targets) == sorted([cpu_backend.MAX_UNPOOL_TARGET,
+                                      cpu_backend.MAX_UNPOOL_BACKWARD_TARGET])
 
 
 def test_the_transpose_check_finds_the_references_transposes():
     # The jnp reference moves NHWC to planes and back: the same check must see that.
     assert instructions(compiled_nhwc_forward_and_grad(reference), "transpose")
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_format_names_where_c_is_for_either_rank(rng, k):
+    """The unpools and the pools take a format's batched or unbatched spelling (NCHW, CHW)
+    for a batch or one example alike: the format says where C is, the rank whether there
+    is a batch."""
+    s = {1: "W", 2: "HW", 3: "DHW"}[k]
+    unpool, pool = getattr(ju, f"max_unpool{k}d"), getattr(ju, f"max_pool{k}d_with_indices")
+    for batched in (True, False):
+        shape = (2, 3, *[4] * k) if batched else (3, *[4] * k)
+        x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+        y, idx = pool(x, 2, data_format=f"NC{s}")
+        for first in (f"NC{s}", f"C{s}"):
+            got_y, got_idx = pool(x, 2, data_format=first)
+            np.testing.assert_array_equal(got_y, y)
+            np.testing.assert_array_equal(got_idx, idx)
+            np.testing.assert_array_equal(unpool(y, idx, 2, data_format=first),
+                                          unpool(y, idx, 2, data_format=f"NC{s}"))
+        moved = jnp.moveaxis(x, -k - 1, -1)
+        y_last, idx_last = pool(moved, 2, data_format=f"N{s}C")
+        for last in (f"N{s}C", f"{s}C"):
+            got_y, _ = pool(moved, 2, data_format=last)
+            np.testing.assert_array_equal(got_y, y_last)
+            np.testing.assert_array_equal(jnp.moveaxis(got_y, -1, -k - 1), y)

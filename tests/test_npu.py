@@ -597,7 +597,7 @@ def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     assert _compat.platforms_with_ffi_handler(npu._ffi_platforms("npu_test_xla", "OTHER")) == []
     monkeypatch.setattr(npu, "_require_devices", lambda platform: None)
     monkeypatch.setattr(npu, "_targets_registered", set())
-    monkeypatch.setattr(npu.mlir, "register_lowering", lambda *args, **kwargs: None)
+    monkeypatch.setattr(npu.registry, "install", lambda *args, **kwargs: None)
     monkeypatch.setattr(npu._jax_unpool, "load_cann", lambda library_dir, host: {})
     npu.register("npu_test_xla")
     assert sorted(seen) == sorted((target, "NPU_TEST_XLA") for target in (
@@ -780,5 +780,5 @@ def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
         assert "wins, deterministically, on every backend" not in text, name
         assert "deterministically on every backend" not in text, name
     bullet = pages["docs/semantics.md"].split("- Duplicated indices in a plane:")[1].split(" - ")[0]
-    for text in (bullet, docs["jax_unpool._api.max_unpool2d"]):
+    for text in (bullet, docs["jax_unpool.unpooling.max_unpool2d"]):
         assert "which duplicate wins is unspecified" in text, text

@@ -384,8 +384,8 @@ X4 = np.zeros((1, 1, 6, 6), np.float32)
 @pytest.mark.parametrize(
     "x,kwargs,exc,fragment",
     [
-        (np.zeros((6, 6)), {}, ValueError, "x must be 3-D or 4-D"),
-        (np.zeros((1, 1, 1, 6, 6)), {}, ValueError, "5-D array of shape"),
+        (np.zeros((6, 6)), {}, ValueError, "x must have rank 3 (C, H, W) or 4"),
+        (np.zeros((1, 1, 1, 6, 6)), {}, ValueError, "got rank 5 with shape"),
         (X4, {"kernel_size": 0}, ValueError, "kernel_size must be positive, got (0, 0)"),
         (X4, {"kernel_size": (2, -1)}, ValueError, "kernel_size must be positive"),
         (X4, {"stride": 0}, ValueError, "stride must be positive, got (0, 0)"),

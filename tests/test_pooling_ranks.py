@@ -5,6 +5,9 @@ functions (on CPU the native kernel) and jax_unpool.reference's (XLA ops)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -166,9 +169,9 @@ def test_pool_then_unpool_round_trip_under_jit_and_vmap(k):
 
 @pytest.mark.parametrize("fn,args,message", [
     (ju.max_pool1d_with_indices, ((2, 3, 4, 5), 2),
-     r"max_pool1d_with_indices: x must be 2-D or 3-D \(C, W\) or \(N, C, W\), got a 4-D"),
+     r"max_pool1d_with_indices: x must have rank 2 \(C, W\) or 3 \(N, C, W\), got rank 4"),
     (ju.max_pool3d_with_indices, ((2, 3, 4), 2),
-     r"max_pool3d_with_indices: x must be 4-D or 5-D \(C, D, H, W\) or \(N, C, D, H, W\)"),
+     r"max_pool3d_with_indices: x must have rank 4 \(C, D, H, W\) or 5 \(N, C, D, H, W\)"),
     (ju.max_pool3d_with_indices, ((1, 1, 4, 4, 4), (2, 2)),
      r"max_pool3d_with_indices: kernel_size must be an int or a triple of ints \(d, h, w\), "
      r"got \(2, 2\)"),
@@ -185,7 +188,7 @@ def test_errors_name_the_function_and_argument(fn, args, message):
 
 def test_data_format_of_another_rank_is_refused():
     with pytest.raises(ValueError, match=r"max_pool3d_with_indices: data_format must be one of "
-                                         r"'NCDHW', 'CDHW', 'NDHWC', 'DHWC', got 'NCHW'"):
+                                         r"\['CDHW', 'DHWC', 'NCDHW', 'NDHWC'\], got 'NCHW'"):
         ju.max_pool3d_with_indices(jnp.zeros((1, 1, 4, 4, 4)), 2, data_format="NCHW")
 
 
@@ -367,3 +370,77 @@ def test_reference_pool_gradient_stays_xla_scatter_add_with_the_same_values(k):
     text = jax.jit(jax.grad(ref_loss)).lower(x).as_text()
     assert "scatter" in text and "jax_unpool_max_unpool_v2" not in text
     np.testing.assert_array_equal(np.asarray(jax.grad(ref_loss)(x)), np.asarray(jax.grad(loss)(x)))
+
+
+HUGE_KERNELS = """
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import numpy as np
+import jax.numpy as jnp
+sys.path.insert(0, sys.argv[1])
+from numpy_oracle import max_pool
+from jax_unpool import reference
+rng = np.random.default_rng(0)
+cases = [  # (x, kernel, padding, index dtype): windows far larger than the input
+    (rng.standard_normal((2, 3, 7)), 2**20, 2**19, jnp.int32),
+    (rng.standard_normal((1, 2, 5, 5)), 2**31 - 1, 2**30 - 1, jnp.int64),
+    (rng.standard_normal((1, 2, 5, 5)), 2**31 - 1, 2**30 - 1, jnp.int32),
+    (rng.integers(-8, 8, (1, 1, 5, 5)), 21, 10, jnp.int32),
+]
+for x, kernel, padding, index_dtype in cases:
+    k = x.ndim - 2
+    pool = getattr(reference, f"max_pool{k}d_with_indices")
+    dtype = jnp.int4 if x.dtype.kind == "i" else jnp.float32
+    values, indices = pool(jnp.asarray(x, dtype), kernel, 1, padding, index_dtype=index_dtype)
+    want = max_pool(np.asarray(jnp.asarray(x, dtype)).astype(np.float64), (kernel,) * k,
+                    (1,) * k, (padding,) * k, (1,) * k, False)
+    np.testing.assert_array_equal(np.asarray(values, np.float64), want[0])
+    np.testing.assert_array_equal(indices, want[1])
+    assert indices.dtype == index_dtype
+print("ok")
+"""
+
+
+def test_the_xla_ops_pool_of_a_huge_kernel_costs_the_input_not_the_kernel():
+    """The XLA-ops pool (the reference, and the pools' lowering on GPU/TPU and for sub-byte
+    dtypes on CPU) walks only the taps that land inside the input: a kernel of 2**31 - 1
+    over a 5x5 plane traces and runs like a small one, values and indices as PyTorch's
+    loop (before: a Python loop over every tap, which never finished). In a child process
+    with a timeout, so that a regression fails instead of hanging the suite."""
+    from fresh_process import TESTS, child_env
+    proc = subprocess.run([sys.executable, "-c", HUGE_KERNELS, str(TESTS)], env=child_env(),
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fn,torch_fn,shape,args", [
+    (ju.max_pool1d_with_indices, F.max_pool1d, (1, 2, 2), (2, 1, 1, 3)),
+    (ju.max_pool2d_with_indices, F.max_pool2d, (1, 2, 2, 2), ((1, 2), 1, (0, 1), (1, 3))),
+    (ju.max_pool3d_with_indices, F.max_pool3d, (1, 1, 2, 2, 2), ((1, 1, 2), 1, (0, 0, 1),
+                                                                   (1, 1, 3))),
+], ids=["1d", "2d", "3d"])
+def test_windows_of_padding_only_without_ceil_mode_match_torch(rng, fn, torch_fn, shape, args):
+    """A dilation that steps over the whole input makes windows of padding only without
+    ceil_mode too: -inf and the index of the first tap right of the left padding (past
+    the row), as PyTorch returns them; the gradient of an index inside the plane lands on
+    the next row's element in both."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    want_v, want_i = torch_fn(torch.from_numpy(x), *args, ceil_mode=False, return_indices=True)
+    for pool in (fn, getattr(ju.reference, fn.__name__)):
+        values, indices = pool(jnp.asarray(x), *args)
+        np.testing.assert_array_equal(values, want_v.numpy())
+        np.testing.assert_array_equal(indices, want_i.numpy())
+    assert np.isneginf(np.asarray(values)).any()
+
+
+def test_int32_indices_suffice_when_every_index_lies_in_the_plane():
+    """The int32 guard counts the taps inside the input, not the last tap of a huge kernel
+    that lies in the padding: a 5x5 plane's indices are below 25 whatever the kernel."""
+    x = jax.ShapeDtypeStruct((1, 1, 5, 5), jnp.float32)
+    values, indices = jax.eval_shape(
+        lambda x: ju.max_pool2d_with_indices(x, 2**31 - 1, 1, 2**30 - 1), x)
+    assert indices.dtype == jnp.int32 and indices.shape == values.shape == (1, 1, 5, 5)
+    with pytest.raises(ValueError, match="index_dtype int32 cannot hold the flat indices"):
+        jax.eval_shape(lambda x: ju.max_pool2d_with_indices(x, 2, 1, 1),
+                       jax.ShapeDtypeStruct((1, 1, 2**16, 2**16), jnp.float32))

@@ -44,7 +44,7 @@ def _implementation(op: str, platform_name: str) -> str:
     import jax.numpy as jnp
 
     import jax_unpool
-    from jax_unpool import _ffi
+    from jax_unpool.backends import cpu
 
     k = int(re.search(r"\d", op).group())
     x = jax.ShapeDtypeStruct((1, 1, *[2] * k), jnp.float32)
@@ -61,8 +61,7 @@ def _implementation(op: str, platform_name: str) -> str:
     targets = re.findall(r"custom_call @(\w+)", text)
     if not targets:
         return "jnp reference"
-    if targets[0] in (_ffi.MAX_UNPOOL_TARGET, _ffi.MAX_UNPOOL_BACKWARD_TARGET,
-                      _ffi.MAX_POOL_TARGET):
+    if targets[0] in cpu.STABLE_TARGETS:
         return "XLA FFI (C++)"
     return "aclnn" if "aclnn" in targets[0] else f"custom call {targets[0]}"
 
@@ -95,11 +94,11 @@ def info() -> int:
     print("  " + "op".ljust(op_width) + "".join(n.ljust(width) for n in names).rstrip())
     for op, row in rows.items():
         print("  " + op.ljust(op_width) + "".join(impl.ljust(width) for impl in row).rstrip())
-    from jax_unpool import _ffi
+    from jax_unpool import _extension
 
-    gather = _ffi._jax_unpool.cpu_gather()
+    gather = _extension.module.cpu_gather()
     print(f"CPU unpool backward gathers with {_GATHERS[gather]} "
-          f"({_ffi.GATHER_ENV}={os.environ.get(_ffi.GATHER_ENV) or 'unset'})")
+          f"({_extension.GATHER_ENV}={os.environ.get(_extension.GATHER_ENV) or 'unset'})")
     routed_to_aclnn = any("aclnn" in row for row in rows.values())
     found = npu.is_available()
     print(f"CANN (Ascend NPU toolkit): {'found' if found else 'not found'}"

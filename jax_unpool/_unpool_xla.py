@@ -1,5 +1,5 @@
 """XLA's scatter and gather on planes: the unpool primitives' lowering on every platform
-without a native kernel (GPU, TPU), and what ``jax_unpool.reference`` computes.
+without a native kernel (`backends.xla`), and what ``jax_unpool.reference`` computes.
 
 Operands are already validated, of spatial rank k, channels-first or channels-last; each
 is viewed as (N, C, plane) with the plane flattened, which is where an index points. Being
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_unpool import _args, _symbolic
+from jax_unpool import _args, _geometry, _symbolic
 
 __all__ = ["gather_planes", "scatter_planes"]
 
@@ -97,7 +97,7 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
 
 
 def _gather(grad_output, indices, channels_last, k, exact_bits):
-    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
     plane = _plane(grad_output.shape[h:h + k])
     gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
@@ -105,7 +105,7 @@ def _gather(grad_output, indices, channels_last, k, exact_bits):
                               mode="fill", fill_value=0)
     if exact_bits:
         out = lax.bitcast_convert_type(out, grad_output.dtype)
-    hi = _args.spatial_axis(indices.ndim, channels_last, k)
+    hi = _geometry.spatial_axis(indices.ndim, channels_last, k)
     return _from_planes(out, indices.ndim, tuple(indices.shape[hi:hi + k]), channels_last)
 
 
@@ -164,7 +164,7 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...
     gather_planes, as for the primitive (see _exact).
     """
     k = len(output_size)
-    h = _args.spatial_axis(x.ndim, channels_last, k)
+    h = _geometry.spatial_axis(x.ndim, channels_last, k)
     _plane(output_size)  # before _exact's flattening, for its message
     return _exact(x, (*x.shape[:h], *output_size, *x.shape[h + k:]),
                   lambda v: _scatter(v, indices, output_size, channels_last, True),
@@ -187,7 +187,7 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: boo
     """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]].
     `jax.linear_transpose` gives scatter_planes, as for the primitive (see _exact)."""
     k = spatial_rank
-    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
     output_size = tuple(grad_output.shape[h:h + k])
     _plane(output_size)  # before _exact's flattening, for its message
     return _exact(grad_output, indices.shape,
@@ -199,7 +199,7 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: boo
 def _gather_planes_jvp(channels_last, k, primals, tangents):
     grad_output, indices = primals
     out = gather_planes(grad_output, indices, channels_last, k)
-    h = _args.spatial_axis(grad_output.ndim, channels_last, k)
+    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
     output_size = tuple(grad_output.shape[h:h + k])
     return out, _tangent(tangents[0], out, lambda t: _paired(
         t, out.shape, lambda t: _gather(t, indices, channels_last, k, False),

@@ -1,0 +1,73 @@
+"""Lowerings of the primitives to XLA FFI custom calls, shared by the native backends.
+
+A backend names its target and how the primitive's parameters become the call's
+attributes; this module builds the call, with the attributes that let XLA partition it
+along N and C (`_sharding.call_attributes`), and sends a channels-last call, whose C is
+not a leading dim, through `_sharding`'s custom_partitioning (outside `jax.export`: its
+callback lives in the tracing process and cannot be serialized).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import numpy as np
+from jax.interpreters import mlir
+
+from jax_unpool import _compat, _sharding
+
+
+def unpool_attributes(k: int, channels_last: bool, window) -> tuple:
+    """The attributes of the CPU unpool targets (`_v2`): the layout and the spatial rank
+    (the handlers read the sizes from the buffers)."""
+    return (("channels_last", channels_last), ("spatial_rank", k))
+
+
+def unpool_lowering(target: str, attributes: Callable[..., tuple] = unpool_attributes, *,
+                    per_shard: bool = True):
+    """The lowering of an unpool primitive (the forward or the backward) to the FFI call
+    `target` with `attributes(k, channels_last, window)`, a tuple of (name, value).
+    `per_shard=False` keeps a channels-last call whole (it is gathered on several
+    devices): for targets with no channels-last partitioning."""
+    def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2,
+                 window=None):
+        k = len(output_size) if output_size is not None else spatial_rank
+        pairs = attributes(k=int(k), channels_last=bool(channels_last), window=window)
+        if channels_last and per_shard and not _compat.lowering_for_export(ctx):
+            kernel = partial(_sharding.per_shard_unpool_call, target, k, output_size, pairs)
+            return mlir.lower_fun(kernel, multiple_results=False)(ctx, *operands)
+        call = jax.ffi.ffi_lowering(
+            target, extra_attributes=_sharding.call_attributes(ctx, channels_last, k))
+        return call(ctx, *operands, **_sharding.ffi_attributes(pairs))
+    return lowering
+
+
+def pool_attributes(channels_last: bool, kernel_size, stride, padding, dilation,
+                    ceil_mode) -> tuple:
+    """The attributes of the pool targets: the window (k ints each), ceil_mode and the
+    layout."""
+    return (("kernel_size", tuple(kernel_size)), ("stride", tuple(stride)),
+            ("padding", tuple(padding)), ("dilation", tuple(dilation)),
+            ("ceil_mode", bool(ceil_mode)), ("channels_last", bool(channels_last)))
+
+
+def pool_lowering(target: str, attributes: Callable[..., tuple] = pool_attributes):
+    """The lowering of a pool primitive (x -> values, indices) to the FFI call `target`,
+    partitioned along N and C as the unpool calls are."""
+    def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
+                 index_dtype):
+        k = len(kernel_size)
+        pairs = attributes(bool(channels_last), kernel_size, stride, padding, dilation,
+                           ceil_mode)
+        if channels_last and not _compat.lowering_for_export(ctx):
+            values = ctx.avals_out[0]
+            out_size = tuple(values.shape[values.ndim - 1 - k:values.ndim - 1])
+            kernel = partial(_sharding.per_shard_pool_call, target, k, pairs, out_size,
+                             np.dtype(index_dtype))
+            return mlir.lower_fun(kernel, multiple_results=True)(ctx, x)
+        call = jax.ffi.ffi_lowering(
+            target, extra_attributes=_sharding.call_attributes(ctx, channels_last, k))
+        return call(ctx, x, **_sharding.ffi_attributes(pairs))
+    return lowering

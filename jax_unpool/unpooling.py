@@ -1,0 +1,442 @@
+"""max_unpool{1,2,3}d and max_unpool{1,2,3}d_backward: PyTorch's max-unpooling and its
+gradient (CANN's aclnnMaxUnpool2dBackward), as public functions and primitives.
+
+Each operation has one primitive per spatial rank k, so that a jaxpr names its rank
+(`max_unpool3d[...]`), and one set of rank-generic rules that all of them share, in
+jax's order: abstract evaluation, JVP, transpose (each binds the other), batching; each
+platform's lowering is a backend's (`jax_unpool.backends`):
+
+max_unpool{k}d_p(x, indices; output_size, channels_last, window=None) -> out
+    scatter: zeros of x's shape with its k spatial dims -> output_size (k = its length),
+    then out[n, c, idx] = x; among duplicated indices the largest input position wins.
+max_unpool{k}d_backward_p(grad_output, indices; channels_last, spatial_rank, window=None)
+    -> out
+    gather: out[n, c, i] = grad_output[n, c, indices[n, c, i]]; out has indices' shape.
+
+`window` is a hint that never changes a result: None, or (extent, stride, padding), k
+ints each, saying that input position p's index is expected in the box [p * stride -
+padding, p * stride - padding + extent) of each axis (a max pool's argmax is). A kernel
+may use it to write each output window once (the CUDA scatter does where the boxes are
+disjoint); an index outside its box only takes a slower path.
+
+The rank is in the parameters (len(output_size), spatial_rank), not in the primitive:
+`max_unpool2d_p` and `max_unpool2d_backward_p`, which served every rank before the
+per-rank ones existed, still accept binds of any rank (spatial_rank defaults to 2), and
+their rules bind the primitives of the bound rank.
+
+Operands have rank k + 1 (unbatched) or k + 2, channels-first (NCHW, NCW, NCDHW;
+channels_last=False) or channels-last (NHWC, ...). Indices are flat positions inside one
+output plane -- w, h * W_out + w, (d * H_out + h) * W_out + w -- in both layouts.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import numpy as np
+from jax.interpreters import ad, batching, xla
+
+from jax_unpool import _args, _geometry, _primitive, _sharding, _symbolic
+from jax_unpool._geometry import RANKS
+from jax_unpool.backends import registry
+
+__all__ = [
+    "max_unpool1d", "max_unpool1d_backward", "max_unpool1d_backward_p", "max_unpool1d_p",
+    "max_unpool2d", "max_unpool2d_backward", "max_unpool2d_backward_p", "max_unpool2d_p",
+    "max_unpool3d", "max_unpool3d_backward", "max_unpool3d_backward_p", "max_unpool3d_p",
+]
+
+IntOrPair = int | tuple[int, int]
+IntOrTuple = int | tuple[int, ...]
+
+
+# --------------------------------------------------------------------------------------
+# The arguments of the public functions
+# --------------------------------------------------------------------------------------
+
+def check_unpool_operands(fn: str, x: Any, indices: Any, k: int) -> None:
+    """x and indices of the forward: same rank-(k+1)/(k+2) shape, movable values, integer
+    indices."""
+    _geometry.check_rank(fn, "x", x.shape, k)
+    _args.check_movable_dtype(fn, "x", x.dtype)
+    _args.check_index_dtype(fn, "indices", indices.dtype)
+    if tuple(indices.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
+            f"{tuple(indices.shape)}")
+
+
+def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last: bool,
+                          k: int) -> None:
+    """grad_output (N, C, *output_size) and indices (N, C, *spatial) of the backward."""
+    _geometry.check_rank(fn, "grad_output", grad_output.shape, k)
+    _args.check_movable_dtype(fn, "grad_output", grad_output.dtype)
+    _args.check_index_dtype(fn, "indices", indices.dtype)
+    g, i = tuple(grad_output.shape), tuple(indices.shape)
+    keep = _geometry.plane_dims(len(g), channels_last, k)
+    if len(i) != len(g) or [g[d] for d in keep] != [i[d] for d in keep]:
+        raise ValueError(
+            f"{fn}: grad_output {g} and indices {i} must have the same rank and the same "
+            "batch and channel dims")
+
+
+def unpool_operands(fn: str, k: int, x: Any, indices: Any, kernel_size: Any, stride: Any,
+                    padding: Any, output_size: Any, data_format: str):
+    """max_unpool{k}d's arguments checked: (x, indices, output_size, channels_last,
+    window)."""
+    x, indices = _args.as_array(fn, "x", x), _args.as_indices(fn, indices)
+    check_unpool_operands(fn, x, indices, k)
+    last = _geometry.channels_last(fn, data_format, k)
+    size, window = _geometry.unpool_output_size(fn, x.shape, last, kernel_size, stride,
+                                                padding, output_size, k)
+    _args.check_plane_fits_indices(fn, indices.dtype, size)
+    _geometry.unpool_result_shape(fn, x.shape, size, last, k)
+    return x, indices, size, last, window
+
+
+def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices: Any,
+                             output_size: Any, data_format: str):
+    """max_unpool{k}d_backward's arguments checked: (grad_output, indices, channels_last)."""
+    grad_output, indices = _args.as_array(fn, "grad_output", grad_output), \
+        _args.as_indices(fn, indices)
+    # A tuple shape: a class such as np.float32 has .shape and .dtype attributes too.
+    if not (isinstance(getattr(x, "shape", None), tuple) and hasattr(x, "dtype")):
+        raise TypeError(
+            f"{fn}: x must be an array or have .shape and .dtype (a jax.ShapeDtypeStruct; "
+            f"only its shape and dtype are used), got {type(x).__name__}")
+    _geometry.check_rank(fn, "x", x.shape, k)
+    last = _geometry.channels_last(fn, data_format, k)
+    if tuple(indices.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
+            f"{tuple(indices.shape)}")
+    check_gather_operands(fn, grad_output, indices, last, k)
+    # x may be a numpy array or a ShapeDtypeStruct: compare the dtype JAX would give it.
+    x_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+    if np.dtype(grad_output.dtype) != x_dtype:
+        raise TypeError(
+            f"{fn}: grad_output must have the dtype of x, {x_dtype.name}, got "
+            f"{np.dtype(grad_output.dtype).name}")
+    size = _geometry.output_spatial(fn, output_size, len(x.shape), last, k)
+    grad_size = _geometry.spatial_dims(grad_output.shape, last, k)
+    if size != grad_size:
+        raise ValueError(
+            f"{fn}: output_size {_args.received(output_size)} must match grad_output's "
+            f"spatial dims {grad_size}")
+    _args.check_plane_fits_indices(fn, indices.dtype, size)
+    return grad_output, indices, last
+
+
+# --------------------------------------------------------------------------------------
+# The public functions, one per spatial rank as PyTorch's
+# --------------------------------------------------------------------------------------
+
+def _unpool(fn: str, k: int, *args) -> jax.Array:
+    x, indices, size, last, window = unpool_operands(fn, k, *args)
+    return max_unpool_p[k].bind(x, indices, output_size=size, channels_last=last,
+                                window=window)
+
+
+def _unpool_backward(fn: str, k: int, *args) -> jax.Array:
+    grad_output, indices, last = unpool_backward_operands(fn, k, *args)
+    return max_unpool_backward_p[k].bind(grad_output, indices, channels_last=last,
+                                         spatial_rank=k)
+
+
+def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
+                 stride: IntOrPair | None = None, padding: IntOrPair = 0,
+                 output_size: Any = None, *, data_format: str = "NCHW") -> jax.Array:
+    """Max-unpooling: the partial inverse of a max-pool, as ``torch.nn.functional.max_unpool2d``.
+
+    ``out = zeros(N, C, H_out, W_out)``, then ``out[n, c, indices[n, c, i]] = x[n, c, i]``
+    where each plane is flattened (``index = h * W_out + w``).
+
+    Args:
+      x: values, ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` / ``(H, W, C)`` with
+        ``data_format="NHWC"``). Any 1-, 2-, 4- or 8-byte dtype: bits are moved as they are.
+      indices: int32 or int64, the shape of ``x``; flat positions inside an output plane.
+      kernel_size: the pooling window, an int or an ``(h, w)`` pair (ints, a tuple, a list
+        or a 1-D integer numpy array). Required unless ``output_size`` is given.
+      stride: the pooling stride, an int or a pair; defaults to ``kernel_size``.
+      padding: the pooling padding, an int or a pair (default 0). Without
+        ``output_size``: ``H_out = (H - 1) * stride - 2 * padding + kernel_size``, and the
+        same for ``W_out``.
+      output_size: ``(H_out, W_out)`` or a full shape; with ``kernel_size`` it must lie
+        strictly within ``stride`` of the default size (PyTorch's rule). A size may be 0
+        (as in PyTorch): the result is empty.
+      data_format: ``"NCHW"`` (default), ``"NHWC"``, or ``"CHW"`` / ``"HWC"`` for rank 3.
+
+    Returns:
+      ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
+      Positions no index names are zero. Among duplicated indices in a plane the element
+      with the largest flat input position wins, deterministically, on CPU and wherever
+      the jnp reference runs (GPU, TPU); on an Ascend NPU through aclnn the result is
+      deterministic but which duplicate wins is unspecified (CANN names no winner).
+
+    Raises:
+      ValueError: at trace time, for a bad rank, shape or size (each message names the
+        function, the argument, what was expected and what was received).
+      TypeError: at trace time, for a bad dtype or an argument of the wrong type.
+      jax.errors.JaxRuntimeError: at run time on CPU, for an index outside
+        ``[0, H_out * W_out)``, naming the index, its position ``(n, c, i)`` and the
+        valid range. The jnp reference used on other platforms drops such an element
+        instead.
+    """
+    return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
+
+
+def max_unpool1d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
+                 stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+                 output_size: Any = None, *, data_format: str = "NCW") -> jax.Array:
+    """:func:`max_unpool2d` for 1-D signals, as ``torch.nn.functional.max_unpool1d``.
+
+    ``x`` and ``indices`` are ``(N, C, W)`` or ``(C, W)`` (``(N, W, C)`` / ``(W, C)`` with
+    ``data_format="NWC"``/``"WC"``); indices are positions ``w`` in ``[0, W_out)``;
+    ``W_out = (W - 1) * stride - 2 * padding + kernel_size`` without ``output_size``.
+    Everything else (dtypes, duplicates, errors, autodiff, vmap) is as in 2-D.
+    """
+    return _unpool("max_unpool1d", 1, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
+
+
+def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
+                 stride: IntOrTuple | None = None, padding: IntOrTuple = 0,
+                 output_size: Any = None, *, data_format: str = "NCDHW") -> jax.Array:
+    """:func:`max_unpool2d` for volumes, as ``torch.nn.functional.max_unpool3d``.
+
+    ``x`` and ``indices`` are ``(N, C, D, H, W)`` or ``(C, D, H, W)`` (``(N, D, H, W, C)`` /
+    ``(D, H, W, C)`` with ``data_format="NDHWC"``/``"DHWC"``); indices are flat positions
+    ``d * H_out * W_out + h * W_out + w`` inside an output volume. Everything else is as
+    in 2-D.
+    """
+    return _unpool("max_unpool3d", 3, x, indices, kernel_size, stride,
+                   padding, output_size, data_format)
+
+
+def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCHW") -> jax.Array:
+    """The gradient of :func:`max_unpool2d` w.r.t. ``x``: CANN's aclnnMaxUnpool2dBackward.
+
+    ``out[n, c, i] = grad_output[n, c, indices[n, c, i]]`` (planes flattened).
+
+    Args:
+      grad_output: ``(N, C, H_out, W_out)`` or ``(C, H_out, W_out)``, ``x``'s dtype.
+      x: the forward's input ("self" in CANN); only its shape and dtype are used, so a
+        ``jax.ShapeDtypeStruct`` will do.
+      indices: int32 or int64, ``x``'s shape.
+      output_size: ``(H_out, W_out)`` or a full shape; must equal grad_output's spatial dims.
+      data_format: as in :func:`max_unpool2d`.
+
+    Returns:
+      ``x``'s shape, ``grad_output``'s dtype. Every duplicate index reads its position
+      (as PyTorch and CANN do).
+
+    Raises:
+      ValueError: at trace time, for a bad rank, shape or size, or an ``output_size``
+        that is not ``grad_output``'s.
+      TypeError: at trace time, for a bad dtype (``grad_output``'s must be ``x``'s).
+      jax.errors.JaxRuntimeError: at run time on CPU, for an out-of-range index, as
+        :func:`max_unpool2d`. The jnp reference used on other platforms reads 0 for it.
+    """
+    return _unpool_backward("max_unpool2d_backward", 2, grad_output, x,
+                            indices, output_size, data_format)
+
+
+def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCW") -> jax.Array:
+    """The gradient of :func:`max_unpool1d` w.r.t. ``x`` (a gather, as in 2-D)."""
+    return _unpool_backward("max_unpool1d_backward", 1, grad_output, x,
+                            indices, output_size, data_format)
+
+
+def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
+                          data_format: str = "NCDHW") -> jax.Array:
+    """The gradient of :func:`max_unpool3d` w.r.t. ``x``: CANN's aclnnMaxUnpool3dBackward."""
+    return _unpool_backward("max_unpool3d_backward", 3, grad_output, x,
+                            indices, output_size, data_format)
+
+
+# --------------------------------------------------------------------------------------
+# Shared by both primitives
+# --------------------------------------------------------------------------------------
+
+def _check_window(fn: str, window, k: int) -> None:
+    ok = window is None or (
+        isinstance(window, tuple) and len(window) == 3
+        and all(isinstance(w, tuple) and len(w) == k and all(map(_args.is_int, w))
+                for w in window)
+        and min(window[0]) >= 1 and min(window[1]) >= 1 and min(window[2]) >= 0)
+    if not ok:
+        raise TypeError(f"{fn}: window must be None or (extent, stride, padding), tuples of "
+                        f"{k} ints (extent and stride positive, padding not negative), got "
+                        f"{_args.received(window)}")
+
+
+def _plane_guard(ctx, fn: str, plane) -> None:
+    if ctx.avals_in[1].dtype == np.int32:
+        _symbolic.assert_at_most(
+            ctx, plane, _args.INT32_MAX,
+            f"{fn}: int32 indices cannot address an output plane of more than "
+            f"{_args.INT32_MAX} positions (use int64 indices)")
+
+
+# --------------------------------------------------------------------------------------
+# max_unpool{k}d_p: the scatter
+# --------------------------------------------------------------------------------------
+
+def _max_unpool_params(primitive: str, *, output_size, channels_last, window=None) -> None:
+    k = len(output_size) if isinstance(output_size, tuple) else 0
+    if k not in RANKS:
+        raise ValueError(f"{primitive}: output_size must be a tuple of 1, 2 or 3 sizes "
+                         f"(the spatial rank), got {_args.received(output_size)}")
+    fn = f"max_unpool{k}d"
+    _primitive.check_bool(fn, "channels_last", channels_last)
+    _check_window(fn, window, k)
+    _args.positive_sizes(fn, "output_size", output_size, k, allow_zero=True, symbolic=True)
+
+
+max_unpool_p = {k: _primitive.Primitive(f"max_unpool{k}d",
+                                        partial(_max_unpool_params, f"max_unpool{k}d_p"))
+                for k in RANKS}
+max_unpool1d_p, max_unpool2d_p, max_unpool3d_p = max_unpool_p.values()
+
+
+# The parameters are checked at bind (_max_unpool_params), the operands here.
+def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, window=None):
+    k = len(output_size)
+    fn = f"max_unpool{k}d"
+    check_unpool_operands(fn, x, indices, k)
+    _args.check_plane_fits_indices(fn, indices.dtype, output_size)
+    shape = _geometry.unpool_result_shape(fn, x.shape, output_size, channels_last, k)
+    return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
+
+
+def _max_unpool_jvp(primals, tangents, *, output_size, channels_last, window=None):
+    x, indices = primals
+    def bind(values):
+        return max_unpool_p[len(output_size)].bind(
+            values, indices, output_size=output_size, channels_last=channels_last,
+            window=window)
+
+    out = bind(x)
+    return out, _primitive.tangent_or_zero(tangents[0], out, bind)  # indices: no tangent
+
+
+def _max_unpool_transpose(ct, x, indices, *, output_size, channels_last, window=None):
+    # Linear in x only: its cotangent gathers ct at the indices.
+    assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(indices)
+    if type(ct) is ad.Zero:
+        return ad.Zero(x.aval), None
+    k = len(output_size)
+    return max_unpool_backward_p[k].bind(ct, indices, channels_last=channels_last,
+                                         spatial_rank=k, window=window), None
+
+
+def _max_unpool_batch(args, dims, *, output_size, channels_last, window=None):
+    k = len(output_size)
+    (x, indices), unfold = _primitive.fold_batch(args, dims, k)
+    return unfold(max_unpool_p[k].bind(x, indices, output_size=output_size,
+                                       channels_last=channels_last, window=window))
+
+
+def _max_unpool_call_guards(ctx, *, output_size, channels_last, window=None):
+    fn = f"max_unpool{len(output_size)}d"
+    _symbolic.assert_at_most(
+        ctx, ctx.avals_out[0].shape, _args.MAX_ELEMENTS,
+        f"{fn}: the result must have at most {_args.MAX_ELEMENTS} (2**60 - 1) elements, what "
+        "XLA can hold")
+    _plane_guard(ctx, fn, output_size)
+
+
+for _p in max_unpool_p.values():
+    _p.def_impl(partial(xla.apply_primitive, _p))
+    _p.def_abstract_eval(_max_unpool_abstract_eval)
+    ad.primitive_jvps[_p] = _max_unpool_jvp
+    ad.primitive_transposes[_p] = _max_unpool_transpose
+    batching.primitive_batchers[_p] = _max_unpool_batch
+registry.declare("max_unpool", max_unpool_p.values(), _max_unpool_call_guards)
+
+
+# --------------------------------------------------------------------------------------
+# max_unpool{k}d_backward_p: the gather (CANN's aclnnMaxUnpool2dBackward)
+# --------------------------------------------------------------------------------------
+
+def _max_unpool_backward_params(primitive: str, *, channels_last, spatial_rank=2,
+                                window=None) -> None:
+    # Integral numpy ints count as ints (they hash and index as ints do); floats do not.
+    if not _args.is_int(spatial_rank):
+        raise TypeError(f"{primitive}: spatial_rank must be an int (1, 2 or 3), got "
+                        f"{_args.received(spatial_rank)}")
+    if spatial_rank not in RANKS:
+        raise ValueError(f"{primitive}: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
+    fn = f"max_unpool{spatial_rank}d_backward"
+    _primitive.check_bool(fn, "channels_last", channels_last)
+    _check_window(fn, window, spatial_rank)
+
+
+max_unpool_backward_p = {
+    k: _primitive.Primitive(f"max_unpool{k}d_backward",
+                            partial(_max_unpool_backward_params, f"max_unpool{k}d_backward_p"))
+    for k in RANKS}
+max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
+    max_unpool_backward_p.values())
+
+
+# spatial_rank defaults to 2 in every rule: binds written before 1-D and 3-D omit it.
+def _max_unpool_backward_abstract_eval(grad_output, indices, *, channels_last,
+                                       spatial_rank=2, window=None):
+    k = spatial_rank  # checked at bind (_max_unpool_backward_params), as channels_last
+    fn = f"max_unpool{k}d_backward"
+    check_gather_operands(fn, grad_output, indices, channels_last, k)
+    _args.check_plane_fits_indices(fn, indices.dtype,
+                                   _geometry.spatial_dims(grad_output.shape, channels_last, k))
+    return _sharding.result_type(fn, indices, [grad_output], indices.shape,
+                                 grad_output.dtype, channels_last, k)
+
+
+def _max_unpool_backward_jvp(primals, tangents, *, channels_last, spatial_rank=2,
+                             window=None):
+    grad_output, indices = primals
+    def bind(values):
+        return max_unpool_backward_p[spatial_rank].bind(
+            values, indices, channels_last=channels_last, spatial_rank=spatial_rank,
+            window=window)
+
+    out = bind(grad_output)
+    return out, _primitive.tangent_or_zero(tangents[0], out, bind)
+
+
+def _max_unpool_backward_transpose(ct, grad_output, indices, *, channels_last,
+                                   spatial_rank=2, window=None):
+    # Linear in grad_output only: its cotangent scatters ct to the indices.
+    assert ad.is_undefined_primal(grad_output) and not ad.is_undefined_primal(indices)
+    if type(ct) is ad.Zero:
+        return ad.Zero(grad_output.aval), None
+    size = _geometry.spatial_dims(grad_output.aval.shape, channels_last, spatial_rank)
+    return max_unpool_p[spatial_rank].bind(ct, indices, output_size=size,
+                                           channels_last=channels_last, window=window), None
+
+
+def _max_unpool_backward_batch(args, dims, *, channels_last, spatial_rank=2, window=None):
+    (grad_output, indices), unfold = _primitive.fold_batch(args, dims, spatial_rank)
+    return unfold(max_unpool_backward_p[spatial_rank].bind(
+        grad_output, indices, channels_last=channels_last, spatial_rank=spatial_rank,
+        window=window))
+
+
+def _max_unpool_backward_call_guards(ctx, *, channels_last, spatial_rank=2, window=None):
+    _plane_guard(ctx, f"max_unpool{spatial_rank}d_backward",
+                 _geometry.spatial_dims(ctx.avals_in[0].shape, channels_last, spatial_rank))
+
+
+for _p in max_unpool_backward_p.values():
+    _p.def_impl(partial(xla.apply_primitive, _p))
+    _p.def_abstract_eval(_max_unpool_backward_abstract_eval)
+    ad.primitive_jvps[_p] = _max_unpool_backward_jvp
+    ad.primitive_transposes[_p] = _max_unpool_backward_transpose
+    batching.primitive_batchers[_p] = _max_unpool_backward_batch
+registry.declare("max_unpool_backward", max_unpool_backward_p.values(),
+                 _max_unpool_backward_call_guards)
