@@ -1,7 +1,7 @@
 """Sphinx configuration of the jax-unpool documentation (MyST Markdown pages, autodoc).
 
 Build: pip install '.[docs]' && python -m sphinx -W --keep-going -b html docs docs/_build/html
-Every warning is an error; tests/test_docs.py runs this build into a temporary directory.
+Every warning is an error; tests/tools/test_docs.py runs this build into a temporary directory.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import re
 import jax
 import jaxlib.version
 
-# Keep equal to `dependencies` in pyproject.toml (tests/test_jax_window.py checks). Not
+# Keep equal to `dependencies` in pyproject.toml (tests/integration/test_jax_window.py checks). Not
 # 0.7.0 and 0.7.1: their custom_partitioning has no need_replication_factors, which the
 # channels-last sharding rule needs (_sharding.py).
 JAX_WINDOW = ">=0.7.2,<0.11"

@@ -22,13 +22,20 @@ def fake_cann_dir(tmp_path_factory):
     return build(Path(prebuilt) if prebuilt else tmp_path_factory.mktemp("fake_cann_npu"))
 
 
-# Files that take minutes start first: under xdist (a file per worker, in collection
+# Files that take minutes. They start first: under xdist (a file per worker, in collection
 # order with pyproject's --no-loadscope-reorder) one started last would leave the other
-# workers idle while it runs alone.
-SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py", "test_ranks.py",
-                    "test_notebook.py", "test_npu.py", "test_sharding.py")
+# workers idle while it runs alone. They carry the `slow` marker, which the quick run
+# `pytest -m "not slow"` leaves out.
+SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py",
+                    "test_unpool_ranks.py", "test_notebook.py", "test_aclnn_unpool.py",
+                    "test_sharding.py")
+SLOW_FILES = (*SLOW_FILES_FIRST, "test_multiprocess.py", "test_large_offsets.py",
+              "test_memory.py", "test_doc_examples.py", "test_demo.py")
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise

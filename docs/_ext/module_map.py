@@ -8,9 +8,10 @@ cannot go stale:
     ```{test-map} ../tests
     ```
 
-The test map lists the test files (test_*.py) with the first sentence of each docstring.
+The test map lists the test files (test_*.py, in their folders) with the first sentence
+of each docstring.
 Layer 0 imports nothing of the package; a module of layer n imports only modules of
-lower layers. tests/test_import.py fails on an import circle; here one is a build error.
+lower layers. tests/integration/test_import.py fails on an import circle; here one is a build error.
 """
 
 from __future__ import annotations
@@ -126,16 +127,17 @@ class TestMap(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         _, path = self.env.relfn2path(self.arguments[0], self.env.docname)
-        files = sorted(Path(path).glob("test_*.py"))
+        tests = Path(path)
+        files = sorted(tests.rglob("test_*.py"), key=lambda p: (p.parent != tests, p))
         if not files:
-            raise self.error(f"test-map: no test_*.py in {path}")
+            raise self.error(f"test-map: no test_*.py under {path}")
         items = nodes.bullet_list()
         for source in files:
             self.env.note_dependency(str(source))
             summary = _summary(ast.parse(source.read_text()))
             if not summary:
-                raise self.error(f"test-map: {source.name} has no docstring")
-            item = nodes.paragraph("", "", nodes.literal(text=source.name),
+                raise self.error(f"test-map: {source.relative_to(tests)} has no docstring")
+            item = nodes.paragraph("", "", nodes.literal(text=str(source.relative_to(tests))),
                                    nodes.Text(": "), *_inline(summary))
             items += nodes.list_item("", item)
         return [items]

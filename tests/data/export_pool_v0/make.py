@@ -2,7 +2,7 @@
 pools of every rank and layout (values, indices and the gradient), exported by jax_unpool
 at commit 40e856d -- the last release whose pools were XLA ops (their gradient through the
 unpool primitives' `_v2` targets where windows cannot overlap, XLA's scatter-add
-otherwise). tests/test_export.py runs it with today's jax_unpool and compares with today's
+otherwise). tests/integration/test_export.py runs it with today's jax_unpool and compares with today's
 pools. Regenerating it needs that commit:
 
     git archive 40e856d | tar -x -C /tmp/v0 && cd /tmp/v0 && pip install . &&

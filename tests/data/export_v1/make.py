@@ -1,7 +1,7 @@
 """Writes step.bin and operands.npz: a jax.export artifact of a training step through
 every rank and layout, exported by jax_unpool 0.x at commit aaa78a1 -- the last release
 whose CPU lowering called the 2-D `_v1` targets for every rank (1-D and 3-D on 2-D views
-of their spatial dims). tests/test_export.py runs it with today's jax_unpool, which must
+of their spatial dims). tests/integration/test_export.py runs it with today's jax_unpool, which must
 keep those targets registered. Regenerating it needs that commit:
 
     git worktree add /tmp/v1 aaa78a1 && cd /tmp/v1 && pip install . &&

@@ -1,0 +1,227 @@
+"""jax.export of a jitted forward + gradient step: the FFI targets it records are the
+stable, versioned ones; with `export_safety_checks()` it serializes, and a fresh process
+that imports jax_unpool runs it with identical results; the CUDA lowering of a
+multi-platform export uses the jnp reference, never the CPU targets. An artifact
+exported by the release before the `_v2` targets (calling the 2-D `_v1` ones for every
+rank) still runs, and so does one exported when the pools were XLA ops; the pools' own
+target round-trips through every rank and layout."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import fresh_process
+import jax
+import numpy as np
+import numpy_oracle as oracle
+import pytest
+from jax.export import DisabledSafetyCheck
+from jax.interpreters import mlir
+
+import jax_unpool as ju
+
+# Documented as stable: exported artifacts name them, so they must never change meaning.
+STABLE_TARGETS = ("jax_unpool_max_unpool_v2", "jax_unpool_max_unpool_backward_v2")
+V1_TARGETS = ("jax_unpool_max_unpool2d_v1", "jax_unpool_max_unpool2d_backward_v1")
+POOL_TARGET = "jax_unpool_max_pool_v1"
+OUTPUT_HW = (8, 8)
+
+
+def train_step(x, indices, weight):
+    """A loss through the unpooling and its gradient w.r.t. the pooled values."""
+    def loss(x):
+        return (ju.max_unpool2d(x, indices, output_size=OUTPUT_HW) * weight).sum()
+    return jax.value_and_grad(loss)(x)
+
+
+@pytest.fixture(scope="module")
+def operands():
+    rng = np.random.default_rng(0)
+    # Integer-valued floats: every sum is exact, whatever the order.
+    return (rng.integers(-20, 20, size=(2, 3, 4, 4)).astype(np.float32),
+            rng.integers(0, 64, size=(2, 3, 4, 4)).astype(np.int32),
+            rng.integers(-20, 20, size=(2, 3, *OUTPUT_HW)).astype(np.float32))
+
+
+def export(platforms, operands, **kwargs):
+    return jax.export.export(jax.jit(train_step), platforms=platforms, **kwargs)(*operands)
+
+
+def case_branch_targets(module_text: str) -> list[list[set[str]]]:
+    """For every stablehlo.case (how a multi-platform export picks a lowering): the FFI
+    targets each branch calls."""
+    module = mlir.ir.Module.parse(module_text, context=mlir.make_ir_context())
+
+    def ops_in(region):
+        for block in region:
+            for op in block.operations:
+                yield op.operation
+                for inner in op.operation.regions:
+                    yield from ops_in(inner)
+
+    def targets(region):
+        return {op.attributes["call_target_name"].value for op in ops_in(region)
+                if op.name == "stablehlo.custom_call"}
+
+    return [[targets(region) for region in op.regions]
+            for region in module.operation.regions for op in ops_in(region)
+            if op.name == "stablehlo.case"]
+
+
+def test_safety_checks_name_the_stable_targets():
+    aclnn = ("jax_unpool_aclnn_max_unpool2d_v1", "jax_unpool_aclnn_max_unpool2d_backward_v1",
+             "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1",
+             "jax_unpool_aclnn_max_pool2d_with_indices_v1",
+             "jax_unpool_aclnn_max_pool3d_with_argmax_v1")
+    assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
+                                              for t in (*STABLE_TARGETS, POOL_TARGET,
+                                                        *V1_TARGETS, *aclnn)}
+
+
+def test_export_without_the_safety_checks_is_refused(operands):
+    with pytest.raises(ValueError, match="jax_unpool_max_unpool_v2"):
+        export(("cpu",), operands)
+
+
+def test_exported_step_calls_both_stable_targets(operands):
+    text = export(("cpu",), operands, disabled_checks=ju.export_safety_checks()).mlir_module()
+    for target in STABLE_TARGETS:
+        assert f"stablehlo.custom_call @{target}(" in text
+
+
+def test_cuda_lowering_calls_no_cpu_target(operands):
+    cuda = export(("cuda",), operands, disabled_checks=ju.export_safety_checks())
+    assert "jax_unpool_" not in cuda.mlir_module()
+
+
+def test_multi_platform_export_keeps_cpu_targets_out_of_the_cuda_branch(operands):
+    both = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
+    cases = [branches for branches in case_branch_targets(both.mlir_module())
+             if any(branches)]
+    # Per op: the CPU branch calls its kernel, the CUDA branch (the jnp reference) none.
+    assert [len(branches) for branches in cases] == [2, 2]
+    assert all(set() in branches for branches in cases)
+    assert set().union(*(t for branches in cases for t in branches)) == set(STABLE_TARGETS)
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, operands):
+    """The ("cpu", "cuda") export, serialized, with its operands saved next to it."""
+    path = tmp_path_factory.mktemp("export")
+    exported = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
+    (path / "step.bin").write_bytes(exported.serialize())
+    np.savez(path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    return path
+
+
+@pytest.mark.jax_window
+def test_round_trip_in_a_fresh_process_gives_identical_results(artifact, operands):
+    fresh_process.run_ok("exported_run.py", str(artifact / "step.bin"),
+                         str(artifact / "operands.npz"), str(artifact / "results.npz"))
+    results = np.load(artifact / "results.npz")
+    loss, grad = jax.jit(train_step)(*operands)
+    np.testing.assert_array_equal(results["out0"], loss)
+    np.testing.assert_array_equal(results["out1"], grad)
+    x, indices, weight = operands
+    np.testing.assert_array_equal(
+        results["out0"], (oracle.unpool(x, indices, OUTPUT_HW) * weight).sum())
+    np.testing.assert_array_equal(results["out1"], oracle.gather(weight, indices))
+
+
+def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
+    proc = fresh_process.run("exported_run.py", str(artifact / "step.bin"),
+                             str(artifact / "operands.npz"), str(artifact / "unused.npz"),
+                             "--without-jax-unpool")
+    assert proc.returncode != 0
+    assert "jax_unpool_max_unpool_v2" in proc.stderr
+
+
+V1_ARTIFACT = Path(__file__).parents[1] / "data" / "export_v1"
+
+
+def test_an_artifact_of_the_v1_targets_runs_with_todays_jax_unpool(tmp_path):
+    """data/export_v1 (see its make.py): a value_and_grad step through 2-D NCHW and NHWC,
+    1-D NCW and 3-D NCDHW and NDHWC, exported when every rank called the 2-D _v1
+    targets on a view of its spatial dims."""
+    module = jax.export.deserialize(bytearray((V1_ARTIFACT / "step.bin").read_bytes()))
+    assert set(re.findall(r"custom_call @(\w+)", module.mlir_module())) == set(V1_TARGETS)
+    fresh_process.run_ok("exported_run.py", str(V1_ARTIFACT / "step.bin"),
+                         str(V1_ARTIFACT / "operands.npz"), str(tmp_path / "results.npz"))
+    results = np.load(tmp_path / "results.npz")
+    saved = np.load(V1_ARTIFACT / "operands.npz")
+    # (spatial rank, channels_last) of each case, in make.py's order.
+    cases = [(2, False), (2, True), (1, False), (3, False), (3, True)]
+    for c, (k, last) in enumerate(cases):
+        x, indices, weight = (saved[f"arg{3 * c + j}"] for j in range(3))
+        s = weight.ndim - k - (1 if last else 0)
+        unpooled = oracle.unpool_nd(x, indices, weight.shape[s:s + k], last)
+        np.testing.assert_array_equal(results[f"out{2 * c}"], (unpooled * weight).sum())
+        np.testing.assert_array_equal(results[f"out{2 * c + 1}"],
+                                      oracle.gather_nd(weight, indices, k, last))
+
+
+POOL_V0_ARTIFACT = Path(__file__).parents[1] / "data" / "export_pool_v0"
+
+
+def _pool_step_module():
+    """data/export_pool_v0/make.py: the pool cases of every rank and layout and their step."""
+    spec = importlib.util.spec_from_file_location("pool_step", POOL_V0_ARTIFACT / "make.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_pool_step_results(results, cases, operands) -> None:
+    """Per case: values and indices as numpy's transcription of PyTorch's loop gives them,
+    and the gradient of sum(values * weight): each weight added at its argmax."""
+    for c, (_, fmt, _, kernel, stride, padding, dilation, ceil_mode) in enumerate(cases):
+        x, weight = operands[2 * c], operands[2 * c + 1]
+        k, last = len(fmt) - 2, fmt.endswith("C")
+        def each(v, k=k):
+            return (v,) * k if isinstance(v, int) else tuple(v)
+        values, indices = oracle.max_pool(x, each(kernel), each(kernel if stride is None
+                                                                else stride),
+                                          each(padding), each(dilation), ceil_mode, last)
+        # planes first: (N, C, positions)
+        def planes(a, k=k, last=last):
+            a = np.moveaxis(a, -1, 1) if last else a
+            return a.reshape(*a.shape[:2], -1)
+        grad = np.zeros(planes(x).shape, np.float32)
+        for n, ch, o in np.ndindex(*planes(indices).shape):
+            grad[n, ch, planes(indices)[n, ch, o]] += planes(weight)[n, ch, o]
+        grad = grad.reshape(np.moveaxis(x, -1, 1).shape if last else x.shape)
+        np.testing.assert_array_equal(results[f"out{3 * c}"], values)
+        np.testing.assert_array_equal(results[f"out{3 * c + 1}"], indices)
+        np.testing.assert_array_equal(results[f"out{3 * c + 2}"],
+                                      np.moveaxis(grad, 1, -1) if last else grad)
+
+
+def test_an_artifact_of_the_xla_ops_pools_runs_with_todays_jax_unpool(tmp_path):
+    """data/export_pool_v0 (see its make.py): values, indices and gradient of the pools of
+    every rank and layout, exported when the pools were XLA ops (their gradient through
+    the unpool primitive's `_v2` target where windows cannot overlap)."""
+    module = jax.export.deserialize(bytearray((POOL_V0_ARTIFACT / "step.bin").read_bytes()))
+    assert set(re.findall(r"custom_call @(\w+)", module.mlir_module())) == {
+        "jax_unpool_max_unpool_v2"}
+    fresh_process.run_ok("exported_run.py", str(POOL_V0_ARTIFACT / "step.bin"),
+                         str(POOL_V0_ARTIFACT / "operands.npz"), str(tmp_path / "results.npz"))
+    saved = np.load(POOL_V0_ARTIFACT / "operands.npz")
+    assert_pool_step_results(np.load(tmp_path / "results.npz"), _pool_step_module().CASES,
+                             [saved[f"arg{i}"] for i in range(len(saved.files))])
+
+
+def test_the_pools_round_trip_through_their_target_in_a_fresh_process(tmp_path):
+    step = _pool_step_module()
+    operands = step.operands()
+    exported = jax.export.export(jax.jit(step.step), platforms=("cpu",),
+                                 disabled_checks=ju.export_safety_checks())(*operands)
+    text = exported.mlir_module()
+    # one pool call per case, every rank and layout
+    assert text.count(f"stablehlo.custom_call @{POOL_TARGET}(") == len(step.CASES)
+    (tmp_path / "step.bin").write_bytes(exported.serialize())
+    np.savez(tmp_path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    fresh_process.run_ok("exported_run.py", str(tmp_path / "step.bin"),
+                         str(tmp_path / "operands.npz"), str(tmp_path / "results.npz"))
+    assert_pool_step_results(np.load(tmp_path / "results.npz"), step.CASES, operands)

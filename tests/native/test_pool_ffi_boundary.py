@@ -1,0 +1,172 @@
+"""The pool's FFI boundary: hand-written `jax.ffi.ffi_call`s to jax_unpool_max_pool_v1 with
+every kind of bad attribute and buffer. The public API never builds such calls; the handler
+must still answer each with an error naming what is wrong (or, for a valid call, the numpy
+oracle's values and indices), never a crash. Every call runs in a child process
+(tests/helpers/pool_boundary_calls.py), so that a crash fails the case it happened in.
+"""
+
+from __future__ import annotations
+
+import fresh_process
+import numpy_oracle
+import pytest
+
+RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
+F32, I32, I64 = "float32", "int32", "int64"
+
+
+def window(k, kernel=2, stride=None, padding=0, dilation=1, ceil_mode=False,
+           channels_last=False):
+    def each(v):
+        return list(v) if isinstance(v, (list, tuple)) else [v] * k
+    return {"channels_last": channels_last, "kernel_size": each(kernel),
+            "stride": each(kernel if stride is None else stride), "padding": each(padding),
+            "dilation": each(dilation), "ceil_mode": ceil_mode}
+
+
+def pooled(shape, attributes):
+    """x's shape with the spatial sizes pooled (PyTorch's rule, from the oracle)."""
+    k = len(attributes["kernel_size"])
+    s = len(shape) - k - (1 if attributes["channels_last"] else 0)
+    out = list(shape)
+    for a in range(k):
+        out[s + a] = numpy_oracle.pool_output_size(
+            shape[s + a], *(attributes[n][a] for n in ("kernel_size", "stride", "padding",
+                                                        "dilation")), attributes["ceil_mode"])
+    return out
+
+
+def valid(name, shape, dtype=F32, index_dtype=I32, **kw):
+    attributes = window(len(shape) - 2 if "k" not in kw else kw.pop("k"), **kw)
+    out = pooled(shape, attributes)
+    return (name, {"x": [shape, dtype], "values": [out, dtype], "indices": [out, index_dtype],
+                   "attributes": attributes}, "oracle")
+
+
+def invalid(name, message, x=((2, 3, 4, 6), F32), values=((2, 3, 2, 3), F32),
+            indices=((2, 3, 2, 3), I32), **attributes):
+    a = window(2)
+    a.update(attributes)
+    buffers = {"x": x, "values": values, "indices": indices}
+    return (name, {**{b: [list(shape), dtype] for b, (shape, dtype) in buffers.items()},
+                   "attributes": a}, message)
+
+
+P2 = "max_pool2d_with_indices"
+WINDOWS = ("got kernel_size=(2, 2), stride=(2,), padding=(0, 0), dilation=(1, 1)")
+CASES = [
+    valid("NCHW", (2, 3, 4, 6)),
+    valid("NHWC", (2, 4, 6, 3), channels_last=True),
+    valid("odd sizes, ceil_mode", (2, 3, 5, 7), ceil_mode=True),
+    valid("1-D unbatched float64 int64", (3, 9), "float64", I64, k=1, kernel=3, stride=2,
+          padding=1, ceil_mode=True),
+    valid("3-D NDHWC float16", (1, 3, 4, 5, 2), "float16", k=3, kernel=(2, 3, 2),
+          stride=(1, 2, 2), padding=(1, 1, 0), dilation=(1, 1, 2), ceil_mode=True,
+          channels_last=True),
+    valid("3-D NCDHW", (2, 2, 4, 4, 6)),
+    valid("a window of padding only (1-D)", (1, 2, 2), k=1, kernel=2, stride=2, padding=1,
+          dilation=3, ceil_mode=True),
+    valid("a window of padding only (2-D)", (1, 1, 3, 2), kernel=(1, 2), stride=(1, 2),
+          padding=(0, 1), dilation=(1, 3), ceil_mode=True),
+    valid("windows larger than x", (1, 2, 3, 3), kernel=5, stride=1, padding=2),
+    valid("bool", (2, 2, 5, 5), "bool", kernel=3, stride=2, padding=1),
+    valid("int8 NHWC", (2, 5, 5, 4), "int8", kernel=3, stride=2, padding=1,
+          channels_last=True),
+    valid("uint32", (1, 2, 6, 6), "uint32"),
+    valid("int64", (1, 2, 6, 6), "int64", I64, kernel=3, stride=1, padding=1),
+    valid("bfloat16", (2, 2, 6, 6), "bfloat16", kernel=3, stride=2, padding=1),
+    valid("float8_e4m3fn", (2, 3, 8, 8), "float8_e4m3fn"),
+    valid("float8_e5m2 NHWC", (2, 8, 8, 3), "float8_e5m2", kernel=3, stride=1, padding=1,
+          channels_last=True),
+    valid("float8_e4m3fnuz", (2, 3, 7, 7), "float8_e4m3fnuz", kernel=3, stride=2, padding=1),
+    # attributes
+    invalid("stride shorter", f"max_pool: kernel_size, stride, padding and dilation must "
+            f"have one entry per spatial dim (1, 2 or 3 of them), {WINDOWS}", stride=[2]),
+    invalid("no spatial dims", "max_pool: kernel_size, stride, padding and dilation must "
+            "have one entry per spatial dim (1, 2 or 3 of them), got kernel_size=(), "
+            "stride=(), padding=(), dilation=()", kernel_size=[], stride=[], padding=[],
+            dilation=[]),
+    invalid("four spatial dims", "max_pool: kernel_size, stride, padding and dilation must "
+            "have one entry per spatial dim (1, 2 or 3 of them), got kernel_size=(2, 2, 2, 2), "
+            "stride=(2, 2, 2, 2), padding=(0, 0, 0, 0), dilation=(1, 1, 1, 1)",
+            kernel_size=[2] * 4, stride=[2] * 4, padding=[0] * 4, dilation=[1] * 4),
+    invalid("kernel_size 0", f"{P2}: kernel_size must be positive (and at most 2^31), "
+            "got (0, 2)", kernel_size=[0, 2]),
+    invalid("kernel_size 2^40", f"{P2}: kernel_size must be positive (and at most 2^31), "
+            f"got (2, {2**40})", kernel_size=[2, 2**40]),
+    invalid("stride negative", f"{P2}: stride must be positive (and at most 2^31), "
+            "got (2, -1)", stride=[2, -1]),
+    invalid("dilation 0", f"{P2}: dilation must be positive (and at most 2^31), got (0, 1)",
+            dilation=[0, 1]),
+    invalid("padding negative", f"{P2}: padding must be non-negative and at most half of "
+            "kernel_size (padding <= kernel_size // 2), got padding=(-1, 0) and "
+            "kernel_size=(2, 2)", padding=[-1, 0]),
+    invalid("padding above half the kernel", f"{P2}: padding must be non-negative and at "
+            "most half of kernel_size (padding <= kernel_size // 2), got padding=(0, 2) and "
+            "kernel_size=(2, 2)", padding=[0, 2]),
+    # buffers
+    invalid("x rank 5", f"{P2}: x must have rank 3 or 4, got shape (1, 2, 3, 4, 6)",
+            x=((1, 2, 3, 4, 6), F32)),
+    invalid("x rank 2", f"{P2}: x must have rank 3 or 4, got shape (4, 6)", x=((4, 6), F32)),
+    invalid("values dtype", f"{P2}: values has dtype float64 but x has dtype float32; they "
+            "must be equal", values=((2, 3, 2, 3), "float64")),
+    invalid("indices float32", f"{P2}: indices must be int32 or int64, got float32",
+            indices=((2, 3, 2, 3), F32)),
+    invalid("indices int16", f"{P2}: indices must be int32 or int64, got int16",
+            indices=((2, 3, 2, 3), "int16")),
+    invalid("x complex64", f"{P2}: unsupported value dtype complex64",
+            x=((2, 3, 4, 6), "complex64"), values=((2, 3, 2, 3), "complex64")),
+    invalid("values larger", f"{P2}: values has shape (2, 3, 20, 30) but pooling x of shape "
+            "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)",
+            values=((2, 3, 20, 30), F32)),
+    invalid("indices smaller", f"{P2}: indices has shape (2, 3, 1, 1) but pooling x of shape "
+            "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)",
+            indices=((2, 3, 1, 1), I32)),
+    invalid("indices other N", f"{P2}: indices has shape (1, 3, 2, 3) but pooling x of shape "
+            "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)",
+            indices=((1, 3, 2, 3), I32)),
+    invalid("values of the floor shape with ceil_mode", f"{P2}: values has shape "
+            "(2, 3, 2, 3) but pooling x of shape (2, 3, 5, 7) gives (2, 3, 3, 4) "
+            "(ceil_mode=True)", x=((2, 3, 5, 7), F32), ceil_mode=True),
+    invalid("values other rank", f"{P2}: values has shape (6, 2, 3) but pooling x of shape "
+            "(2, 3, 4, 6) gives (2, 3, 2, 3) (ceil_mode=False)", values=((6, 2, 3), F32)),
+    invalid("x empty spatial dim", f"{P2}: x must have non-empty spatial dims, got shape "
+            "(2, 3, 0, 6) (channels first)", x=((2, 3, 0, 6), F32)),
+    invalid("output size not positive", f"{P2}: output size must be positive, got -2 along "
+            "spatial dim 0 of x of shape (1, 1, 2, 2): the input is too small for "
+            "kernel_size=(5, 1), dilation=(1, 1)", x=((1, 1, 2, 2), F32),
+            values=((1, 1, 1, 2), F32), indices=((1, 1, 1, 2), I32), kernel_size=[5, 1],
+            stride=[1, 1]),
+    # attributes XLA's decoder refuses before the handler runs: any error will do
+    invalid("kernel_size a scalar", "any", kernel_size=2),
+    invalid("ceil_mode missing", "any", ceil_mode=None),
+]
+
+
+def _json(case) -> dict:
+    name, call, _ = case
+    call = dict(call, name=name)
+    call["attributes"] = {k: v for k, v in call["attributes"].items() if v is not None}
+    return call
+
+
+def run_cases(cases: list[dict], tmp_path) -> dict[str, dict]:
+    return fresh_process.run_cases("pool_boundary_calls.py", cases, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return run_cases([_json(c) for c in CASES], tmp_path_factory.mktemp("pool"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_pool_target_direct_call(outcomes, case):
+    name, _, expected = case
+    outcome = outcomes[name]
+    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
+    if expected == "oracle":
+        assert outcome.get("equal") is True, f"{name}: {outcome}"
+    else:
+        assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
+        if expected != "any":
+            assert outcome["message"] == f"INVALID_ARGUMENT: {expected}", outcome

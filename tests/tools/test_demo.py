@@ -1,0 +1,150 @@
+"""The demo's parts: data, metric, optimiser, picture, that the model learns, and that it
+runs without any of the optional libraries it prefers."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from fresh_process import child_env
+from matplotlib import image
+
+from jax_unpool.cli import demo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_mean_iou_against_hand_counts():
+    masks = np.array([[0, 0, 1, 1], [0, 2, 2, 1]])
+    predicted = np.array([[0, 1, 1, 1], [0, 0, 2, 2]])
+    # Counted by hand (intersection / union of positions "row column"):
+    # class 0: mask {00, 01, 10}, pred {00, 10, 11}: 2 / 4
+    # class 1: mask {02, 03, 13}, pred {01, 02, 03}: 2 / 4
+    # class 2: mask {11, 12},     pred {12, 13}:     1 / 3
+    assert demo.mean_iou(predicted, masks) == pytest.approx((0.5 + 0.5 + 1 / 3) / 3)
+
+
+def test_mean_iou_skips_a_class_absent_from_both():
+    masks = np.array([[0, 1]])
+    assert demo.mean_iou(masks, masks) == 1.0
+
+
+def test_dataset_labels_and_images():
+    images, masks = demo.make_dataset(64, 32, seed=3)
+    assert images.shape == (64, 32, 32, 1) and images.dtype == np.float32
+    assert masks.shape == (64, 32, 32) and set(np.unique(masks)) == {0, 1, 2}
+    assert (masks > 0).any(axis=(1, 2)).all()  # every image holds a shape
+
+
+def test_dataset_is_determined_by_the_seed():
+    a, b, c = (demo.make_dataset(4, 16, seed) for seed in (1, 1, 2))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_picture_is_a_png_read_back_by_matplotlib(tmp_path):
+    rgb = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
+    demo.save_png(str(tmp_path / "x.png"), rgb)
+    pixels = image.imread(tmp_path / "x.png")  # floats in [0, 1]
+    np.testing.assert_array_equal(np.round(pixels * 255), rgb)
+
+
+def test_the_picture_needs_no_imaging_library(tmp_path, monkeypatch):
+    rgb = np.random.default_rng(1).integers(0, 256, (3, 9, 3), dtype=np.uint8)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
+        demo.save_png(str(tmp_path / "x.png"), rgb)
+    np.testing.assert_array_equal(np.round(image.imread(tmp_path / "x.png") * 255), rgb)
+
+
+def test_written_out_adam_equals_optax():
+    schedule = lambda count: 0.1 * 0.5 * (1.0 + jnp.cos(jnp.pi * count / 5))
+    ours, theirs = demo.adam(schedule), optax.adam(schedule)
+    params = {"w": jnp.array([1.0, -2.0, 3.0]), "b": jnp.array(0.5)}
+    grad = jax.grad(lambda p: jnp.sum(p["w"] ** 3) + p["b"] ** 2)
+    a, b = params, params
+    sa, sb = ours.init(params), theirs.init(params)
+    for _ in range(5):
+        ua, sa = ours.update(grad(a), sa, a)
+        ub, sb = theirs.update(grad(b), sb, b)
+        a, b = optax.apply_updates(a, ua), optax.apply_updates(b, ub)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5), a, b)
+
+
+def test_demo_runs_without_any_optional_library(tmp_path):
+    # A child process where optax, tqdm, rich and Pillow cannot be imported.
+    script = (
+        "import sys\n"
+        "for name in ('optax', 'tqdm', 'rich', 'PIL'):\n"
+        "    sys.modules[name] = None\n"
+        "from jax_unpool.cli.main import main\n"
+        "sys.exit(main(['demo', '--steps', '10', '--size', '16', '--batch', '4', "
+        "'--width', '4', '--out', 'p.png']))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "optimiser: Adam (jax_unpool.cli.demo)" in out
+    assert "training: step 10/10" in out
+    assert "wrote p.png (columns: input, true mask, prediction)" in out
+    shape = ((4 * 16 + 3 * 2) * 4, (3 * 16 + 2 * 2) * 4, 3)  # 4 examples, 3 columns, 4x
+    assert image.imread(tmp_path / "p.png").shape == shape
+
+
+def test_training_is_deterministic():
+    _, first = demo.train(3, 16, 4, seed=5, width=4)
+    _, second = demo.train(3, 16, 4, seed=5, width=4)
+    assert first == second
+
+
+def test_a_model_that_has_learnt_nothing_gets_a_note(tmp_path, capsys):
+    result = demo.run(steps=2, size=16, batch=4, width=4, out=str(tmp_path / "p.png"),
+                      test_count=32)
+    out = capsys.readouterr().out
+    assert result["iou"] < result["trivial_iou"] + 0.05  # two steps learn nothing
+    assert ("note: the model does not beat the trivial predictor: it has not learnt the "
+            "shapes yet; train longer (--steps, default 800)") in out
+
+
+def test_model_beats_the_trivial_predictor(tmp_path, capsys):
+    result = demo.run(steps=300, size=32, batch=16, seed=0, width=16,
+                      out=str(tmp_path / "p.png"), test_count=128)
+    assert "note:" not in capsys.readouterr().out
+    assert result["iou"] > result["trivial_iou"] + 0.1, result
+
+
+# What docs/cli.md shows of the demo's output (its first ```text block).
+CLI_PAGE = (ROOT / "docs" / "cli.md").read_text().split("## The demo", 1)[1]
+DOCUMENTED = re.search(r"```text\n(.*?)```", CLI_PAGE, re.DOTALL).group(1)
+
+
+def test_the_documented_seed_dependent_numbers_are_what_the_demo_prints(tmp_path, capsys):
+    # The first step's loss and the trivial predictor's IoU depend only on the seed (the
+    # initial weights and the generated images), on every CPU: a one-step run at the
+    # default settings prints them.
+    demo.run(steps=1, out=str(tmp_path / "p.png"))
+    out = capsys.readouterr().out
+    for pattern in (r"loss: first step (\d\.\d{4})",
+                    r"trivial predictor \(all background\) (\d\.\d{3})"):
+        assert re.search(pattern, DOCUMENTED).group(1) == re.search(pattern, out).group(1)
+
+
+def test_the_documented_picture_shows_the_held_out_images_and_their_masks():
+    # docs/demo.png is the picture of a default run: its input and true-mask columns are
+    # the first four held-out images (the same on every CPU), its prediction column is in
+    # the palette's colours.
+    images, masks = demo.make_dataset(4, 32, 0 + demo.HELD_OUT_SEED_OFFSET)
+    expected = demo.picture(images, masks, masks)
+    shown = np.round(image.imread(ROOT / "docs" / "demo.png") * 255).astype(np.uint8)
+    assert shown.shape == expected.shape
+    first_two = (32 + 2 + 32 + 2) * 4
+    np.testing.assert_array_equal(shown[:, :first_two], expected[:, :first_two])
+    rows = [slice(n * 34 * 4, (n * 34 + 32) * 4) for n in range(4)]
+    predicted = np.concatenate([shown[r, first_two:] for r in rows]).reshape(-1, 3)
+    assert {tuple(c) for c in np.unique(predicted, axis=0)} <= {tuple(c) for c in demo.PALETTE}

@@ -1,0 +1,58 @@
+"""Every Python example of the documentation (docs/*.md) and of the README runs, and
+prints what the page says it prints: a page's blocks in order in one fresh namespace,
+pages that need several devices or a CANN runtime in a fresh process (tests/helpers/doc_examples.py
+says how pages mark that)."""
+
+from __future__ import annotations
+
+import doc_examples
+import pytest
+
+PAGES = [doc_examples.parse(path) for path in doc_examples.pages()]
+WITH_EXAMPLES = [page for page in PAGES if page.blocks]
+
+
+@pytest.mark.parametrize("page", WITH_EXAMPLES, ids=[p.name for p in WITH_EXAMPLES])
+def test_the_page_examples_run_and_print_what_the_page_shows(page):
+    if page.subprocess:
+        outputs = doc_examples.run_in_process(page)
+    else:
+        outputs = doc_examples.run_blocks(page)
+    for block, output in zip(page.blocks, outputs, strict=True):
+        if block.expected is not None and not block.skip:
+            assert output.rstrip() == block.expected.rstrip(), (
+                f"{page.name}:{block.line}: the example printed\n{output}\n"
+                f"but the page shows\n{block.expected}")
+
+
+def test_the_examples_are_found_on_every_page_that_has_them():
+    # The parser sees the pages' blocks (an unrecognised fence would hide them all).
+    names = {page.name for page in WITH_EXAMPLES}
+    assert {"README.md", "docs/getting-started.md", "docs/semantics.md", "docs/autodiff.md",
+            "docs/pooling.md", "docs/layers.md", "docs/distributed.md", "docs/export.md",
+            "docs/npu.md"} <= names
+    assert all(block.code.strip() for page in PAGES for block in page.blocks)
+
+
+def test_only_what_cannot_run_here_is_skipped():
+    skipped = [(page.name, block.skip) for page in PAGES for block in page.blocks
+               if block.skip]
+    assert skipped == [("docs/npu.md", "needs an Ascend device, its PJRT plugin and CANN")]
+
+
+def test_a_failing_example_names_its_page_and_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\n```python\nx = 1\n```\n\n```python\n\nraise ValueError(x)\n```\n")
+    parsed = doc_examples.parse(page)
+    with pytest.raises(AssertionError, match=r"page\.md:8: the example failed") as error:
+        doc_examples.run_blocks(parsed)
+    assert f'File "{page}", line 9' in str(error.value)
+
+
+def test_a_text_block_after_an_example_is_its_expected_output(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nprint(1 + 1)\n```\n\n```text\n2\n```\n\nprose\n\n"
+                    "```python\nprint(3)\n```\n\nprose\n\n```text\nnot an output\n```\n")
+    first, second = doc_examples.parse(page).blocks
+    assert (first.expected, second.expected) == ("2", None)
+    assert doc_examples.run_blocks(doc_examples.parse(page)) == ["2\n", "3\n"]

@@ -1,0 +1,42 @@
+"""The README's set-up commands are what CI runs: .ci/run holds each of them verbatim, so
+the README cannot drift from what is tested on a clean checkout; and a failure anywhere
+in one of them stops CI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def setup_commands() -> list[str]:
+    """The commands of the fenced bash blocks under "## Set-up: two commands"."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Set-up: two commands", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+    return [line for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_shows_a_run_command_and_a_test_command():
+    assert setup_commands() == ["pip install . && python -m jax_unpool demo",
+                                "pip install '.[test]' && pytest"]
+
+
+CI = (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_ci_runs_each_readme_command_verbatim_from_the_repo_root():
+    assert 'cd "$(dirname "$0")/.."' in CI  # the repo root, where a newcomer is
+    assert "set -euo pipefail" in CI
+    commands = [m.group(1) for line in CI if (m := re.fullmatch(r'run "(.*)"', line))]
+    assert commands == setup_commands()
+
+
+def test_a_failure_left_of_and_stops_ci():
+    # `set -e` alone ignores `false` in `false && true`; .ci/run's `run` must not.
+    (definition,) = [line for line in CI if line.startswith("run() ")]
+    script = f'set -euo pipefail\n{definition}\nrun "false && true"\necho reached\n'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "reached" not in done.stdout
