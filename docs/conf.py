@@ -46,3 +46,32 @@ html_theme_options = {"show_toc_level": 2, "use_download_button": False}
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 pygments_style = "default"
+
+
+def _signature_as_written(app, what, name, obj, options, signature, return_annotation):
+    """Signatures autodoc cannot read as written: NNX's Module metaclass is called with
+    (*args, **kwargs), which autodoc shows for every NNX class, so show the class's
+    __init__; jax_unpool.reference's functions carry their public function's signature
+    (__signature__), whose index_dtype default autodoc shows as <class ...>, so show the
+    public function's. Both with their defaults as written (autodoc_preserve_defaults)."""
+    from sphinx.ext.autodoc.preserve_defaults import update_defvalue
+    from sphinx.util import inspect
+
+    if what == "class" and name.startswith("jax_unpool.nnx."):
+        source, bound = obj.__init__, True
+    elif what == "function" and name.startswith("jax_unpool.reference."):
+        source, bound = getattr(jax_unpool, obj.__name__, None), False
+        if source is None:  # scatter_planes, gather_planes: their own
+            return None
+    else:
+        return None
+    update_defvalue(app, source, bound_method=bound)
+    written = inspect.signature(source, bound_method=bound,
+                                type_aliases=app.config.autodoc_type_aliases)
+    short = app.config.autodoc_typehints_format == "short"
+    return (inspect.stringify_signature(written, show_return_annotation=False,
+                                        unqualified_typehints=short), return_annotation)
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _signature_as_written)

@@ -19,28 +19,20 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-import jax_unpool as ju
 from jax_unpool._geometry import SPATIAL
-from jax_unpool._layers import channels_first_example
+from jax_unpool._layers import POOLS, UNPOOLS, channels_first_example, static_size
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
 IntOrTuple = int | tuple[int, ...]
 
-_POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
-          3: ju.max_pool3d_with_indices}
-_UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
 
-
-def _hashable(value: Any) -> Any:
-    # An eqx.Module is Hashable (a static jit argument, a cache key): a list field is not.
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _static(**kwargs: Any) -> Any:
-    return eqx.field(static=True, converter=_hashable, **kwargs)
+def _size(**kwargs: Any) -> Any:
+    # Static: an eqx.Module is hashable and compared (a static jit argument, a cache key).
+    return eqx.field(static=True, converter=static_size, **kwargs)
 
 
 def _check_one_example(layer: eqx.Module, name: str, a: Any, args: str) -> None:
@@ -59,11 +51,12 @@ class _MaxPool(eqx.Module):
 
     num_spatial_dims: ClassVar[int]
 
-    kernel_size: IntOrTuple = _static()
-    stride: IntOrTuple | None = _static(default=None)
-    padding: IntOrTuple = _static(default=0)
-    dilation: IntOrTuple = _static(default=1)
-    ceil_mode: bool = _static(default=False)
+    kernel_size: IntOrTuple = _size()
+    stride: IntOrTuple | None = _size(default=None)
+    padding: IntOrTuple = _size(default=0)
+    dilation: IntOrTuple = _size(default=1)
+    ceil_mode: bool = eqx.field(static=True, default=False)
+    index_dtype: Any = eqx.field(static=True, default=jnp.int32)
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None
                  ) -> tuple[jax.Array, jax.Array]:
@@ -72,8 +65,9 @@ class _MaxPool(eqx.Module):
         del key
         _check_one_example(self, "x", x, "x")
         k = self.num_spatial_dims
-        return _POOLS[k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                         self.ceil_mode, data_format=channels_first_example(k))
+        return POOLS[k](x, self.kernel_size, self.stride, self.padding, self.dilation,
+                        self.ceil_mode, data_format=channels_first_example(k),
+                        index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(eqx.Module):
@@ -81,9 +75,9 @@ class _MaxUnpool(eqx.Module):
 
     num_spatial_dims: ClassVar[int]
 
-    kernel_size: IntOrTuple = _static()
-    stride: IntOrTuple | None = _static(default=None)
-    padding: IntOrTuple = _static(default=0)
+    kernel_size: IntOrTuple = _size()
+    stride: IntOrTuple | None = _size(default=None)
+    padding: IntOrTuple = _size(default=0)
 
     def __call__(self, y: jax.Array, indices: jax.Array, output_size: Any = None, *,
                  key: jax.Array | None = None) -> jax.Array:
@@ -92,18 +86,21 @@ class _MaxUnpool(eqx.Module):
         del key
         _check_one_example(self, "y", y, "y, indices")
         k = self.num_spatial_dims
-        return _UNPOOLS[k](y, indices, self.kernel_size, self.stride, self.padding,
-                           output_size, data_format=channels_first_example(k))
+        return UNPOOLS[k](y, indices, self.kernel_size, self.stride, self.padding,
+                          output_size, data_format=channels_first_example(k))
 
 
 class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
-    ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False)``;
-    ``pool(x)`` takes one example ``(C, H, W)`` and returns ``(values, indices)``, each
-    ``(C, H_out, W_out)``: see :func:`jax_unpool.max_pool2d_with_indices` for the
-    semantics and errors (``stride`` defaults to ``kernel_size``, as in PyTorch). Indices
-    are flat positions ``h * W + w`` inside each plane, ready for :class:`MaxUnpool2d`.
+    ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+    index_dtype=jnp.int32)``; ``pool(x)`` takes one example ``(C, H, W)`` and returns
+    ``(values, indices)``, each ``(C, H_out, W_out)``: see
+    :func:`jax_unpool.max_pool2d_with_indices` for the semantics and errors (``stride``
+    defaults to ``kernel_size``, as in PyTorch; sizes are ints or pairs: tuples, lists or
+    1-D integer numpy arrays). Indices are flat positions ``h * W + w`` inside each plane,
+    ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64 (PyTorch's, with
+    ``jax_enable_x64``).
     ``jax.vmap(pool)(xs)`` pools a batch ``(N, C, H, W)``. A batched ``x`` raises
     ValueError. The layer has no parameters.
     """

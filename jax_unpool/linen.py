@@ -19,17 +19,19 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 
-import jax_unpool as ju
-from jax_unpool._layers import layer_data_format, unbatched
+from jax_unpool._layers import POOLS, UNPOOLS, layer_data_format, static_size, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
 IntOrTuple = int | tuple[int, ...]
 
-_POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
-          3: ju.max_pool3d_with_indices}
-_UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
+
+def _keep_sizes(layer: nn.Module, *names: str) -> None:
+    """The sizes as layers keep them (a Linen module is hashed: no list, no array)."""
+    for name in names:
+        object.__setattr__(layer, name, static_size(getattr(layer, name)))
 
 
 class _MaxPool(nn.Module):
@@ -43,15 +45,18 @@ class _MaxPool(nn.Module):
     dilation: IntOrTuple = 1
     ceil_mode: bool = False
     data_format: str | None = None  # channels-last by default
+    index_dtype: Any = jnp.int32
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        _keep_sizes(self, "kernel_size", "stride", "padding", "dilation")
         super().__post_init__()
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
-        return _POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
-                              self.ceil_mode, data_format=unbatched(data_format, x, self.k))
+        return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode, data_format=unbatched(data_format, x, self.k),
+                             index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(nn.Module):
@@ -66,23 +71,25 @@ class _MaxUnpool(nn.Module):
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
+        _keep_sizes(self, "kernel_size", "stride", "padding")
         super().__post_init__()
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
-        return _UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
-                                output_size, data_format=unbatched(data_format, y, self.k))
+        return UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
+                               output_size, data_format=unbatched(data_format, y, self.k))
 
 
 class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
     ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-    data_format=None)``; ``pool(x)`` returns ``(values, indices)``: see
-    :func:`jax_unpool.max_pool2d_with_indices` for the semantics, shapes and errors. ``x``
-    is ``(N, H, W, C)`` or ``(H, W, C)`` by default; ``data_format="NCHW"`` (or ``"CHW"``)
-    for channels-first data. Indices are flat positions ``h * W + w`` inside each input
-    plane, ready for :class:`MaxUnpool2d`. The layer has no parameters.
+    data_format=None, index_dtype=jnp.int32)``; ``pool(x)`` returns ``(values, indices)``:
+    see :func:`jax_unpool.max_pool2d_with_indices` for the semantics, shapes and errors.
+    ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by default; ``data_format="NCHW"`` (or
+    ``"CHW"``) for channels-first data. Indices are flat positions ``h * W + w`` inside
+    each input plane, ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64
+    (PyTorch's, with ``jax_enable_x64``). The layer has no parameters.
     """
 
     k = 2

@@ -16,9 +16,9 @@ except ImportError as error:  # keep the reason (which import failed) in the cha
     ) from error
 
 import jax
+import jax.numpy as jnp
 
-from jax_unpool import pooling, unpooling
-from jax_unpool._layers import layer_data_format, unbatched
+from jax_unpool._layers import POOLS, UNPOOLS, layer_data_format, static_size, unbatched
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
 
@@ -26,40 +26,43 @@ IntOrPair = int | tuple[int, ...]
 
 
 class _MaxPool(nnx.Module):
-    """The pooling layer of every rank: `k` and `_pool` come from the subclass."""
+    """The pooling layer of every rank: `k` comes from the subclass."""
 
     k: int  # spatial rank
 
     def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                  padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
-                 data_format: str | None = None):
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.dilation = dilation
+                 data_format: str | None = None, index_dtype: Any = jnp.int32):
+        # Tuples of ints: an NNX module's numpy arrays are state, traced under nnx.jit.
+        self.kernel_size = static_size(kernel_size)
+        self.stride = static_size(stride)
+        self.padding = static_size(padding)
+        self.dilation = static_size(dilation)
         self.ceil_mode = ceil_mode
         self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
+        self.index_dtype = index_dtype
 
     def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
-        return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                          self.ceil_mode, data_format=unbatched(self.data_format, x, self.k))
+        return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode, data_format=unbatched(self.data_format, x, self.k),
+                             index_dtype=self.index_dtype)
 
 
 class _MaxUnpool(nnx.Module):
-    """The unpooling layer of every rank: `k` and `_unpool` come from the subclass."""
+    """The unpooling layer of every rank: `k` comes from the subclass."""
 
     k: int
 
     def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                  padding: IntOrPair = 0, data_format: str | None = None):
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
+        self.kernel_size = static_size(kernel_size)
+        self.stride = static_size(stride)
+        self.padding = static_size(padding)
         self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
 
     def __call__(self, y: Any, indices: Any, output_size: Any = None) -> jax.Array:
-        return self._unpool(y, indices, self.kernel_size, self.stride, self.padding, output_size,
-                            data_format=unbatched(self.data_format, y, self.k))
+        return UNPOOLS[self.k](y, indices, self.kernel_size, self.stride, self.padding,
+                               output_size, data_format=unbatched(self.data_format, y, self.k))
 
 
 class MaxPool2d(_MaxPool):
@@ -68,12 +71,12 @@ class MaxPool2d(_MaxPool):
     ``pool(x)`` returns ``(values, indices)``: see :func:`jax_unpool.max_pool2d_with_indices`
     for the semantics, shapes and errors. ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by
     default; ``data_format="NCHW"`` (or ``"CHW"``) for channels-first data. Indices are flat
-    positions ``h * W + w`` inside each input plane, ready for :class:`MaxUnpool2d`.
-    The layer has no parameters.
+    positions ``h * W + w`` inside each input plane, ready for :class:`MaxUnpool2d`, of
+    ``index_dtype``: int32, or int64 (PyTorch's, with ``jax_enable_x64``). The layer has no
+    parameters.
     """
 
     k = 2
-    _pool = staticmethod(pooling.max_pool2d_with_indices)
 
 
 class MaxUnpool2d(_MaxUnpool):
@@ -87,7 +90,6 @@ class MaxUnpool2d(_MaxUnpool):
     """
 
     k = 2
-    _unpool = staticmethod(unpooling.max_unpool2d)
 
 
 class MaxPool1d(_MaxPool):
@@ -96,7 +98,6 @@ class MaxPool1d(_MaxPool):
     channels-first); see :func:`jax_unpool.max_pool1d_with_indices`."""
 
     k = 1
-    _pool = staticmethod(pooling.max_pool1d_with_indices)
 
 
 class MaxUnpool1d(_MaxUnpool):
@@ -104,7 +105,6 @@ class MaxUnpool1d(_MaxUnpool):
     ``(W, C)`` by default; see :func:`jax_unpool.max_unpool1d`."""
 
     k = 1
-    _unpool = staticmethod(unpooling.max_unpool1d)
 
 
 class MaxPool3d(_MaxPool):
@@ -113,7 +113,6 @@ class MaxPool3d(_MaxPool):
     ``"CDHW"`` for channels-first); see :func:`jax_unpool.max_pool3d_with_indices`."""
 
     k = 3
-    _pool = staticmethod(pooling.max_pool3d_with_indices)
 
 
 class MaxUnpool3d(_MaxUnpool):
@@ -121,5 +120,4 @@ class MaxUnpool3d(_MaxUnpool):
     ``(N, D, H, W, C)`` or ``(D, H, W, C)`` by default; see :func:`jax_unpool.max_unpool3d`."""
 
     k = 3
-    _unpool = staticmethod(unpooling.max_unpool3d)
 

@@ -109,7 +109,13 @@ def max_pool2d_with_indices(
       x: ``(N, C, H, W)`` or ``(C, H, W)``; with ``data_format="NHWC"`` (or
         ``"HWC"``) ``(N, H, W, C)`` or ``(H, W, C)``. Any real dtype: floats
         (float16/bfloat16 included), integers and bool.
-      kernel_size, stride, padding, dilation, ceil_mode: as in PyTorch.
+      kernel_size: the window, an int or an ``(h, w)`` pair (ints, a tuple, a list or a
+        1-D integer numpy array), as in PyTorch.
+      stride: the window's step, an int or a pair; defaults to ``kernel_size``.
+      padding: implicit padding on both sides of each spatial axis, an int or a pair, at
+        most ``kernel_size // 2``; it counts as -inf.
+      dilation: the spacing of the window's taps, an int or a pair (default 1).
+      ceil_mode: round the output size up instead of down (PyTorch's rule above).
       data_format: ``"NCHW"``/``"CHW"`` (channels first) or ``"NHWC"``/``"HWC"``
         (channels last); either spelling is accepted for 3-D and 4-D ``x``.
       index_dtype: ``int32`` or ``int64``. int64 needs ``jax_enable_x64``;
@@ -129,14 +135,16 @@ def max_pool2d_with_indices(
     and C (no communication). On CPU values and indices come from one native pass over
     ``x``; elsewhere from XLA ops.
 
-    Raises (at trace time, naming the argument and the received value):
-      ValueError: ``x`` not 3-D/4-D; empty H or W; kernel_size, stride or
-        dilation not positive; padding negative or above ``kernel_size // 2``;
-        a size above 2**31 - 1 (PyTorch's int32 limit); output size not
-        positive; unknown ``data_format``; int32 indices too narrow for the plane.
-      TypeError: ``x`` not an array of numbers; kernel_size/stride/padding/dilation
-        not ints or pairs of ints (tuples, lists or 1-D integer numpy arrays);
-        ``ceil_mode`` not a bool; ``index_dtype`` not int32/int64; complex ``x``.
+    Raises:
+      ValueError: at trace time (naming the argument and the received value): ``x``
+        not 3-D/4-D; empty H or W; kernel_size, stride or dilation not positive; padding
+        negative or above ``kernel_size // 2``; a size above 2**31 - 1 (PyTorch's int32
+        limit); output size not positive; unknown ``data_format``; int32 indices too
+        narrow for the plane.
+      TypeError: at trace time: ``x`` not an array of numbers;
+        kernel_size/stride/padding/dilation not ints or pairs of ints (tuples, lists or
+        1-D integer numpy arrays); ``ceil_mode`` not a bool; ``index_dtype`` not
+        int32/int64; complex ``x``.
     """
     return _max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
                      ceil_mode, data_format, index_dtype)

@@ -157,8 +157,12 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       x: values, ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` / ``(H, W, C)`` with
         ``data_format="NHWC"``). Any 1-, 2-, 4- or 8-byte dtype: bits are moved as they are.
       indices: int32 or int64, the shape of ``x``; flat positions inside an output plane.
-      kernel_size, stride, padding: ints or pairs; ``stride`` defaults to ``kernel_size``.
-        Without ``output_size``: ``H_out = (H - 1) * stride - 2 * padding + kernel_size``.
+      kernel_size: the pooling window, an int or an ``(h, w)`` pair (ints, a tuple, a list
+        or a 1-D integer numpy array). Required unless ``output_size`` is given.
+      stride: the pooling stride, an int or a pair; defaults to ``kernel_size``.
+      padding: the pooling padding, an int or a pair (default 0). Without
+        ``output_size``: ``H_out = (H - 1) * stride - 2 * padding + kernel_size``, and the
+        same for ``W_out``.
       output_size: ``(H_out, W_out)`` or a full shape; with ``kernel_size`` it must lie
         strictly within ``stride`` of the default size (PyTorch's rule). A size may be 0
         (as in PyTorch): the result is empty.
@@ -172,10 +176,13 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       deterministic but which duplicate wins is unspecified (CANN names no winner).
 
     Raises:
-      ValueError / TypeError at trace time for a bad rank, shape, size or dtype. On CPU an
-      index outside ``[0, H_out * W_out)`` fails the call with ``JaxRuntimeError`` naming the
-      index, its position ``(n, c, i)`` and the valid range; the jnp reference used on
-      other platforms drops such an element instead.
+      ValueError: at trace time, for a bad rank, shape or size (each message names the
+        function, the argument, what was expected and what was received).
+      TypeError: at trace time, for a bad dtype or an argument of the wrong type.
+      jax.errors.JaxRuntimeError: at run time on CPU, for an index outside
+        ``[0, H_out * W_out)``, naming the index, its position ``(n, c, i)`` and the
+        valid range. The jnp reference used on other platforms drops such an element
+        instead.
     """
     return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride,
                    padding, output_size, data_format)
@@ -228,7 +235,11 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
       (as PyTorch and CANN do).
 
     Raises:
-      As :func:`max_unpool2d`; the jnp reference reads 0 for an out-of-range index.
+      ValueError: at trace time, for a bad rank, shape or size, or an ``output_size``
+        that is not ``grad_output``'s.
+      TypeError: at trace time, for a bad dtype (``grad_output``'s must be ``x``'s).
+      jax.errors.JaxRuntimeError: at run time on CPU, for an out-of-range index, as
+        :func:`max_unpool2d`. The jnp reference used on other platforms reads 0 for it.
     """
     return _unpool_backward("max_unpool2d_backward", 2, grad_output, x,
                             indices, output_size, data_format)

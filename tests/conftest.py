@@ -26,10 +26,11 @@ def fake_cann_dir(tmp_path_factory):
 # order with pyproject's --no-loadscope-reorder) one started last would leave the other
 # workers idle while it runs alone. They carry the `slow` marker, which the quick run
 # `pytest -m "not slow"` leaves out.
-SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_unpool_ranks.py",
-                    "test_notebook.py", "test_aclnn_unpool.py", "test_sharding.py")
+SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py",
+                    "test_unpool_ranks.py", "test_notebook.py", "test_aclnn_unpool.py",
+                    "test_sharding.py")
 SLOW_FILES = (*SLOW_FILES_FIRST, "test_multiprocess.py", "test_large_offsets.py",
-              "test_memory.py", "test_docs.py", "test_doc_examples.py", "test_demo.py")
+              "test_memory.py", "test_doc_examples.py", "test_demo.py")
 
 
 def pytest_collection_modifyitems(items):

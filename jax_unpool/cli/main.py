@@ -3,7 +3,8 @@
 - ``info``: versions, platforms and devices, which implementation each op uses on each
   platform, how the CPU unpool backward gathers, and whether the CANN toolkit (Ascend
   NPU) was found.
-- ``bench``: the benchmark suite (:mod:`jax_unpool.cli.bench`); its arguments pass through.
+- ``bench``: the benchmark suite (:mod:`jax_unpool.cli.bench.cli`); its arguments pass
+  through.
 - ``demo``: trains a small SegNet-style model on generated images (:mod:`jax_unpool.cli.demo`).
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TextIO
 
 
 def positive_int(text: str) -> int:
@@ -37,3 +38,14 @@ def writable_file(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"cannot write {text!r}: directory {directory!r} is not writable")
     return text
+
+
+def file_for_writing(text: str) -> TextIO:
+    """A file opened (created, emptied) for writing now, so that a path that cannot be
+    written (a dangling symlink, a name too long) is a usage error before the run, not a
+    traceback after it."""
+    path = writable_file(text)
+    try:
+        return open(path, "w")  # the command writes it and closes it
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {error.strerror}") from None

@@ -20,10 +20,7 @@ with `pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases run at
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import importlib.metadata
-import json
 import os
 import re
 import shutil
@@ -35,9 +32,9 @@ import xml.etree.ElementTree as ET
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import fresh_process
+import installed_build
 import pytest
 from packaging.tags import cpython_tags
 from packaging.utils import parse_wheel_filename
@@ -146,55 +143,14 @@ def _window_dir() -> Path:
     return Path(os.environ.get("JAX_UNPOOL_WINDOW_DIR", REPO / "build" / "jax-window"))
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-    return "sha256=" + digest.decode()
-
-
-def _pack(out: Path, files: dict[str, bytes], info: str) -> Path:
-    """Writes a wheel of `files` (name -> contents) and its RECORD."""
-    record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()]
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as whl:
-        for name, data in files.items():
-            whl.writestr(name, data)
-        whl.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    return out
-
-
 def _is_extension(name: str) -> bool:
     return name.startswith("jax_unpool/_jax_unpool") and name.endswith(".so")
 
 
 @pytest.fixture(scope="module")
 def installed() -> dict:
-    """This checkout's installed build: its files (name -> contents), dist-info folder,
-    version and wheel tag."""
-    try:
-        dist = importlib.metadata.distribution("jax-unpool")
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
-    origin = json.loads((dist and dist.read_text("direct_url.json")) or "{}")
-    source = Path(unquote(urlparse(origin.get("url", "")).path or "/nowhere")).resolve()
-    if source != REPO or origin.get("dir_info", {}).get("editable"):
-        pytest.fail(f"this test installs the build of this checkout into other environments: "
-                    f"run `pip install .` in {REPO} first (installed: {origin or 'none'})")
-    files = [f for f in dist.files if f.parts[0] != ".." and "__pycache__" not in f.parts]
-    installed = {f.as_posix(): f for f in files
-                 if f.parts[0] == "jax_unpool" and f.suffix == ".py"}
-    ours = {p.relative_to(REPO).as_posix() for p in (REPO / "jax_unpool").rglob("*.py")}
-    stale = sorted((installed.keys() ^ ours) | {name for name in installed.keys() & ours
-                                                if (REPO / name).read_bytes()
-                                                != installed[name].read_binary()})
-    if stale:
-        pytest.fail(f"the installed jax-unpool is an older build of this checkout ({stale}): "
-                    f"run `pip install .` in {REPO} again")
-    info = f"jax_unpool-{dist.version}.dist-info"
-    skipped = {f"{info}/{name}" for name in ("RECORD", "INSTALLER", "REQUESTED",
-                                             "direct_url.json")}
-    tag = re.search(r"^Tag: (\S+)$", dist.read_text("WHEEL"), re.MULTILINE).group(1)
-    return {"files": {f.as_posix(): f.read_binary() for f in files
-                      if f.as_posix() not in skipped},
-            "info": info, "version": dist.version, "tag": tag}
+    """This checkout's installed build: its files, dist-info folder, version and tag."""
+    return installed_build.installed()
 
 
 def _native_sources_hash() -> str:
@@ -284,7 +240,7 @@ def _wheel(installed: dict, python_version: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with _build_lock:
         if python_version not in _wheels:
-            _wheels[python_version] = _pack(
+            _wheels[python_version] = installed_build.pack(
                 out / f"jax_unpool-{installed['version']}-{tag}.whl", files, info)
         return _wheels[python_version]
 

@@ -2,11 +2,15 @@
 verdicts it promises. Timings are never asserted: this is a smoke test of the tool."""
 
 import json
+from types import SimpleNamespace
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_unpool as ju
 from jax_unpool.cli import bench
+from jax_unpool.cli.bench import cli, measure, step, targets, unpool
 
 UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_vs_xla",
                  "speedup_vs_torch", "vs_roofline", "bytes", "jax_unpool_gbps",
@@ -16,7 +20,8 @@ UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "quick.json"
-    assert bench.main(["--quick", "--json", str(path)]) == 0
+    # int64 indices too: their runs go through jax's x64 mode
+    assert bench.main(["--quick", "--index-dtypes", "int32", "int64", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -33,7 +38,7 @@ def test_quick_run_measures_the_memory_bandwidth(result):
 def test_quick_run_times_every_unpool_configuration_of_every_rank(result):
     got = {(tuple(r["shape"]), r["dtype"], r["index_dtype"], r["op"])
            for r in _rows(result, "unpool")}
-    expected = {(shape, "float32", index, op) for shape in bench.QUICK_SHAPES
+    expected = {(shape, "float32", index, op) for shape in measure.QUICK_SHAPES
                 for index in ("int32", "int64") for op in ("forward", "backward")}
     assert got == expected
     assert {r["rank"] for r in _rows(result, "unpool")} == {1, 2, 3}
@@ -52,24 +57,24 @@ def test_measure_reports_the_os_time_a_call_spends_faulting_in_fresh_pages():
     # A fresh 64 MiB array is zeroed by the OS page by page (milliseconds of system
     # time); a pure-Python loop makes no system call at all. No wall time is asserted.
     system = {}
-    ms = bench._measure({"fresh_pages": lambda: np.ones(1 << 24, np.float32),
-                         "python_loop": lambda: sum(range(100_000))}, reps=3, warmup=1,
-                        system_ms=system)
+    ms = measure.times({"fresh_pages": lambda: np.ones(1 << 24, np.float32),
+                        "python_loop": lambda: sum(range(100_000))}, reps=3, warmup=1,
+                       system_ms=system)
     assert system.keys() == ms.keys() == {"fresh_pages", "python_loop"}
     assert system["fresh_pages"] > 1.0
     assert 0 <= system["python_loop"] < system["fresh_pages"] / 10
 
 
 def test_unpool_bytes_are_inputs_read_and_result_written(result):
-    # Hand-computed for the 2x4x8x8 float32 row with int32 indices: x and indices
-    # 2*4*8*8*4 bytes each, the (2, 4, 16, 16) result 4x that.
-    r = next(r for r in _rows(result, "unpool") if r["shape"] == [2, 4, 8, 8]
+    # Hand-computed for the 1x3x4x4 float32 row with int32 indices: x and indices
+    # 1*3*4*4*4 bytes each, the (1, 3, 8, 8) result 4x that.
+    r = next(r for r in _rows(result, "unpool") if r["shape"] == [1, 3, 4, 4]
              and r["index_dtype"] == "int32" and r["op"] == "forward")
-    assert r["bytes"] == 512 * 4 * 2 + 2048 * 4
+    assert r["bytes"] == 192 * 2 + 768
 
 
 def test_pool_indices_are_one_distinct_position_per_window():
-    idx = bench.pool_indices(np.random.default_rng(0), (1, 1, 3, 2, 2))
+    idx = unpool.pool_indices(np.random.default_rng(0), (1, 1, 3, 2, 2))
     # Window (d, h, w) of a (6, 4, 4) volume covers d in {2d, 2d+1}, etc.
     d, rem = np.divmod(idx[0, 0], 16)
     h, w = np.divmod(rem, 4)
@@ -81,52 +86,83 @@ def test_pool_indices_are_one_distinct_position_per_window():
 
 def test_quick_run_has_layout_pool_and_step_sections(result):
     layout = _rows(result, "layout")
-    two_d = [s for s in bench.QUICK_SHAPES if len(s) == 4]
+    two_d = [s for s in measure.QUICK_SHAPES if len(s) == 4]
     assert {(tuple(r["shape"]), r["op"]) for r in layout} == {
         (shape, op) for shape in two_d for op in ("forward", "backward")}
     for r in layout:
         assert r["nhwc_vs_nchw"] == pytest.approx(r["nhwc_ms"] / r["nchw_ms"])
     pool = _rows(result, "pool")
     assert {(tuple(r["shape"]), r["op"], r["layout"]) for r in pool} == {
-        (shape, op, layout) for shape in bench.QUICK_SHAPES for op in ("forward", "forward+grad")
+        (shape, op, layout) for shape in measure.QUICK_SHAPES for op in ("forward", "forward+grad")
         for layout in ("channels_first", "channels_last")}
     assert all(r["jax_unpool_ms"] > 0 and r["xla_ms"] > 0 for r in pool)
     # torch has no channels-last layout for every rank: it is timed channels first only
     assert all((r["torch_ms"] is not None) == (r["layout"] == "channels_first") for r in pool)
-    step = _rows(result, "step")
-    assert {(r["layout"], r["impl"]) for r in step} == {
-        (fmt, impl) for fmt in ("NHWC", "NCHW") for impl in ("ours", "xla")}
+    step = _rows(result, "step")  # NHWC alone in a quick run
+    assert {(r["layout"], r["impl"]) for r in step} == {("NHWC", "ours"), ("NHWC", "xla")}
     for r in step:
         assert r["pooling_share"] == pytest.approx(r["pooling_ms"] / r["step_ms"])
 
 
 def test_quick_run_reports_every_target_and_the_machine(result):
-    assert result["targets"].keys() == bench.TARGETS.keys()
+    assert list(result["targets"]) == [name for section in cli.SECTIONS.values()
+                                       for name in section.TARGETS]
     # Only the tiny shape is in the quick run: the targets over the large shapes are
     # reported as not measured rather than judged on the wrong shapes.
-    assert result["targets"]["forward_vs_xla"]["holds"] is None
-    assert result["targets"]["pool_grad_vs_torch"]["holds"] is None
-    assert result["targets"]["tiny_forward_vs_xla_per_call"]["value"] > 0
-    assert result["targets"]["tiny_pool_vs_xla_per_call"]["value"] > 0
-    assert result["targets"]["pool_per_byte_ncdhw_vs_nchw"]["holds"] is None
+    for name in ("forward_vs_xla", "pool_grad_vs_torch", "pool_per_byte_ncdhw_vs_nchw"):
+        assert result["targets"][name] == {"value": None, "target": result["targets"][name][
+            "target"], "holds": None, "verdict": "not measured"}
     assert result["machine"]["cores"] >= 1 and result["settings"]["quick"] is True
+
+
+def test_a_quick_run_judges_no_target(result):
+    # Two samples per median: the value is reported, and that it cannot be judged.
+    assert result["settings"]["reps"] == 2 < targets.SAMPLES_TO_JUDGE
+    for name in ("tiny_forward_vs_xla_per_call", "tiny_backward_vs_xla_per_call",
+                 "tiny_pool_vs_xla_per_call"):
+        t = result["targets"][name]
+        assert t["value"] > 0 and t["holds"] is None
+        assert t["verdict"] == "too few samples to judge"
+
+
+def test_the_report_of_a_quick_run_flags_its_ratios_and_judges_nothing(result):
+    text = cli.report(result)
+    assert "ratios marked ? come from medians of 2 samples: too few to say which is faster" in text
+    assert "MISSED" not in text and ": holds" not in text
+    row = next(line.split() for line in text.splitlines()
+               if line.startswith("forward ") and " 1x3x4x4 " in line)
+    # op, shape, dtype, index, ours, xla, torch, roof, xla/ours?, torch/ours?, ...
+    assert row[8].endswith("?") and row[9].endswith("?"), row
+
+
+def _section(values):
+    return SimpleNamespace(TARGETS={"fast": (">=", 2.0), "small": ("<=", 1.0),
+                                    "absent": (">=", 1.0)},
+                           targets=lambda rows: values)
+
+
+@pytest.mark.parametrize("reps,verdicts", [
+    (5, {"fast": (True, "holds"), "small": (False, "MISSED"), "absent": (None, "not measured")}),
+    (4, {"fast": (None, "too few samples to judge"), "small": (None, "too few samples to judge"),
+         "absent": (None, "not measured")}),
+])
+def test_targets_are_judged_from_five_samples_per_median(reps, verdicts):
+    summary = targets.summarize([_section({"fast": 2.5, "small": 1.5, "absent": None})], [],
+                                reps)
+    assert {name: (t["holds"], t["verdict"]) for name, t in summary.items()} == verdicts
+    assert summary["fast"]["value"] == 2.5 and summary["fast"]["target"] == ">= 2.0"
 
 
 @pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
 def test_segnet_step_is_the_same_with_jax_unpool_and_the_xla_reference(fmt):
     # The step benchmark compares like with like: same model, same numbers.
-    import jax
-    import jax.numpy as jnp
-    import jax_unpool as ju
-    from jax_unpool.cli import bench_step
-
-    sh = bench_step.shapes(fmt, 2, 16, 4)
+    sh = step.shapes(fmt, 2, 16, 4)
     rng = np.random.default_rng(1)
     x, target = (jnp.asarray(rng.standard_normal(sh[k], dtype=np.float32))
                  for k in ("x", "target"))
-    ws = bench_step.init(4)
-    ours_ws, ours_loss = bench_step.train_step(ju, fmt)(ws, x, target)
-    ref_ws, ref_loss = bench_step.train_step(ju.reference, fmt)(ws, x, target)
+    ws = step.init(4)
+    ours_ws, ours_loss = step.train_step(ju, fmt)(ws, x, target)
+    ref_ws, ref_loss = step.train_step(ju.reference, fmt)(ws, x, target)
     np.testing.assert_allclose(ours_loss, ref_loss, rtol=1e-6)
     for a, b, w in zip(ours_ws, ref_ws, ws):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

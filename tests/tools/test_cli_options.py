@@ -3,7 +3,8 @@ stderr) before any work starts: run in-process, with the work replaced by a fail
 
 import pytest
 
-from jax_unpool.cli import bench, demo, main
+from jax_unpool.cli import demo, main
+from jax_unpool.cli.bench import cli as bench
 
 
 @pytest.fixture(autouse=True)
@@ -50,10 +51,27 @@ def test_bench_json_path_that_is_a_directory_is_a_usage_error(tmp_path, capsys):
     assert f"argument --json: '{tmp_path}' is a directory, not a file" in err
 
 
+def test_bench_json_path_that_cannot_be_opened_is_a_usage_error(tmp_path, capsys):
+    dangling = tmp_path / "results.json"
+    dangling.symlink_to(tmp_path / "no-such-directory" / "results.json")
+    err = usage_error(["bench", "--json", str(dangling)], capsys)
+    assert f"argument --json: cannot write '{dangling}': No such file or directory" in err
+    too_long = tmp_path / ("x" * 256 + ".json")
+    err = usage_error(["bench", "--json", str(too_long)], capsys)
+    assert f"argument --json: cannot write '{too_long}': File name too long" in err
+
+
+def test_bench_json_file_is_created_before_the_run(tmp_path):
+    args = bench.parser().parse_args(["--json", str(tmp_path / "r.json")])
+    with args.json:
+        assert (tmp_path / "r.json").is_file()
+
+
 def test_bench_options_parse_to_what_the_run_uses(tmp_path):
-    args = bench._parser().parse_args(["--shapes", "2x4x8", "1x2x3x4x5", "--reps", "1",
+    args = bench.parser().parse_args(["--shapes", "2x4x8", "1x2x3x4x5", "--reps", "1",
                                        "--warmup", "0", "--dtypes", "bfloat16", "uint8",
                                        "--json", str(tmp_path / "r.json")])
+    args.json.close()
     assert args.shapes == [(2, 4, 8), (1, 2, 3, 4, 5)]
     assert (args.reps, args.warmup, args.dtypes) == (1, 0, ["bfloat16", "uint8"])
 

@@ -1,30 +1,71 @@
 """The documentation builds with warnings as errors (a broken page, link, reference or
-docstring fails the suite), its performance page is drawn from the benchmark JSON, and its
+docstring fails the suite) in an environment made from the `docs` extra alone, as the
+README's command makes it; its performance page is drawn from the benchmark JSON, and its
 API reference has an entry for every public name. The examples run in test_doc_examples.py.
+
+The environment -- this checkout's build (repacked from the installed files, as
+test_jax_window.py does) installed with its `docs` extra, nothing else -- is made once in
+build/docs-env and made again when the installed build's requirements change.
 """
 
 from __future__ import annotations
 
 import html as markup
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import installed_build
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS_ENV = ROOT / "build" / "docs-env"
 
 
 @pytest.fixture(scope="module")
-def html(tmp_path_factory) -> Path:
+def docs_python() -> Path:
+    """The Python of the `docs` extra's environment (made here when it is not there, or
+    when the installed build's requirements are not those it was made from)."""
+    python, made = DOCS_ENV / "bin" / "python", DOCS_ENV / "requirements.json"
+    wanted = json.dumps(sorted(installed_build.distribution().requires or []))
+    if not made.is_file() or made.read_text() != wanted:
+        wheel = installed_build.repack(DOCS_ENV.parent / "docs-env-wheel")
+        shutil.rmtree(DOCS_ENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(DOCS_ENV)],
+                       check=True)
+        # This process's pip; no byte-compiling (it costs more than it saves here).
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
+                               "--disable-pip-version-check", "install", "-q", "--no-compile",
+                               f"{wheel}[docs]"],
+                              capture_output=True, text=True, timeout=900, check=False)
+        assert done.returncode == 0, f"pip install [docs] failed:\n{done.stdout}\n{done.stderr}"
+        made.write_text(wanted)
+    return python
+
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory, docs_python) -> Path:
     out = tmp_path_factory.mktemp("docs") / "html"
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+        [str(docs_python), "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
          str(ROOT / "docs"), str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"the docs build failed:\n{done.stdout}\n{done.stderr}"
     return out
+
+
+def test_the_docs_environment_holds_the_docs_extra_alone(docs_python):
+    # The README's `pip install '.[docs]'`: the package, its requirements and the extra's;
+    # none of the test extra's (the suite's own environment has equinox, torch, pytest).
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(docs_python),
+                           "list", "--format", "json"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(done.stdout)}
+    assert {"jax-unpool", "jax", "sphinx", "myst-parser", "flax"} <= installed
+    assert not installed & {"torch", "pytest", "hypothesis", "nbclient"}
 
 
 def test_every_page_is_built(html):
@@ -78,3 +119,94 @@ def test_the_architecture_page_maps_every_module_and_test_file(html):
     for test_file in (ROOT / "tests").rglob("test_*.py"):
         name = str(test_file.relative_to(ROOT / "tests"))
         assert f">{name}<" in page, name
+
+
+# --------------------------------------------------------------------------------------
+# The API reference renders what the docstrings say (issue 32)
+# --------------------------------------------------------------------------------------
+
+def _entry(page: str, ident: str) -> str:
+    """The HTML of the API entry `ident`: its <dl>, nested ones included."""
+    start = page.rindex("<dl", 0, page.index(f'id="{ident}"'))
+    depth, pos = 0, start
+    for tag in re.finditer(r"<dl\b|</dl>", page[start:]):
+        depth += 1 if tag.group() == "<dl" else -1
+        pos = start + tag.end()
+        if depth == 0:
+            break
+    return page[start:pos]
+
+
+def _text(fragment: str) -> str:
+    return " ".join(markup.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+
+
+@pytest.fixture(scope="module")
+def api(html) -> str:
+    return (html / "api.html").read_text()
+
+
+@pytest.mark.parametrize("ident, arguments", [
+    ("jax_unpool.max_unpool2d", ["kernel_size", "stride", "padding"]),
+    ("jax_unpool.max_pool2d_with_indices",
+     ["kernel_size", "stride", "padding", "dilation", "ceil_mode"]),
+])
+def test_each_window_argument_has_its_own_description(api, ident, arguments):
+    entry = _entry(api, ident)
+    described = {name: _text(re.search(rf"<strong>{name}</strong>(.*?)</li>", entry,
+                                       re.DOTALL).group(1)) for name in arguments}
+    assert len(set(described.values())) == len(arguments), described
+
+
+def test_raises_lists_name_an_exception_per_item(api):
+    fields = re.findall(r'<dt class="field-\w+">Raises<span class="colon">:</span></dt>\s*'
+                        r'<dd class="field-\w+">(.*?)</dd>', api, re.DOTALL)
+    assert len(fields) >= 3  # max_unpool2d, its backward, max_pool2d_with_indices
+    for field in fields:
+        items = re.findall(r"<li>(.*?)</li>", field, re.DOTALL) or [field]
+        for item in items:
+            assert re.match(r"\s*<p><strong>[\w.]*(Error|Exception)</strong> – ", item), item
+    assert ":raises" not in _text(api)
+
+
+def test_the_npu_targets_are_described_by_their_own_text(api):
+    for name in ("MAX_UNPOOL2D_TARGET", "MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_TARGET",
+                 "MAX_UNPOOL3D_BACKWARD_TARGET", "MAX_POOL2D_TARGET", "MAX_POOL3D_TARGET"):
+        text = _text(_entry(api, f"jax_unpool.npu.{name}"))
+        assert "FFI target of aclnn" in text and "str(object=" not in text, text
+
+
+def test_the_reference_signatures_show_the_defaults(api):
+    assert "_DEFAULT_FORMAT" not in api and "data_format=data_format" not in api
+    for ident, default in (("max_unpool1d", "data_format: str = 'NCW'"),
+                           ("max_unpool3d_backward", "data_format: str = 'NCDHW'"),
+                           ("max_pool2d_with_indices", "data_format: str = 'NCHW'"),
+                           ("max_pool2d_with_indices", "= jnp.int32)")):  # index_dtype's
+        signature = _text(re.search(r"<dt.*?</dt>",
+                                    _entry(api, f"jax_unpool.reference.{ident}"),
+                                    re.DOTALL).group())
+        assert default in signature and "<class" not in signature, signature
+
+
+def test_the_nnx_classes_show_their_arguments(api):
+    for name in ("MaxPool2d", "MaxUnpool3d"):
+        signature = _text(re.search(r"<dt.*?</dt>", _entry(api, f"jax_unpool.nnx.{name}"),
+                                    re.DOTALL).group())
+        assert "kernel_size" in signature and "data_format" in signature, signature
+        assert "*args" not in signature
+    assert "index_dtype: Any = jnp.int32" in _text(_entry(api, "jax_unpool.nnx.MaxPool2d"))
+
+
+def test_command_line_options_keep_their_two_hyphens(api):
+    text = _text(api)
+    assert "python -m jax_unpool bench [--quick] [--json PATH]" in text
+    assert "\N{EN DASH}quick" not in text
+
+
+def test_the_pages_use_markdown_links_that_github_renders():
+    # MyST roles such as {doc}`layers` show as raw text on GitHub; Markdown links render
+    # on both (a #jax_unpool.name link resolves to the API entry in the built docs).
+    for page in (ROOT / "docs").glob("*.md"):
+        prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+        roles = re.findall(r"\{(?:doc|func|mod|class|meth|data|ref)\}`[^`]*`", prose)
+        assert not roles, (page.name, roles)

@@ -1,4 +1,4 @@
-"""Training-step benchmark: one jitted SGD step of a SegNet-style model in plain JAX.
+"""Section ``step``: one jitted SGD step of a SegNet-style model in plain JAX.
 
 conv -> pool -> conv -> pool -> conv -> unpool -> conv -> unpool -> conv -> 1x1 conv, the
 model of ``python -m jax_unpool demo`` (and of the notebook), in NHWC or NCHW. It runs
@@ -18,9 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_unpool as ju
+from jax_unpool.cli.bench import measure, table
+from jax_unpool.cli.bench.measure import KERNEL, Settings
 from jax_unpool.cli.demo import he_weights
 
-KERNEL = 2
+NAME = "step"
+TARGETS: dict[str, tuple[str, float]] = {}
+# The model's (batch, image size, width); the quick run's is tiny.
+STEP = (8, 64, 32)
+QUICK_STEP = (2, 16, 4)
 
 
 def _conv(x: jax.Array, w: jax.Array, fmt: str) -> jax.Array:
@@ -100,3 +106,34 @@ def calls(fmt: str, n: int, size: int, width: int, seed: int = 0) -> dict[str, C
         out[f"pool_{name}"] = (lambda pools=pools: jax.block_until_ready(
             pools(data["a1"], data["a2"], data["b2"], data["b1"])))
     return out
+
+
+def rows(settings: Settings) -> list[dict]:
+    """The step and its pooling part, jax_unpool against the XLA reference, per layout
+    (--quick: NHWC, Flax's layout, alone)."""
+    n, size, width = QUICK_STEP if settings.quick else STEP
+    out = []
+    for fmt in ("NHWC",) if settings.quick else ("NHWC", "NCHW"):
+        t = measure.times(calls(fmt, n, size, width), settings.reps, settings.warmup)
+        common = {"section": NAME, "layout": fmt, "batch": n, "image": size, "width": width}
+        out += [{**common, "impl": impl, "step_ms": t[f"step_{impl}"],
+                 "pooling_ms": t[f"pool_{impl}"],
+                 "pooling_share": t[f"pool_{impl}"] / t[f"step_{impl}"]}
+                for impl in ("ours", "xla")]
+    return out
+
+
+def targets(rows: list[dict]) -> dict[str, float | None]:
+    return {}
+
+
+def report(rows: list[dict], judged: bool) -> list[str]:
+    head = (f"{'layout':<8}{'batch x image x width':<22}{'impl':<6}{'step ms':>9}"
+            f"{'pooling ms':>12}{'share':>7}")
+    lines = [("SegNet-style training step (jitted; pooling = its 2 pools + 2 unpools, "
+              "forward and gradient, timed alone)"), head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['layout']:<8}{table.name([r['batch'], r['image'], r['width']]):<22}"
+                     f"{r['impl']:<6}{table.ms(r['step_ms']):>9}{table.ms(r['pooling_ms']):>12}"
+                     f"{table.ratio(r['pooling_share'], judged):>7}")
+    return lines

@@ -1,0 +1,196 @@
+"""Side-by-side benchmark of the CPU kernels against XLA, PyTorch and a memory roofline.
+
+Run as::
+
+    python -m jax_unpool bench [--quick] [--json PATH] [--reps N] ...
+    python benchmarks/run.py ...            (the same)
+
+For each shape, value dtype and index dtype it times, jitted and in one run:
+
+- ``jax_unpool``: :func:`jax_unpool.max_unpool2d` / :func:`max_unpool2d_backward` (the FFI
+  kernels);
+- ``xla``: the pure-jnp reference (:mod:`jax_unpool.reference`), i.e. XLA's scatter and
+  gather, on the same inputs;
+- ``torch``: ``F.max_unpool2d`` and ``torch.gather`` with int64 indices (the torch way) on
+  as many threads as JAX's CPU client has cores, when PyTorch is installed;
+- ``roofline``: the machine's memory bandwidth (the copy into faulted pages), measured in
+  the same run (below), applied to the bytes the op must move at least (its inputs read
+  once, its result written once).
+
+Memory bandwidth (always measured first): numpy on as many threads as JAX uses, over 256
+MiB: a STREAM-like copy and a write-only fill into buffers whose pages are already
+faulted in, and the same into fresh buffers (XLA hands out fresh results, whose pages the
+OS faults in on first write), of 4 KiB pages and of huge pages. Every row reports the
+achieved GB/s and its fraction of the faulted-copy bandwidth, and (``sys``) the operating
+system's CPU time per call of ours (all threads): where that is large, the call's time
+goes to the OS zeroing the fresh pages of its results, not to the kernel.
+
+The sections, one module each: ``unpool``, ``layout`` (NHWC against NCHW), ``pool`` (the
+pools against the XLA ops and torch) and ``step`` (one jitted training step of a
+SegNet-style model with jax_unpool against the same model with XLA's scatter/gather).
+This module holds the options, the run and the report.
+
+Every number is the median over ``--reps`` samples after warm-up; the contenders of one
+row take turns sample by sample, so load from elsewhere on the machine hits them alike
+and the ratios of a row are measured together. Targets are judged from 5 samples per
+median or more; ``--quick`` takes 2, and says so. This is a benchmark, not a test: nothing
+here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_unpool import _args
+from jax_unpool.cli import options
+from jax_unpool.cli.bench import layout, measure, pool, step, targets, unpool
+
+# The sections, in the order they run and report. A section is a module with NAME,
+# TARGETS, rows(settings), targets(rows) and report(rows, judged) (docs/performance.md,
+# "Adding a section").
+SECTIONS = {section.NAME: section for section in (unpool, layout, pool, step)}
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """--shapes: N x C x 1 to 3 spatial sizes, all positive."""
+    try:
+        shape = tuple(int(d) for d in text.split("x"))
+    except ValueError:
+        shape = ()
+    if not 3 <= len(shape) <= 5 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a pooled shape: N, C and 1 to 3 spatial sizes, positive ints "
+            "joined by 'x', e.g. 8x64x112x112")
+    return shape
+
+
+def _value_dtype(text: str) -> str:
+    """--dtypes: a dtype both ops take (1, 2, 4 or 8 bytes, real: the pools compare)."""
+    try:
+        dtype = np.dtype(jnp.dtype(text))
+    except TypeError:
+        dtype = None
+    if (dtype is None or not _args.is_movable(dtype)
+            or jnp.issubdtype(dtype, jnp.complexfloating)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a value dtype: a real dtype of 1, 2, 4 or 8 bytes, e.g. "
+            "float32, bfloat16, int8")
+    return text
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jax_unpool bench",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: one tiny shape per rank, 2 samples, too few to judge "
+                        "the targets (about 20 s of CPU time)")
+    p.add_argument("--json", metavar="PATH", type=options.file_for_writing,
+                   help="also write the rows and targets as JSON (the file is created first)")
+    p.add_argument("--reps", type=options.positive_int,
+                   help=f"samples per median (default 7; 2 with --quick; targets are judged "
+                        f"from {targets.SAMPLES_TO_JUDGE})")
+    p.add_argument("--warmup", type=options.non_negative_int, default=2,
+                   help="untimed calls first (default 2)")
+    p.add_argument("--shapes", nargs="+", metavar="NxCx...", type=_shape,
+                   help="pooled shapes, channels first, 1-D to 3-D (default: the four large "
+                        "2-D ones, 1x3x4x4, 64x256x2048 and 16x64x16x16x16)")
+    p.add_argument("--dtypes", nargs="+", type=_value_dtype,
+                   help="value dtypes (default float32 bfloat16; float32 with --quick)")
+    p.add_argument("--index-dtypes", nargs="+", choices=["int32", "int64"],
+                   help="index dtypes (default int32 int64; int32 with --quick)")
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS),
+                   help="what to run (default all; the bandwidth is always measured)")
+    p.add_argument("--no-torch", action="store_true", help="leave out the torch columns")
+    return p
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    torch = sys.modules.get("torch")
+    return {"cpu": model, "cores": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "jax": jax.__version__,
+            "jaxlib": importlib.metadata.version("jaxlib"),
+            "numpy": np.__version__, "torch": getattr(torch, "__version__", None)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    reps = args.reps if args.reps is not None else (2 if args.quick else 7)
+    warmup = 1 if args.quick else args.warmup
+    threads = len(os.sched_getaffinity(0))  # the cores XLA's CPU client uses too
+    load_before = os.getloadavg()
+    default_shapes = (measure.QUICK_SHAPES if args.quick else
+                      (*measure.LARGE_SHAPES, measure.TINY_SHAPE, *measure.RANK_SHAPES))
+    settings = measure.Settings(
+        shapes=args.shapes or list(default_shapes),
+        dtypes=args.dtypes or (["float32"] if args.quick else ["float32", "bfloat16"]),
+        index_dtypes=args.index_dtypes or (["int32"] if args.quick else ["int32", "int64"]),
+        reps=reps, warmup=warmup, quick=args.quick,
+        torch=None if args.no_torch else measure.load_torch(threads),
+        bandwidth=measure.bandwidth(threads, measure.BANDWIDTH_BYTES >> (6 if args.quick else 0),
+                                    reps, warmup),
+        rng=np.random.default_rng(0))
+    rows = [row for name, section in SECTIONS.items() if name in args.sections
+            for row in section.rows(settings)]
+    # Other processes on a small machine move every number: the load before and after.
+    return {"machine": {**machine(), "load_average_before": load_before,
+                        "load_average_after": os.getloadavg()},
+            "settings": {"quick": args.quick, "reps": reps, "warmup": warmup,
+                         "torch_threads": threads,
+                         "samples_to_judge": targets.SAMPLES_TO_JUDGE},
+            "bandwidth": settings.bandwidth, "rows": rows,
+            "targets": targets.summarize(list(SECTIONS.values()), rows, reps)}
+
+
+def report(result: dict) -> str:
+    """The text report: the bandwidth, each section's table, the targets."""
+    reps = result["settings"]["reps"]
+    judged = reps >= targets.SAMPLES_TO_JUDGE
+    lines = ["memory bandwidth (numpy, GB/s; copy counts bytes read + written): "
+             + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in result["bandwidth"].items()),
+             ("roof = the op's least traffic (inputs read, result written) at the copy "
+              "bandwidth into faulted pages; GB/s = that traffic per second; of bw = ours "
+              "GB/s / copy faulted; sys = ours' OS CPU ms per call (all threads: the OS "
+              "zeroing its results' fresh pages)")]
+    if not judged:
+        lines.append(f"ratios marked ? come from medians of {reps} samples: too few to say "
+                     f"which is faster ({targets.SAMPLES_TO_JUDGE} or more are needed)")
+    for name, section in SECTIONS.items():
+        rows = [r for r in result["rows"] if r["section"] == name]
+        if rows:
+            lines += ["", *section.report(rows, judged)]
+    lines += ["", *targets.report(result["targets"], reps)]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    result = run(args)
+    m = result["machine"]
+    load = ", ".join(f"{a:.2f}" for a in m["load_average_before"])
+    after = ", ".join(f"{a:.2f}" for a in m["load_average_after"])
+    print(f"{m['cpu']}, {m['cores']} cores; jax {m['jax']}, torch {m['torch']}; "
+          f"median of {result['settings']['reps']} samples; load average {load} before, "
+          f"{after} after\n")
+    print(report(result))
+    if args.json:
+        with args.json:
+            json.dump(result, args.json, indent=1)
+    return 0
