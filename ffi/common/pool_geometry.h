@@ -160,11 +160,17 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                   " but pooling x of shape " + ShapeString(dims) + " gives " +
                   ShapeString(want) + " (ceil_mode=" + (ceil_mode ? "True" : "False") + ")");
   }
-  // The largest index any window can report (a tap past the input included: the index of
-  // a ceil_mode window of padding only) must fit the index dtype.
+  // The largest index a window can report must fit the index dtype. Taps in the padding
+  // are never reported, however far a huge kernel reaches: along each axis, the bound is
+  // the last window's last tap inside the input -- or the input's last position when the
+  // input ends inside that window, since with dilation an earlier window may reach further
+  // -- or the last window's initial index when that is larger (PyTorch's, past the input
+  // for a window of padding only).
   __int128 largest = 0, flat_stride = 1;
   for (int a = 2; a >= 3 - g.k; --a) {
-    largest += static_cast<__int128>(g.Tap(a, g.out[a] - 1, g.kernel[a] - 1)) * flat_stride;
+    const int64_t o = g.out[a] - 1, end = g.EndTap(a, o);
+    const int64_t inside = end < g.kernel[a] ? g.in[a] - 1 : g.Tap(a, o, end - 1);
+    largest += static_cast<__int128>(std::max(inside, g.First(a, o))) * flat_stride;
     flat_stride *= g.in[a];
   }
   const int64_t index_max = indices.element_type() == ffi::DataType::S32
