@@ -96,14 +96,15 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
   // PyTorch's pooling takes int32 sizes, as the Python API does (_pool_xla._sizes); the
   // bound also keeps the arithmetic below far from overflow.
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  const std::string at_most = " must be positive and at most " + std::to_string(kMax) + ", got ";
+  const auto out_of_range = [&](const char* name, ffi::Span<const int64_t> v) {
+    return fail(op + ": " + name + " must be positive and at most " + std::to_string(kMax) +
+                ", got " + ShapeString(v));
+  };
   for (size_t a = 0; a < k; ++a) {
     if (kernel_size[a] < 1 || kernel_size[a] > kMax)
-      return fail(op + ": kernel_size" + at_most + ShapeString(kernel_size));
-    if (stride[a] < 1 || stride[a] > kMax)
-      return fail(op + ": stride" + at_most + ShapeString(stride));
-    if (dilation[a] < 1 || dilation[a] > kMax)
-      return fail(op + ": dilation" + at_most + ShapeString(dilation));
+      return out_of_range("kernel_size", kernel_size);
+    if (stride[a] < 1 || stride[a] > kMax) return out_of_range("stride", stride);
+    if (dilation[a] < 1 || dilation[a] > kMax) return out_of_range("dilation", dilation);
     if (padding[a] < 0 || padding[a] > kernel_size[a] / 2)
       return fail(op + ": padding must be non-negative and at most half of kernel_size "
                   "(padding <= kernel_size // 2), got padding=" + ShapeString(padding) +
