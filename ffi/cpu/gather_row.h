@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "cpu/planes.h"
+#include "cpu/index_range.h"
 #include "cpu/simd.h"
 
 #if JAX_UNPOOL_HAVE_AVX2

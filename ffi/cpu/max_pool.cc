@@ -18,11 +18,12 @@
 #include <xmmintrin.h>
 #endif
 
+#include "common/pool_geometry.h"
+#include "common/pool_values.h"
 #include "cpu/kernels.h"
+#include "cpu/no_throw.h"
 #include "cpu/output_pages.h"
-#include "cpu/planes.h"
-#include "cpu/pool_geometry.h"
-#include "cpu/pool_values.h"
+#include "cpu/thread_chunks.h"
 
 namespace jax_unpool {
 namespace {
@@ -100,9 +101,8 @@ class Pool {
   // flat position of the row's first element, in scan order.
   template <typename F>
   void ForEachTapRow(int64_t od, int64_t oh, const F& f) const {
-    const auto [d0, d1] = g_.InsideTaps(0, od);
-    const auto [h0, h1] = g_.InsideTaps(1, oh);
-    for (int64_t td = d0; td < d1; ++td) {
+    const int64_t h0 = g_.FirstTap(1, oh), h1 = g_.EndTap(1, oh);
+    for (int64_t td = g_.FirstTap(0, od), d1 = g_.EndTap(0, od); td < d1; ++td) {
       const int64_t d = g_.Tap(0, od, td);
       for (int64_t th = h0; th < h1; ++th) f((d * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2]);
     }
@@ -112,7 +112,7 @@ class Pool {
   // plane, in scan order (PyTorch's order, which decides ties).
   template <typename F>
   void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
-    const auto [w0, w1] = g_.InsideTaps(2, ow);
+    const int64_t w0 = g_.FirstTap(2, ow), w1 = g_.EndTap(2, ow);
     ForEachTapRow(od, oh, [&](int64_t offset) {
       for (int64_t tw = w0; tw < w1; ++tw) f(offset + g_.Tap(2, ow, tw));
     });
@@ -192,7 +192,7 @@ class Pool {
     }
     // The taps that some output's window has inside the row: from the last window's first
     // to the first window's last.
-    const int64_t first_tap = g_.InsideTaps(2, Wo - 1).lo, end_tap = g_.InsideTaps(2, 0).hi;
+    const int64_t first_tap = g_.FirstTap(2, Wo - 1), end_tap = g_.EndTap(2, 0);
     ForEachTapRow(od, oh, [&](int64_t offset) {
       const Raw* row = src + offset;
       for (int64_t tw = first_tap; tw < end_tap; ++tw) {
@@ -205,7 +205,7 @@ class Pool {
           // long): window lo's lies right of it, window lo - 1's left of it. Skip to the
           // first tap of window lo - 1 that is not left of the row.
           if (lo == 0) break;
-          tw = std::max(tw, g_.InsideTaps(2, lo - 1).lo - 1);
+          tw = std::max(tw, g_.FirstTap(2, lo - 1) - 1);
           continue;
         }
         for (int64_t ow = lo; ow < hi; ++ow) {
@@ -318,12 +318,20 @@ class Pool {
     });
   }
 
+  // Windows of 2 taps, stride 2, no padding or dilation on every axis (the common case):
+  // the fast path. Axes of size 1 with a window of 1 do not count.
+  static bool TwoByStrideTwo(const PoolGeometry& g) {
+    for (int a = 3 - g.k; a < 3; ++a)
+      if (g.kernel[a] != 2 || g.stride[a] != 2 || g.pad[a] != 0 || g.dil[a] != 1) return false;
+    return true;
+  }
+
   const PoolGeometry& g_;
   const Order order_;
   const Raw* x_;
   Raw* values_;
   I* indices_;
-  const bool fast_ = g_.TwoByStrideTwo();
+  const bool fast_ = TwoByStrideTwo(g_);
 };
 
 // XLA runs its CPU code with subnormal floats read as zero (MXCSR's DAZ and FTZ flags),
@@ -374,18 +382,14 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
         const Pool<Order, I> kernel(g, order, static_cast<const Raw*>(x.untyped_data()),
                                     static_cast<Raw*>(values->untyped_data()),
                                     static_cast<I*>(indices->untyped_data()));
-        return ForEachPlaneChunk(
-            pool, units, bytes,
-            [&](int64_t u0, int64_t u1) {
-              const ExactFloatCompares exact;
-              if (g.channels_last) {
-                kernel.Positions(u0, u1);
-              } else {
-                kernel.Rows(u0, u1);
-              }
-              return BadIndex{};
-            },
-            [](const BadIndex&) { return ffi::Error::Internal("max_pool: no index to check"); });
+        return ForEachChunk(pool, units, bytes, [&](int64_t u0, int64_t u1) {
+          const ExactFloatCompares exact;
+          if (g.channels_last) {
+            kernel.Positions(u0, u1);
+          } else {
+            kernel.Rows(u0, u1);
+          }
+        });
       });
     });
   });

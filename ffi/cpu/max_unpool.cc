@@ -4,11 +4,18 @@
 // plane positions go in flat order, so among duplicated indices the largest input
 // position wins, deterministically (PyTorch CPU's sequential behaviour). Every run of
 // indices is range-checked (IndexRange) just before it is used: a bad one fails the call.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "common/out_of_range.h"
+#include "common/plane_geometry.h"
+#include "cpu/first_bad_index.h"
+#include "cpu/image_spans.h"
+#include "cpu/index_range.h"
 #include "cpu/kernels.h"
-#include "cpu/plane_kernel.h"
+#include "cpu/unpool_kernel.h"
 
 namespace jax_unpool {
 namespace {
@@ -75,12 +82,12 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 // Every spatial rank k: the kernels see flat planes.
 ffi::Error MaxUnpool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                      ffi::Result<ffi::AnyBuffer> out, bool channels_last, int64_t k) {
-  return RunOp(Op::kForward, pool, x, indices, *out, channels_last, k,
-               [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n, int64_t c0,
-                  int64_t c1) {
-                 return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
-                                        : ScatterPlanes(g, xs, is, os, n, c0, c1);
-               });
+  return RunUnpoolOp(UnpoolOp::kForward, pool, x, indices, *out, channels_last, k,
+                     [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
+                        int64_t c0, int64_t c1) {
+                       return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
+                                              : ScatterPlanes(g, xs, is, os, n, c0, c1);
+                     });
 }
 
 // _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).

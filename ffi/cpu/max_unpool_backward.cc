@@ -1,8 +1,16 @@
 // CPU backward (the seed op aclnnMaxUnpool2dBackward): out[n, c, i] =
 // grad_output[n, c, indices[n, c, i]]. A gather: every duplicate reads its position.
+#include <algorithm>
+#include <cstdint>
+
+#include "common/out_of_range.h"
+#include "common/plane_geometry.h"
+#include "cpu/first_bad_index.h"
 #include "cpu/gather_row.h"
+#include "cpu/image_spans.h"
+#include "cpu/index_range.h"
 #include "cpu/kernels.h"
-#include "cpu/plane_kernel.h"
+#include "cpu/unpool_kernel.h"
 
 namespace jax_unpool {
 namespace {
@@ -58,12 +66,12 @@ BadIndex GatherImageSpan(const PlaneGeometry& g, const V* grad, const I* indices
 ffi::Error MaxUnpoolBackward(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
                              ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                              bool channels_last, int64_t k) {
-  return RunOp(Op::kBackward, pool, grad_output, indices, *out, channels_last, k,
-               [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n, int64_t c0,
-                  int64_t c1) {
-                 return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
-                                        : GatherPlanes(g, gs, is, os, n, c0, c1);
-               });
+  return RunUnpoolOp(UnpoolOp::kBackward, pool, grad_output, indices, *out, channels_last, k,
+                     [](const PlaneGeometry& g, auto gs, auto is, auto os, int64_t n,
+                        int64_t c0, int64_t c1) {
+                       return g.channels_last ? GatherImageSpan(g, gs, is, os, n, c0, c1)
+                                              : GatherPlanes(g, gs, is, os, n, c0, c1);
+                     });
 }
 
 // _v1: 2-D only (artifacts exported before 1-D and 3-D had their own calls).

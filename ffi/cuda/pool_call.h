@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "cpu/pool_geometry.h"
-#include "cpu/pool_values.h"
+#include "common/pool_geometry.h"
+#include "common/pool_values.h"
 #include "cuda/call.h"
 #include "cuda/pool_plan.h"
 #include "xla/ffi/api/ffi.h"
@@ -17,7 +17,7 @@
 namespace jax_unpool {
 namespace cuda {
 
-// A float8 format (cpu/pool_values.h's definitions) as the device decodes it; its lowest
+// A float8 format (common/pool_values.h's definitions) as the device decodes it; its lowest
 // code is the CPU kernel's, found by decoding all 256 codes.
 template <const Float8Format& F>
 Float8Order DeviceFloat8() {

@@ -1,5 +1,5 @@
 // The max pool's per-element code (one GPU thread per output element), with the order
-// each dtype is compared in. The orders are the CPU kernel's (cpu/pool_values.h), written
+// each dtype is compared in. The orders are the CPU kernel's (common/pool_values.h), written
 // for the device: a dtype is moved as its storage type `Raw`, bit for bit, and compared as
 // a `Key` -- the value itself for float32 and float64, an unsigned int ordered as the
 // value for the integers and bool, the exact float32 value for float16, bfloat16 and the
@@ -72,7 +72,7 @@ JU_HD float Pow2(int e) {
                    : FloatFromBits(uint32_t{1} << (e + 149));
 }
 
-// The float8 formats (ml_dtypes' definitions, as cpu/pool_values.h reads them), decoded by
+// The float8 formats (ml_dtypes' definitions, as common/pool_values.h reads them), decoded by
 // arithmetic on the device; `lowest` is the format's -inf, or its most negative finite
 // value where it has no inf (what the handler finds by decoding all 256 codes).
 struct Float8Order {
@@ -116,7 +116,7 @@ JU_HD bool Replaces(Key v, Key best) {
 }
 
 // The pool's window arithmetic on 3 axes (D, H, W); a 1-D or 2-D pool has leading axes of
-// size 1 with a window of 1 (as cpu/pool_geometry.h).
+// size 1 with a window of 1 (as common/pool_geometry.h).
 template <typename Index>
 struct PoolWindows {
   Index inner = 1;  // C channels last, 1 channels first

@@ -24,7 +24,7 @@ enum class OrderKind : uint8_t {
   kFloat8
 };
 
-// What a pool launches with: the call checked (cpu/pool_geometry.h's CheckPoolCall), the
+// What a pool launches with: the call checked (common/pool_geometry.h's CheckPoolCall), the
 // results non-empty. Sizes as (D, H, W), leading axes of 1 with a window of 1.
 struct PoolLaunch {
   OrderKind kind = OrderKind::kFloat32;

@@ -34,7 +34,7 @@ inline const char* UnpoolOpName(bool forward, int64_t k) {
   return (forward ? kForward : kBackward)[k - 1];
 }
 
-// The same text as the CPU handlers' (CheckSpatialRank in cpu/plane_kernel.h).
+// The same text as the CPU handlers' (CheckSpatialRank in common/unpool_checks.h).
 inline ffi::Error CheckSpatialRank(bool forward, int64_t k) {
   if (k >= 1 && k <= 3) return ffi::Error::Success();
   return ffi::Error::InvalidArgument(
@@ -43,7 +43,7 @@ inline ffi::Error CheckSpatialRank(bool forward, int64_t k) {
 }
 
 // The geometry of spatial rank k from an input-side and an output-side buffer that
-// buffer_checks.h found consistent (as ReadGeometry in cpu/planes.h).
+// buffer_checks.h found consistent (as ReadGeometry in common/plane_geometry.h).
 inline UnpoolShape ReadShape(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
                              bool channels_last, int k) {
   const size_t rank = in.size();
@@ -63,7 +63,7 @@ inline UnpoolShape ReadShape(ffi::Span<const int64_t> in, ffi::Span<const int64_
 }
 
 // OUT_OF_RANGE for the index `value` at element offset `flat` of the indices: the CPU
-// handlers' message (OutOfRangeError in cpu/planes.h), word for word.
+// handlers' message (OutOfRangeError in common/out_of_range.h), word for word.
 inline ffi::Error OutOfRange(const char* op, const UnpoolShape& g, int64_t flat, int64_t value) {
   int64_t n, c, i;
   if (g.channels_last) {

@@ -122,13 +122,14 @@ ffi::Error AclObjects::error(const char* op) const {
   return ffi::Error::Internal(std::string(op) + ": " + failure_);
 }
 
-Unpool3dArrays MakeUnpool3dArrays(AclObjects& objects, const TensorView& volumes) {
-  const std::vector<int64_t>& d = volumes.dims;
-  const size_t rank = d.size();
-  Unpool3dArrays a;
-  a.output_size = objects.IntArray({d[rank - 3], d[rank - 2], d[rank - 1]});
-  a.stride = objects.IntArray({1, 1, 1});
-  a.padding = objects.IntArray({0, 0, 0});
+UnpoolArrays MakeUnpoolArrays(AclObjects& objects, const TensorView& planes, int k) {
+  const std::vector<int64_t>& d = planes.dims;
+  UnpoolArrays a;
+  a.output_size = objects.IntArray(std::vector<int64_t>(d.end() - k, d.end()));
+  if (k == 3) {
+    a.stride = objects.IntArray({1, 1, 1});
+    a.padding = objects.IntArray({0, 0, 0});
+  }
   return a;
 }
 

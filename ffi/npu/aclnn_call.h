@@ -92,20 +92,21 @@ class AclObjects {
   std::string failure_;
 };
 
-// aclnnMaxUnpool3d(Backward)'s three aclIntArray arguments.
-struct Unpool3dArrays {
+// The aclIntArray arguments of aclnnMaxUnpool{2,3}d(Backward): outputSize, and for the
+// 3-D ops stride and padding (null for the 2-D ones, which take neither).
+struct UnpoolArrays {
   aclIntArray* output_size = nullptr;
   aclIntArray* stride = nullptr;
   aclIntArray* padding = nullptr;
 };
 
-// outputSize: the last three dims of `volumes` (the forward's out, the backward's
-// gradOutput). stride (1, 1, 1) and padding (0, 0, 0): CANN only validates them -- three
+// outputSize: the last k dims of `planes` (the forward's out, the backward's gradOutput).
+// For k = 3, stride (1, 1, 1) and padding (0, 0, 0): CANN only validates them -- three
 // elements each, stride > 0 (CheckIntArrayShapeMaxUnPool3D in
 // common/inc/op_api/level2_base.h of hicann/ops-nn) -- and never reads them again:
 // aclnn_max_unpool3d{,_backward}.cpp place every value by outputSize and the indices alone.
 // Null members on failure, see objects.error().
-Unpool3dArrays MakeUnpool3dArrays(AclObjects& objects, const TensorView& volumes);
+UnpoolArrays MakeUnpoolArrays(AclObjects& objects, const TensorView& planes, int k);
 
 // Which stream runs the op and where its workspace comes from.
 struct Launch {

@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "common/buffer_checks.h"
+#include "common/pool_geometry.h"
+#include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
-#include "common/value_types.h"
 
 namespace jax_unpool::npu {
 namespace {
@@ -87,19 +88,6 @@ ffi::Error CheckWindow(const PoolOp& op, const Window& w) {
     }
   }
   return ffi::Error::Success();
-}
-
-// PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h; CANN's PoolingOutShape is
-// the same), in 128 bits so that no attribute value overflows it. May be <= 0.
-__int128 PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation,
-                    bool ceil_mode) {
-  const __int128 s = stride;
-  const __int128 num = __int128{size} + 2 * __int128{pad} - __int128{dilation} * (kernel - 1) - 1 +
-                       (ceil_mode ? s - 1 : 0);
-  __int128 out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
-  // The last window must start inside the input or the left padding.
-  if (ceil_mode && (out - 1) * s >= __int128{size} + pad) --out;
-  return out;
 }
 
 // x of rank k + 1 or k + 2 with non-empty spatial dims; values (x's dtype) and indices

@@ -70,6 +70,9 @@ CASES = [
     valid("a window of padding only (2-D)", (1, 1, 3, 2), kernel=(1, 2), stride=(1, 2),
           padding=(0, 1), dilation=(1, 3), ceil_mode=True),
     valid("windows larger than x", (1, 2, 3, 3), kernel=5, stride=1, padding=2),
+    # every index lies in the 5x5 plane: int32 holds them, however far the kernel reaches
+    valid("a kernel of 2^31 - 1 over a 5x5 plane, int32 indices", (1, 2, 5, 5),
+          kernel=2**31 - 1, stride=1, padding=2**30 - 1),
     valid("bool", (2, 2, 5, 5), "bool", kernel=3, stride=2, padding=1),
     valid("int8 NHWC", (2, 5, 5, 4), "int8", kernel=3, stride=2, padding=1,
           channels_last=True),

@@ -22,8 +22,7 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 FFI = HERE.parents[2] / "ffi"
-HEADERS = sorted([*FFI.glob("cuda/*.h"), *FFI.glob("common/*.h"),
-                  FFI / "cpu" / "pool_geometry.h", FFI / "cpu" / "pool_values.h"])
+HEADERS = sorted([*FFI.glob("cuda/*.h"), *FFI.glob("common/*.h")])
 CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror")
 LIBRARY = "libcuda_emulation.so"
 

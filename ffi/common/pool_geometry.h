@@ -1,7 +1,7 @@
-// The max pool's call checked, attributes and buffers, before any memory is touched, and
-// its window geometry. A hand-written jax.ffi.ffi_call or an edited jax.export artifact
-// can pass anything: every attribute is checked as PyTorch checks it, and the results
-// must have exactly the shape PyTorch's output-size rule gives.
+// The max pool's window geometry and its call checked, attributes and buffers, before any
+// memory is touched, on any platform. A hand-written jax.ffi.ffi_call or an edited
+// jax.export artifact can pass anything: every attribute is checked as PyTorch checks it,
+// and the results must have exactly the shape PyTorch's output-size rule gives.
 //
 // Every spatial rank is seen as 3-D (D, H, W): a 1-D or 2-D pool has leading axes of
 // size 1 with a window of 1.
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "common/buffer_checks.h"
-#include "cpu/pool_values.h"
+#include "common/pool_values.h"
 #include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -31,31 +31,34 @@ struct PoolGeometry {
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
   // Input coordinate of tap t of window o along axis a (may lie in the padding).
   int64_t Tap(int a, int64_t o, int64_t t) const { return o * stride[a] - pad[a] + t * dil[a]; }
-  // The taps [lo, hi) of window o along axis a that land inside the input (none if
-  // lo >= hi), computed rather than searched: a window costs its part inside the input,
-  // not its kernel size (which may be 2^31 - 1 taps, nearly all padding).
-  struct TapRange {
-    int64_t lo, hi;
-  };
-  TapRange InsideTaps(int a, int64_t o) const {
+  // The taps of window o along axis a that land inside the input are [FirstTap, EndTap)
+  // (none if FirstTap >= EndTap), computed rather than searched: a window costs its part
+  // inside the input, not its kernel size (which may be 2^31 - 1 taps, nearly all padding).
+  int64_t FirstTap(int a, int64_t o) const {
     const int64_t start = o * stride[a] - pad[a];
-    const int64_t lo = start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
-    const int64_t hi = start >= in[a] ? 0 : std::min(kernel[a], (in[a] - 1 - start) / dil[a] + 1);
-    return {lo, hi};
+    return start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
   }
-  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
-  // past the left padding (`while (ih0 < 0) ih0 += dilationH`), i.e. its first tap not
-  // left of the input. It lies past the input when a window holds only padding; PyTorch
-  // returns that index, and so do we.
-  int64_t First(int a, int64_t o) const { return Tap(a, o, InsideTaps(a, o).lo); }
-  // Windows of 2 taps, stride 2, no padding or dilation on every axis (the common case):
-  // the kernels' fast path. Axes of size 1 with a window of 1 do not count.
-  bool TwoByStrideTwo() const {
-    for (int a = 3 - k; a < 3; ++a)
-      if (kernel[a] != 2 || stride[a] != 2 || pad[a] != 0 || dil[a] != 1) return false;
-    return true;
+  int64_t EndTap(int a, int64_t o) const {
+    const int64_t start = o * stride[a] - pad[a];
+    if (start >= in[a]) return 0;
+    // Per window, in the kernels' loops: no division without dilation, the common case.
+    return std::min(kernel[a], dil[a] == 1 ? in[a] - start : (in[a] - 1 - start) / dil[a] + 1);
   }
+  int64_t First(int a, int64_t o) const { return Tap(a, o, FirstTap(a, o)); }
 };
+
+// PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h; CANN's PoolingOutShape is
+// the same), in 128 bits so that no attribute value overflows it. May be <= 0.
+inline __int128 PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t pad,
+                           int64_t dilation, bool ceil_mode) {
+  const __int128 s = stride;
+  const __int128 num = __int128{size} + 2 * __int128{pad} - __int128{dilation} * (kernel - 1) -
+                       1 + (ceil_mode ? s - 1 : 0);
+  __int128 out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
+  // The last window must start inside the input or the left padding.
+  if (ceil_mode && (out - 1) * s >= __int128{size} + pad) --out;
+  return out;
+}
 
 namespace pool_checks {
 
@@ -63,22 +66,6 @@ inline const char* OpName(int k) {
   static constexpr const char* kNames[] = {"max_pool1d_with_indices", "max_pool2d_with_indices",
                                            "max_pool3d_with_indices"};
   return kNames[k - 1];
-}
-
-inline std::string List(ffi::Span<const int64_t> v) {
-  std::string s = "(";
-  for (size_t a = 0; a < v.size(); ++a) s += (a ? ", " : "") + std::to_string(v[a]);
-  return s + (v.size() == 1 ? ",)" : ")");
-}
-
-// PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h); the arguments are
-// bounded by CheckPoolCall, so nothing overflows.
-inline int64_t OutputSize(int64_t size, int64_t k, int64_t s, int64_t p, int64_t d,
-                          bool ceil_mode) {
-  const int64_t num = size + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
-  int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
-  if (ceil_mode && (out - 1) * s >= size + p) --out;
-  return out;
 }
 
 }  // namespace pool_checks
@@ -95,32 +82,33 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                                                 ffi::Span<const int64_t> padding,
                                                 ffi::Span<const int64_t> dilation,
                                                 bool ceil_mode) {
-  using namespace pool_checks;  // NOLINT: this file's own helpers
   const auto fail = [](const std::string& what) {
     return ffi::Unexpected(ffi::Error::InvalidArgument(what));
   };
   const size_t k = kernel_size.size();
   if (k < 1 || k > 3 || stride.size() != k || padding.size() != k || dilation.size() != k) {
     return fail("max_pool: kernel_size, stride, padding and dilation must have one entry per "
-                "spatial dim (1, 2 or 3 of them), got kernel_size=" + List(kernel_size) +
-                ", stride=" + List(stride) + ", padding=" + List(padding) +
-                ", dilation=" + List(dilation));
+                "spatial dim (1, 2 or 3 of them), got kernel_size=" + ShapeString(kernel_size) +
+                ", stride=" + ShapeString(stride) + ", padding=" + ShapeString(padding) +
+                ", dilation=" + ShapeString(dilation));
   }
-  const std::string op = OpName(static_cast<int>(k));
+  const std::string op = pool_checks::OpName(static_cast<int>(k));
   // PyTorch's pooling takes int32 sizes, as the Python API does (_pool_xla._sizes); the
   // bound also keeps the arithmetic below far from overflow.
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  const std::string at_most = " must be positive and at most " + std::to_string(kMax) + ", got ";
+  const auto out_of_range = [&](const char* name, ffi::Span<const int64_t> v) {
+    return fail(op + ": " + name + " must be positive and at most " + std::to_string(kMax) +
+                ", got " + ShapeString(v));
+  };
   for (size_t a = 0; a < k; ++a) {
     if (kernel_size[a] < 1 || kernel_size[a] > kMax)
-      return fail(op + ": kernel_size" + at_most + List(kernel_size));
-    if (stride[a] < 1 || stride[a] > kMax) return fail(op + ": stride" + at_most + List(stride));
-    if (dilation[a] < 1 || dilation[a] > kMax)
-      return fail(op + ": dilation" + at_most + List(dilation));
+      return out_of_range("kernel_size", kernel_size);
+    if (stride[a] < 1 || stride[a] > kMax) return out_of_range("stride", stride);
+    if (dilation[a] < 1 || dilation[a] > kMax) return out_of_range("dilation", dilation);
     if (padding[a] < 0 || padding[a] > kernel_size[a] / 2)
       return fail(op + ": padding must be non-negative and at most half of kernel_size "
-                  "(padding <= kernel_size // 2), got padding=" + List(padding) +
-                  " and kernel_size=" + List(kernel_size));
+                  "(padding <= kernel_size // 2), got padding=" + ShapeString(padding) +
+                  " and kernel_size=" + ShapeString(kernel_size));
   }
   const NamedBuffer vs{"values", values}, is{"indices", indices};
   if (!IsPoolValueType(x.element_type()))
@@ -156,13 +144,14 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
     if (g.in[axis] < 1)
       return fail(op + ": x must have non-empty spatial dims, got shape " + ShapeString(dims) +
                   (channels_last ? " (channels last)" : " (channels first)"));
-    g.out[axis] = OutputSize(g.in[axis], kernel_size[a], stride[a], padding[a], dilation[a],
-                             ceil_mode);
+    // In int64: the sizes are bounded above, so this is at most the input plus padding.
+    g.out[axis] = static_cast<int64_t>(
+        PooledSize(g.in[axis], kernel_size[a], stride[a], padding[a], dilation[a], ceil_mode));
     if (g.out[axis] < 1)
       return fail(op + ": output size must be positive, got " + std::to_string(g.out[axis]) +
                   " along spatial dim " + std::to_string(a) + " of x of shape " +
                   ShapeString(dims) + ": the input is too small for kernel_size=" +
-                  List(kernel_size) + ", dilation=" + List(dilation));
+                  ShapeString(kernel_size) + ", dilation=" + ShapeString(dilation));
     expected[s + a] = g.out[axis];
   }
   const ffi::Span<const int64_t> want(expected, rank);
@@ -172,11 +161,17 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                   " but pooling x of shape " + ShapeString(dims) + " gives " +
                   ShapeString(want) + " (ceil_mode=" + (ceil_mode ? "True" : "False") + ")");
   }
-  // The largest index any window can report (a tap past the input included: the index of
-  // a ceil_mode window of padding only) must fit the index dtype.
+  // The largest index a window can report must fit the index dtype. Taps in the padding
+  // are never reported, however far a huge kernel reaches: along each axis, the bound is
+  // the last window's last tap inside the input -- or the input's last position when the
+  // input ends inside that window, since with dilation an earlier window may reach further
+  // -- or the last window's initial index when that is larger (PyTorch's, past the input
+  // for a window of padding only).
   __int128 largest = 0, flat_stride = 1;
   for (int a = 2; a >= 3 - g.k; --a) {
-    largest += static_cast<__int128>(g.Tap(a, g.out[a] - 1, g.kernel[a] - 1)) * flat_stride;
+    const int64_t o = g.out[a] - 1, end = g.EndTap(a, o);
+    const int64_t inside = end < g.kernel[a] ? g.in[a] - 1 : g.Tap(a, o, end - 1);
+    largest += static_cast<__int128>(std::max(inside, g.First(a, o))) * flat_stride;
     flat_stride *= g.in[a];
   }
   const int64_t index_max = indices.element_type() == ffi::DataType::S32

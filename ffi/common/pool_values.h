@@ -3,7 +3,9 @@
 // is moved to the result, bit for bit) and compared as a `Key`: the value itself for
 // float32 and float64, an unsigned int ordered as the value for the integers, and the
 // exact float32 value for float16, bfloat16 and the float8 types, so that -0.0 == 0.0
-// and NaN is unordered as in PyTorch's loop.
+// and NaN is unordered as in PyTorch's loop. Host code that every platform's pool shares:
+// which dtypes are ordered, the float8 formats, PyTorch's replacement test; the CPU kernel
+// compares with these orders directly.
 #pragma once
 
 #include <cmath>
@@ -127,8 +129,8 @@ Float8Order MakeFloat8Order() {
     Table() {
       for (int code = 0; code < 256; ++code) {
         values[code] = DecodeFloat8(static_cast<uint8_t>(code), F);
-        if (!std::isnan(values[code]) && (std::isnan(values[lowest]) || values[code] < values[lowest]))
-          lowest = static_cast<uint8_t>(code);
+        const bool below = std::isnan(values[lowest]) || values[code] < values[lowest];
+        if (!std::isnan(values[code]) && below) lowest = static_cast<uint8_t>(code);
       }
     }
   };

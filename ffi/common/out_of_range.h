@@ -1,0 +1,68 @@
+// An index outside its output plane, on any platform: the largest valid index of an index
+// type, where the first bad index is (in flat order over the indices buffer), and the
+// OUT_OF_RANGE error that names it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "common/buffer_checks.h"
+#include "common/plane_geometry.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_unpool {
+
+// Largest valid index, as the unsigned type of I. For int32 indices a plane of more than
+// 2^31 positions is clamped: no int32 can exceed it anyway.
+template <typename I>
+std::make_unsigned_t<I> LastValidIndex(int64_t Lo) {
+  using U = std::make_unsigned_t<I>;
+  const uint64_t cap = static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1;
+  return static_cast<U>(std::min<uint64_t>(static_cast<uint64_t>(Lo), cap) - 1);
+}
+
+// An out-of-range index; `flat` is its element offset in the indices buffer, so the
+// smallest one over all the parts of a call is the first in flat order, whichever part
+// (thread, chunk, block) found it.
+struct BadIndex {
+  int64_t flat = std::numeric_limits<int64_t>::max();
+  int64_t value = 0, n = 0, c = 0, i = 0;
+  bool found() const { return flat != std::numeric_limits<int64_t>::max(); }
+};
+
+// The bad index `value` at element offset `flat` of a non-empty indices buffer (the input
+// side of g), with its plane (n, c) and position i.
+inline BadIndex BadIndexAt(const PlaneGeometry& g, int64_t flat, int64_t value) {
+  BadIndex b;
+  b.flat = flat;
+  b.value = value;
+  if (g.channels_last) {
+    b.c = flat % g.C;
+    b.i = flat / g.C % g.L;
+    b.n = flat / g.C / g.L;
+  } else {
+    b.i = flat % g.L;
+    b.c = flat / g.L % g.C;
+    b.n = flat / g.L / g.C;
+  }
+  return b;
+}
+
+// OUT_OF_RANGE: the index is well-typed, its value is outside the plane ("an output
+// plane of 4x4"; a row of 8 for k = 1, a volume of 2x4x4 for k = 3).
+inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const BadIndex& b) {
+  std::string sizes;
+  for (int d = 0; d < g.k; ++d) sizes += (d ? "x" : "") + std::to_string(g.out_sizes[d]);
+  const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
+  return ffi::Error(
+      ffi::ErrorCode::kOutOfRange,
+      std::string(op) + ": index " + std::to_string(b.value) + " at (n=" + std::to_string(b.n) +
+          ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
+          ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
+          ") for an output " + what + " of " + sizes + " (" + PositionsNote(g.k) + ")");
+}
+
+}  // namespace jax_unpool
