@@ -151,7 +151,8 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
         if not inside:
             raise ValueError(
                 f"{fn}: invalid output_size {_args.received(output_size)}: its spatial sizes "
-                f"{tuple(size)} must lie strictly within stride of the default size "
+                f"{tuple(size)} (read as {data_format(k, channels_last, len(shape) == k + 2)}) "
+                "must lie strictly within stride of the default size "
                 f"{default} (dim {d} between {lo} and {hi}, exclusive) for "
                 f"kernel_size={kernel}, stride={strides}, padding={pads}")
     return size, window

@@ -181,8 +181,12 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       TypeError: at trace time, for a bad dtype or an argument of the wrong type.
       jax.errors.JaxRuntimeError: at run time on CPU, for an index outside
         ``[0, H_out * W_out)``, naming the index, its position ``(n, c, i)`` and the
-        valid range. The jnp reference used on other platforms drops such an element
-        instead.
+        valid range. A compiled function that has run before raises the same message as
+        a ``ValueError`` (jax's fast dispatch path): catch both. If the indices come
+        from a pool whose input the default ``H_out`` does not give back (an odd size
+        with stride 2), pass ``output_size``. On a GPU the CUDA kernels raise it only
+        with ``JAX_UNPOOL_CUDA_CHECK_INDICES=1``; otherwise they, like the XLA ops used
+        on other platforms, drop such an element.
     """
     return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride,
                    padding, output_size, data_format)
@@ -239,7 +243,8 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
         that is not ``grad_output``'s.
       TypeError: at trace time, for a bad dtype (``grad_output``'s must be ``x``'s).
       jax.errors.JaxRuntimeError: at run time on CPU, for an out-of-range index, as
-        :func:`max_unpool2d`. The jnp reference used on other platforms reads 0 for it.
+        :func:`max_unpool2d` (a ``ValueError`` from a compiled function that has run
+        before). Where no error is raised (the XLA ops, CUDA by default) it reads 0.
     """
     return _unpool_backward("max_unpool2d_backward", 2, grad_output, x,
                             indices, output_size, data_format)

@@ -203,3 +203,13 @@ def test_1d_and_3d_layers_are_channels_last_and_round_trip(rng, k):
     np.testing.assert_array_equal(one, values[0])
     grad = nnx.grad(lambda v: (unpool(2)(v, indices) ** 2).sum())(values)
     np.testing.assert_array_equal(grad, 2 * values)
+
+
+def test_a_channels_first_output_size_given_to_a_channels_last_layer_is_quoted_as_given():
+    """An NHWC layer reads a full output_size as NHWC: an NCHW shape gives it the wrong
+    spatial sizes, and the message quotes the shape as the user passed it and says how it
+    was read, not only the dims sliced out of it."""
+    y, indices = MaxPool2d(2)(jnp.zeros((1, 8, 14, 3)))  # NHWC
+    with pytest.raises(ValueError, match=r"max_unpool2d: invalid output_size \(1, 3, 8, 14\): "
+                                         r"its spatial sizes \(3, 8\) \(read as NHWC\)"):
+        MaxUnpool2d(2)(y, indices, output_size=(1, 3, 8, 14))

@@ -69,7 +69,8 @@ TRACE_TIME_CASES = {
                           r"padding=\(3, 3\) give a negative output size \(-2, -2\)"),
     "output_size outside torch range": (unpool(kernel_size=2, output_size=(6, 4)), ValueError,
                                         r"max_unpool2d: invalid output_size \(6, 4\): its "
-                                        r"spatial sizes \(6, 4\) must lie strictly within "
+                                        r"spatial sizes \(6, 4\) \(read as NCHW\) must lie "
+                                        r"strictly within "
                                         r"stride of the default size \(4, 4\) \(dim 0 between "
                                         r"2 and 6, exclusive\)"),
     "data_format": (unpool(data_format="NCWH"), ValueError,
