@@ -344,18 +344,25 @@ def pool_geometry(fn: str, shape: tuple, kernel: tuple, stride: tuple, padding: 
             "too small")
     g = PoolGeometry(in_size, out_size, kernel, stride, padding, dilation, ceil_mode,
                      channels_last, np.dtype(index_dtype))
-    # Flat indices silently wrap around in a too-narrow integer type. The largest index
-    # is the last in-bounds tap of the last window (computed, not listed: kernels may be
-    # huge), or the initial index of a window holding only padding.
-    largest = 0
-    for a, st in enumerate(g.flat_strides()):
-        start = (out_size[a] - 1) * stride[a] - padding[a]
-        taps_inside = (in_size[a] - 1 - start) // dilation[a]  # last tap inside the input
-        last = start + min(kernel[a] - 1, taps_inside) * dilation[a]
-        largest += max(last, int(g.first_in_bounds(a)[-1])) * st
+    # Flat indices silently wrap around in a too-narrow integer type.
+    largest = largest_index(g)
     if largest > np.iinfo(g.index_dtype).max:
         raise ValueError(
             f"{fn}: index_dtype {g.index_dtype.name} cannot hold the flat indices of a "
             f"({', '.join(names)})={in_size} {'plane' if k < 3 else 'volume'} (up to "
             f"{largest}); use index_dtype=int64 with jax_enable_x64")
     return g
+
+
+def largest_index(g: PoolGeometry) -> int:
+    """A bound on the flat indices the pool reports. Per axis: the last window's last tap
+    when it lies in the input; when the input clips it, an earlier window may reach
+    further, up to the input's last position; and a window holding only padding reports
+    its initial index. Computed, not listed: kernels may be huge."""
+    largest = 0
+    for a, st in enumerate(g.flat_strides()):
+        last_tap = ((g.out_size[a] - 1) * g.stride[a] - g.padding[a]
+                    + (g.kernel[a] - 1) * g.dilation[a])
+        reach = min(last_tap, g.in_size[a] - 1)
+        largest += max(reach, int(g.first_in_bounds(a)[-1])) * st
+    return largest

@@ -444,3 +444,28 @@ def test_int32_indices_suffice_when_every_index_lies_in_the_plane():
     with pytest.raises(ValueError, match="index_dtype int32 cannot hold the flat indices"):
         jax.eval_shape(lambda x: ju.max_pool2d_with_indices(x, 2, 1, 1),
                        jax.ShapeDtypeStruct((1, 1, 2**16, 2**16), jnp.float32))
+
+
+def test_the_int32_guard_never_undercounts_the_largest_index(rng):
+    """The guard's bound on the flat indices, per axis, is at least the largest position
+    any window can report: an in-bounds tap of any window (an earlier window may reach
+    further than the last one when the input clips it) or the initial index of a window of
+    padding only. Checked by listing every window's taps on random 1-D geometries."""
+    from jax_unpool import _geometry
+
+    checked = 0
+    while checked < 500:
+        n, k, d, s = (int(v) for v in rng.integers(1, [12, 6, 5, 5]))
+        p, ceil_mode = int(rng.integers(0, k // 2 + 1)), bool(rng.integers(0, 2))
+        try:
+            g = _geometry.pool_geometry("f", (1, 1, n), (k,), (s,), (p,), (d,), ceil_mode,
+                                        False, np.dtype(np.int64))
+        except ValueError:  # output size not positive
+            continue
+        reported = 0
+        for o in range(g.out_size[0]):
+            taps = [o * s - p + j * d for j in range(k) if 0 <= o * s - p + j * d < n]
+            reported = max(reported, max(taps) if taps else int(g.first_in_bounds(0)[o]))
+        bound = _geometry.largest_index(g)
+        assert bound >= reported, (n, k, d, s, p, ceil_mode, bound, reported)
+        checked += 1
