@@ -52,17 +52,26 @@ inline BadIndex BadIndexAt(const PlaneGeometry& g, int64_t flat, int64_t value) 
 }
 
 // OUT_OF_RANGE: the index is well-typed, its value is outside the plane ("an output
-// plane of 4x4"; a row of 8 for k = 1, a volume of 2x4x4 for k = 3).
+// plane of 4x4"; a row of 8 for k = 1, a volume of 2x4x4 for k = 3). A forward's index
+// past the plane most often comes from a pool of an input that the default output size
+// does not give back (an odd size with stride 2): the message says to pass output_size.
 inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const BadIndex& b) {
   std::string sizes;
   for (int d = 0; d < g.k; ++d) sizes += (d ? "x" : "") + std::to_string(g.out_sizes[d]);
   const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
+  const bool forward = std::string(op).find("_backward") == std::string::npos;
+  const std::string hint =
+      forward && b.value >= g.Lo
+          ? std::string("; if the indices come from a max pool, pass the pool's input size "
+                        "as output_size (the default output size can be smaller, e.g. for "
+                        "an odd input size with stride 2)")
+          : "";
   return ffi::Error(
       ffi::ErrorCode::kOutOfRange,
       std::string(op) + ": index " + std::to_string(b.value) + " at (n=" + std::to_string(b.n) +
           ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
           ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
-          ") for an output " + what + " of " + sizes + " (" + PositionsNote(g.k) + ")");
+          ") for an output " + what + " of " + sizes + hint + " (" + PositionsNote(g.k) + ")");
 }
 
 }  // namespace jax_unpool

@@ -18,7 +18,8 @@ namespace jax_unpool {
 struct PlaneGeometry {
   int64_t N = 0, C = 0, L = 0, Lo = 0;
   int k = 2;                  // spatial rank
-  int64_t out_sizes[3] = {};  // the output side's k spatial sizes, for messages
+  int64_t in_sizes[3] = {};   // the input side's k spatial sizes
+  int64_t out_sizes[3] = {};  // the output side's k spatial sizes
   bool channels_last = false;
 
   int64_t units() const { return N * C; }  // one unit of work = one (n, c) plane
@@ -45,6 +46,7 @@ inline PlaneGeometry ReadGeometry(ffi::Span<const int64_t> in, ffi::Span<const i
   g.C = in[channels_last ? rank - 1 : rank - 1 - k];
   g.L = g.Lo = 1;
   for (int d = 0; d < k; ++d) {
+    g.in_sizes[d] = in[s + d];
     g.L *= in[s + d];
     g.out_sizes[d] = out[s + d];
     g.Lo *= out[s + d];

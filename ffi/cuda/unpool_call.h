@@ -19,6 +19,9 @@
 #include <string>
 
 #include "common/buffer_checks.h"
+#include "common/out_of_range.h"
+#include "common/plane_geometry.h"
+#include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "cuda/call.h"
 #include "cuda/unpool_plan.h"
@@ -27,63 +30,21 @@
 namespace jax_unpool {
 namespace cuda {
 
-inline const char* UnpoolOpName(bool forward, int64_t k) {
-  static constexpr const char* kForward[] = {"max_unpool1d", "max_unpool2d", "max_unpool3d"};
-  static constexpr const char* kBackward[] = {
-      "max_unpool1d_backward", "max_unpool2d_backward", "max_unpool3d_backward"};
-  return (forward ? kForward : kBackward)[k - 1];
-}
-
-// The same text as the CPU handlers' (CheckSpatialRank in common/unpool_checks.h).
-inline ffi::Error CheckSpatialRank(bool forward, int64_t k) {
-  if (k >= 1 && k <= 3) return ffi::Error::Success();
-  return ffi::Error::InvalidArgument(
-      std::string(forward ? "max_unpool" : "max_unpool_backward") +
-      ": spatial_rank must be 1, 2 or 3, got " + std::to_string(k));
-}
-
-// The geometry of spatial rank k from an input-side and an output-side buffer that
-// buffer_checks.h found consistent (as ReadGeometry in common/plane_geometry.h).
-inline UnpoolShape ReadShape(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
-                             bool channels_last, int k) {
-  const size_t rank = in.size();
-  const size_t s = rank - k - (channels_last ? 1 : 0);  // the first spatial dim
+// The geometry the kernels take (unpool_plan.h), from the one every platform's checks
+// read (common/plane_geometry.h): (D, H, W) with leading axes of 1.
+inline UnpoolShape ShapeOf(const PlaneGeometry& p) {
   UnpoolShape g;
-  g.k = k;
-  g.channels_last = channels_last;
-  g.N = rank == static_cast<size_t>(k) + 2 ? in[0] : 1;
-  g.C = in[channels_last ? rank - 1 : rank - 1 - k];
-  for (int d = 0; d < k; ++d) {
-    g.in[3 - k + d] = in[s + d];
-    g.out[3 - k + d] = out[s + d];
-    g.L *= in[s + d];
-    g.Lo *= out[s + d];
+  g.k = p.k;
+  g.channels_last = p.channels_last;
+  g.N = p.N;
+  g.C = p.C;
+  g.L = p.L;
+  g.Lo = p.Lo;
+  for (int d = 0; d < p.k; ++d) {
+    g.in[3 - p.k + d] = p.in_sizes[d];
+    g.out[3 - p.k + d] = p.out_sizes[d];
   }
   return g;
-}
-
-// OUT_OF_RANGE for the index `value` at element offset `flat` of the indices: the CPU
-// handlers' message (OutOfRangeError in common/out_of_range.h), word for word.
-inline ffi::Error OutOfRange(const char* op, const UnpoolShape& g, int64_t flat, int64_t value) {
-  int64_t n, c, i;
-  if (g.channels_last) {
-    c = flat % g.C;
-    i = flat / g.C % g.L;
-    n = flat / g.C / g.L;
-  } else {
-    i = flat % g.L;
-    c = flat / g.L % g.C;
-    n = flat / g.L / g.C;
-  }
-  std::string sizes;
-  for (int d = 3 - g.k; d < 3; ++d) sizes += (d > 3 - g.k ? "x" : "") + std::to_string(g.out[d]);
-  const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
-  return ffi::Error(ffi::ErrorCode::kOutOfRange,
-                    std::string(op) + ": index " + std::to_string(value) + " at (n=" +
-                        std::to_string(n) + ", c=" + std::to_string(c) + ", i=" +
-                        std::to_string(i) + ") of indices is out of range: valid indices are [0, " +
-                        std::to_string(g.Lo) + ") for an output " + what + " of " + sizes + " (" +
-                        PositionsNote(g.k) + ")");
 }
 
 // The forward's window hint: the attributes window_extent, window_stride and
@@ -136,11 +97,11 @@ inline ffi::Error CheckWorkspace(const char* op, const ffi::AnyBuffer& workspace
 
 // Checked calls: the first index outside the plane, in flat order, fails the call.
 template <typename Device>
-ffi::Error CheckIndices(Device& device, const char* op, const UnpoolShape& g,
+ffi::Error CheckIndices(Device& device, const char* op, const PlaneGeometry& g,
                         const ffi::AnyBuffer& indices, uint8_t* workspace) {
   FirstBadLaunch a;
   a.Lo = g.Lo;
-  a.count = g.in_count();
+  a.count = g.N * g.C * g.L;
   a.index64 = indices.element_type() == ffi::DataType::S64;
   a.indices = indices.untyped_data();
   a.first = reinterpret_cast<uint64_t*>(workspace + 8);
@@ -155,7 +116,8 @@ ffi::Error CheckIndices(Device& device, const char* op, const UnpoolShape& g,
   device.CopyToHost(a.index64 ? static_cast<void*>(&value) : &value32,
                     static_cast<const uint8_t*>(a.indices) + first * width, width);
   if (ffi::Error e = device.Status(op); !e.success()) return e;
-  return OutOfRange(op, g, static_cast<int64_t>(first), a.index64 ? value : value32);
+  return OutOfRangeError(op, g, BadIndexAt(g, static_cast<int64_t>(first),
+                                           a.index64 ? value : value32));
 }
 
 // max_unpool{k}d: (x, indices) -> (out, workspace); attributes channels_last,
@@ -167,20 +129,16 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
                          ffi::Span<const int64_t> window_extent,
                          ffi::Span<const int64_t> window_stride,
                          ffi::Span<const int64_t> window_padding) {
-  if (ffi::Error e = CheckSpatialRank(true, k); !e.success()) return e;
-  const char* op = UnpoolOpName(true, k);
+  if (ffi::Error e = CheckSpatialRank(UnpoolOp::kForward, k); !e.success()) return e;
+  const char* op = UnpoolOpName(UnpoolOp::kForward, k);
   const int rank = static_cast<int>(k);
-  if (ffi::Error e = CheckForwardBuffers(op, x, indices, out, channels_last, rank);
-      !e.success())
-    return e;
+  ffi::ErrorOr<PlaneGeometry> plane =
+      CheckUnpoolCall(op, UnpoolOp::kForward, x, indices, out, channels_last, rank);
+  if (plane.has_error()) return plane.error();
   const int64_t width = MovableByteWidth(x.element_type());
-  if (width == 0) {
-    return ffi::Error::InvalidArgument(std::string(op) + ": unsupported value dtype " +
-                                       DataTypeName(x.element_type()));
-  }
   ffi::ErrorOr<Window> hint = ReadWindow(op, rank, window_extent, window_stride, window_padding);
   if (hint.has_error()) return hint.error();
-  const UnpoolShape g = ReadShape(x.dimensions(), out.dimensions(), channels_last, rank);
+  const UnpoolShape g = ShapeOf(*plane);
   if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
   const int64_t position_bytes = PositionBytes(width, g.L, g.Lo);
   if (ffi::Error e = CheckWorkspace(op, workspace, kHeaderBytes + position_bytes * g.out_count());
@@ -191,7 +149,7 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
     return ffi::Error::InvalidArgument(std::string(op) + ": result is not 4-byte aligned");
   uint8_t* ws = static_cast<uint8_t*>(workspace.untyped_data());
   if (checked && g.in_count() > 0) {
-    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
+    if (ffi::Error e = CheckIndices(device, op, *plane, indices, ws); !e.success()) return e;
   }
   if (out.element_count() == 0) return ffi::Error::Success();  // every index dropped
   if (g.in_count() == 0) {
@@ -219,24 +177,20 @@ ffi::Error MaxUnpoolBackwardCall(Device& device, const ffi::AnyBuffer& grad,
                                  const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
                                  const ffi::AnyBuffer* checked_workspace, bool channels_last,
                                  int64_t k) {
-  if (ffi::Error e = CheckSpatialRank(false, k); !e.success()) return e;
-  const char* op = UnpoolOpName(false, k);
+  if (ffi::Error e = CheckSpatialRank(UnpoolOp::kBackward, k); !e.success()) return e;
+  const char* op = UnpoolOpName(UnpoolOp::kBackward, k);
   const int rank = static_cast<int>(k);
-  if (ffi::Error e = CheckBackwardBuffers(op, grad, indices, out, channels_last, rank);
-      !e.success())
-    return e;
+  ffi::ErrorOr<PlaneGeometry> plane =
+      CheckUnpoolCall(op, UnpoolOp::kBackward, grad, indices, out, channels_last, rank);
+  if (plane.has_error()) return plane.error();
   const int64_t width = MovableByteWidth(grad.element_type());
-  if (width == 0) {
-    return ffi::Error::InvalidArgument(std::string(op) + ": unsupported value dtype " +
-                                       DataTypeName(grad.element_type()));
-  }
-  const UnpoolShape g = ReadShape(indices.dimensions(), grad.dimensions(), channels_last, rank);
+  const UnpoolShape g = ShapeOf(*plane);
   if (out.element_count() == 0) return ffi::Error::Success();
   if (checked_workspace != nullptr) {
     if (ffi::Error e = CheckWorkspace(op, *checked_workspace, kHeaderBytes); !e.success())
       return e;
     uint8_t* ws = static_cast<uint8_t*>(checked_workspace->untyped_data());
-    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
+    if (ffi::Error e = CheckIndices(device, op, *plane, indices, ws); !e.success()) return e;
   }
   GatherLaunch a;
   a.shape = g;

@@ -17,6 +17,10 @@ RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
 POSITIONS_NOTE = ("any position named here is in the indices buffer of this kernel call: "
                   "n counts the images with the batch axes of jax.vmap folded in, "
                   "i = h * W + w, and under sharding positions are within the shard")
+# What a forward's message adds for an index past the plane: the usual cause.
+POOL_HINT = ("; if the indices come from a max pool, pass the pool's input size as output_size "
+             "(the default output size can be smaller, e.g. for an odd input size with "
+             "stride 2)")
 
 
 def expected_message(op: str, indices, output_hw: tuple[int, int],
@@ -38,6 +42,8 @@ def expected_message(op: str, indices, output_hw: tuple[int, int],
         n, c, h, w = np.unravel_index(k, shape4)
         width = shape4[3]
     i = h * width + w
-    return (f"OUT_OF_RANGE: {op}: index {int(flat[k])} at (n={n}, c={c}, i={i}) of indices "
+    value = int(flat[k])
+    hint = POOL_HINT if value >= plane and not op.endswith("_backward") else ""
+    return (f"OUT_OF_RANGE: {op}: index {value} at (n={n}, c={c}, i={i}) of indices "
             f"is out of range: valid indices are [0, {plane}) for an output plane of "
-            f"{ho}x{wo} ({POSITIONS_NOTE})")
+            f"{ho}x{wo}{hint} ({POSITIONS_NOTE})")

@@ -14,6 +14,7 @@ import numpy_oracle as oracle
 import pytest
 from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 from jax.test_util import check_grads
+from out_of_range import POOL_HINT
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -222,15 +223,16 @@ def test_run_time_errors_name_the_rank_and_its_output_volume():
     idx = np.zeros((1, 1, 2, 2, 2), np.int32)
     idx[0, 0, 1, 1, 0] = 64  # the output volume has 4 * 4 * 4 = 64 positions
     message = ("OUT_OF_RANGE: max_unpool3d{}: index 64 at (n=0, c=0, i=6) of indices is out "
-               "of range: valid indices are [0, 64) for an output volume of 4x4x4 "
+               "of range: valid indices are [0, 64) for an output volume of 4x4x4{} "
                f"({NOTE_3D})")
     with pytest.raises(jax.errors.JaxRuntimeError) as err:
         jax.block_until_ready(ju.max_unpool3d(jnp.ones(idx.shape), idx, 2))
-    assert str(err.value).splitlines()[0] == message.format("")
+    # The forward's index past the volume comes with the usual cause's remedy.
+    assert str(err.value).splitlines()[0] == message.format("", POOL_HINT)
     with pytest.raises(jax.errors.JaxRuntimeError) as err:
         jax.block_until_ready(ju.max_unpool3d_backward(
             jnp.ones((1, 1, 4, 4, 4)), jnp.ones(idx.shape), idx, (4, 4, 4)))
-    assert str(err.value).splitlines()[0] == message.format("_backward")
+    assert str(err.value).splitlines()[0] == message.format("_backward", "")
 
 
 def test_run_time_error_of_1d_names_the_output_row():
@@ -239,7 +241,8 @@ def test_run_time_error_of_1d_names_the_output_row():
         jax.block_until_ready(ju.max_unpool1d(jnp.ones(idx.shape), idx, output_size=(8,)))
     assert str(err.value).splitlines()[0] == (
         "OUT_OF_RANGE: max_unpool1d: index 9 at (n=0, c=1, i=2) of indices is out of range: "
-        "valid indices are [0, 8) for an output row of 8 (any position named here is in the "
+        f"valid indices are [0, 8) for an output row of 8{POOL_HINT} (any position named here "
+        "is in the "
         "indices buffer of this kernel call: n counts the images with the batch axes of "
         "jax.vmap folded in, i = w, and under sharding positions are within the shard)")
 

@@ -93,8 +93,9 @@ def test_the_forward_drops_its_workspace_and_passes_the_hint_attributes():
     call = next(line for line in text.splitlines() if "custom_call" in line)
     # float32 positions fit the result: a 16-byte header per plane (N, C batch dims)
     assert "-> (tensor<2x3x8x8xf32>, tensor<2x3x16xui8>)" in call
-    for name in ("window_extent", "window_stride", "window_padding"):
-        assert re.search(name + r" = dense<> : tensor<0xi64>", call)
+    # the public function passes its pool window as the hint: kernel 2, stride 2, padding 0
+    for name, value in (("window_extent", 2), ("window_stride", 2), ("window_padding", 0)):
+        assert f"{name} = dense<{value}> : tensor<2xi64>" in call
     assert 'num_batch_dims = "2"' in call
 
 

@@ -33,6 +33,7 @@ from cases import (
     to_layout,
 )
 from dtypes import bits
+from out_of_range import POOL_HINT
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -133,8 +134,8 @@ def test_pool_attributes_are_checked_as_on_the_cpu(emulation):
     with pytest.raises(emu.HandlerError) as info:
         emulation.pool(x, (2, 2), (0, 2), (0, 0), (1, 1), out_shape=(1, 1, 2, 2))
     assert info.value.code == emu.INVALID_ARGUMENT
-    assert info.value.message == ("max_pool2d_with_indices: stride must be positive (and at "
-                                  "most 2^31), got (0, 2)")
+    assert info.value.message == ("max_pool2d_with_indices: stride must be positive and at "
+                                  "most 2147483647, got (0, 2)")
 
 
 # --------------------------------------------------------------------------------------
@@ -244,7 +245,7 @@ def test_an_empty_output_plane_drops_every_index_unless_checked(emulation):
         emulation.forward(x, idx, (1, 2, 0, 4), checked=True)
     assert info.value.message.startswith(
         "max_unpool2d: index 3 at (n=0, c=0, i=0) of indices is out of range: valid indices "
-        "are [0, 0) for an output plane of 0x4 (")
+        "are [0, 0) for an output plane of 0x4" + POOL_HINT + " (")
 
 
 def test_window_attributes_of_the_wrong_length_are_refused(emulation):

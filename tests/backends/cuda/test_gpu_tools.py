@@ -13,7 +13,7 @@ from pathlib import Path
 
 import fresh_process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_gpu_check_is_an_executable_bash_script():
