@@ -131,6 +131,15 @@ struct PoolWindows {
   JU_HD int64_t Tap(int a, int64_t o, int64_t t) const {
     return o * stride[a] - pad[a] + t * dil[a];
   }
+  // The taps of window o along axis a that land inside the input, [lo, hi) (empty for a
+  // window of padding only): a border window costs its taps inside, not its kernel size
+  // (a kernel of 2^31 - 1 over a 5x5 input runs as fast as a small one).
+  JU_HD void Inside(int a, int64_t o, int64_t& lo, int64_t& hi) const {
+    const int64_t start = o * stride[a] - pad[a];
+    lo = start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
+    const int64_t room = in[a] - 1 - start;  // the largest tap offset inside
+    hi = room < 0 ? 0 : (room / dil[a] + 1 < kernel[a] ? room / dil[a] + 1 : kernel[a]);
+  }
   // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
   // past the left padding; past the input when a ceil_mode window holds only padding.
   JU_HD int64_t First(int a, int64_t o) const {
@@ -189,15 +198,14 @@ struct PoolWindow {
       best_at = static_cast<int64_t>(at);
     } else {
       best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
-      for (int64_t td = 0; td < w.kernel[0]; ++td) {
+      int64_t lo[3], hi[3];
+      for (int a = 0; a < 3; ++a) w.Inside(a, o[a], lo[a], hi[a]);
+      for (int64_t td = lo[0]; td < hi[0]; ++td) {
         const int64_t d = w.Tap(0, o[0], td);
-        if (d < 0 || d >= w.in[0]) continue;
-        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+        for (int64_t th = lo[1]; th < hi[1]; ++th) {
           const int64_t h = w.Tap(1, o[1], th);
-          if (h < 0 || h >= w.in[1]) continue;
-          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+          for (int64_t tw = lo[2]; tw < hi[2]; ++tw) {
             const int64_t x_w = w.Tap(2, o[2], tw);
-            if (x_w < 0 || x_w >= w.in[2]) continue;
             const int64_t tap = (d * w.in[1] + h) * w.in[2] + x_w;
             Consider(plane[static_cast<Index>(tap) * w.inner], tap, best_raw, best, best_at);
           }

@@ -129,6 +129,21 @@ def test_pool_equals_the_cpu_kernel(emulation, dtype):
         np.testing.assert_array_equal(indices, expected[1], err_msg=case)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_huge_kernel_costs_its_taps_inside_the_input(emulation, k):
+    # Each border window visits only its taps inside the input (issue 31 item 4 on the
+    # GPU): a kernel of 2^31 - 1 whose padding covers a 5^k input is 5^k taps an output,
+    # where testing every kernel tap would not finish. Results as the CPU kernel's.
+    rng = seeded("huge kernel", "float32")
+    x = rng.standard_normal((1, 2, *(5,) * k)).astype(np.float32)
+    window = ((2**31 - 1,) * k, (1,) * k, (2**30 - 1,) * k, (1,) * k)
+    values, indices = emulation.pool(x, *window, index_dtype=np.int64)
+    expected = cpu_pool(x, window, False, k, False, np.int64)
+    np.testing.assert_array_equal(values, expected[0])
+    np.testing.assert_array_equal(indices, expected[1])
+    assert values.shape == (1, 2, *(5,) * k)
+
+
 def test_pool_attributes_are_checked_as_on_the_cpu(emulation):
     x = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises(emu.HandlerError) as info:
