@@ -767,7 +767,7 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
 def test_the_docs_promise_the_duplicate_winner_only_where_it_holds():
     # The forwards are l0op::ScatterElements(..., "none") (hicann/ops-nn
     # aclnn_max_unpool{2,3}d.cpp): deterministic by CANN's docs, no winner named anywhere.
-    root = Path(__file__).resolve().parents[3]
+    root = ROOT
     pages = {str(f.relative_to(root)): " ".join(f.read_text().split())
              for f in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
     docs = {f"{f.__module__}.{f.__name__}": " ".join(f.__doc__.split())
@@ -841,7 +841,7 @@ def test_a_chip_no_doc_lists_runs_xla_ops_and_says_so(fake, fake_cann_dir, rng, 
         jax.tree.map(assert_bits_equal, result, calls[op][2])
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 OP_COLUMNS = {  # the chip table's operator columns -> what the routing must send to aclnn
     "`aclnnMaxUnpool2d`, `aclnnMaxUnpool3d`": ("unpool_ops", {"max_unpool2d", "max_unpool3d"}),
     "`aclnnMaxUnpool2dBackward`, `aclnnMaxUnpool3dBackward`": (
