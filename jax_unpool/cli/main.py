@@ -113,7 +113,7 @@ def info() -> int:
 
 
 def bench(argv: Sequence[str]) -> int:
-    from jax_unpool.cli import bench as bench_module
+    from jax_unpool.cli.bench import cli as bench_module
     return bench_module.main(list(argv)) or 0
 
 

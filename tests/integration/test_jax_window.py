@@ -154,10 +154,10 @@ def installed() -> dict:
 
 
 def _native_sources_hash() -> str:
-    """What the extension module is built from: the build files and ffi/."""
+    """What the extension module is built from: the build files, cmake/ and ffi/."""
     digest = hashlib.sha256()
     for path in sorted([REPO / "CMakeLists.txt", REPO / "pyproject.toml",
-                        *(REPO / "ffi").rglob("*")]):
+                        *(REPO / "cmake").rglob("*"), *(REPO / "ffi").rglob("*")]):
         if path.is_file():
             digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
@@ -202,10 +202,12 @@ def _built_extension(python_version: str) -> tuple[str, bytes, str]:
             source = dist / f"source-{python_version}"
             shutil.rmtree(source, ignore_errors=True)
             source.mkdir(parents=True)
-            for name in ("pyproject.toml", "CMakeLists.txt", "README.md"):
+            # What pyproject.toml and CMakeLists.txt name: the readme, the license files,
+            # cmake/ (the kept-build rules), the sources.
+            for name in ("pyproject.toml", "CMakeLists.txt", "README.md", "LICENSE"):
                 shutil.copy2(REPO / name, source / name)
             ignore = shutil.ignore_patterns("__pycache__", "*.so")
-            for name in ("ffi", "jax_unpool"):
+            for name in ("cmake", "ffi", "jax_unpool"):
                 shutil.copytree(REPO / name, source / name, ignore=ignore)
             # The CUDA kernels are not built: the subset runs on CPU.
             _pip(Path(_interpreter(_build_python(python_version))), "wheel", "-q", "--no-deps",

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import jax_unpool as ju
-from jax_unpool.cli import bench
 from jax_unpool.cli.bench import cli, measure, step, targets, unpool
 
 UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_vs_xla",
@@ -21,7 +20,7 @@ UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_
 def result(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "quick.json"
     # int64 indices too: their runs go through jax's x64 mode
-    assert bench.main(["--quick", "--index-dtypes", "int32", "int64", "--json", str(path)]) == 0
+    assert cli.main(["--quick", "--index-dtypes", "int32", "int64", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
