@@ -249,6 +249,21 @@ def backward_ref(g, idx):
     return np.take_along_axis(gf, jf.astype(np.int64), axis=1).reshape(idx.shape)
 
 
+def _cycle(fc, gws, run, tensors, stream=None):
+    """An op's two phases: ``gws(workspace_size_ref, executor_ref)``, then ``run`` on a
+    workspace of the size asked for (nullptr for 0); destroys `tensors` either way. Returns
+    the status of the first phase that fails, else the run's."""
+    ws, ex = c_uint64(0), c_void_p()
+    try:
+        rc = gws(ctypes.byref(ws), ctypes.byref(ex))
+        if rc != OK:
+            return rc
+        buf = np.zeros(max(ws.value, 1), np.uint8)
+        return run(buf.ctypes.data if ws.value else None, ws.value, ex, stream)
+    finally:
+        fc.destroy(*tensors)
+
+
 def run_fwd(fc, x, idx, osz, out=None, *, x_t=None, out_t=None, out_base=None, stream=None):
     """Full forward cycle; returns (status at first failure, out array)."""
     if out is None:
@@ -256,15 +271,9 @@ def run_fwd(fc, x, idx, osz, out=None, *, x_t=None, out_t=None, out_base=None, s
     ts = [x_t or fc.tensor(x), fc.tensor(idx), None]
     ts[2] = out_t or fc.tensor(out, base=out_base)
     arr = _int_array(fc, osz)
-    ws, ex = c_uint64(0), c_void_p()
-    try:
-        rc = fc.fwd_gws(ts[0], ts[1], arr, ts[2], ctypes.byref(ws), ctypes.byref(ex))
-        if rc != OK:
-            return rc, out
-        buf = np.zeros(ws.value, np.uint8)
-        return fc.fwd_run(buf.ctypes.data, ws.value, ex, stream), out
-    finally:
-        fc.destroy(*ts, arr)
+    rc = _cycle(fc, lambda ws, ex: fc.fwd_gws(ts[0], ts[1], arr, ts[2], ws, ex), fc.fwd_run,
+                [*ts, arr], stream)
+    return rc, out
 
 
 def run_bwd(fc, g, x, idx, osz, out=None, *, stream=None):
@@ -272,15 +281,9 @@ def run_bwd(fc, g, x, idx, osz, out=None, *, stream=None):
         out = np.full(x.shape, 77, g.dtype)
     ts = [fc.tensor(g), fc.tensor(x), fc.tensor(idx), fc.tensor(out)]
     arr = _int_array(fc, osz)
-    ws, ex = c_uint64(0), c_void_p()
-    try:
-        rc = fc.bwd_gws(ts[0], ts[1], ts[2], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex))
-        if rc != OK:
-            return rc, out
-        buf = np.zeros(ws.value, np.uint8)
-        return fc.bwd_run(buf.ctypes.data, ws.value, ex, stream), out
-    finally:
-        fc.destroy(*ts, arr)
+    rc = _cycle(fc, lambda ws, ex: fc.bwd_gws(ts[0], ts[1], ts[2], arr, ts[3], ws, ex),
+                fc.bwd_run, [*ts, arr], stream)
+    return rc, out
 
 
 SEED_GRAD = np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)
@@ -305,16 +308,26 @@ def check_seed_example(fc):
     assert fc.err() is None
 
 
+# (self shape, outputSize, indices dtype, dtype) of the 2-D ops' value checks.
+FORWARD_CASES = [
+    ((2, 3, 2, 2), (4, 4), np.int32, np.float32),
+    ((3, 2, 3), (3, 4), np.int64, np.float64),
+    ((1, 2, 2, 3), (2, 3), np.int64, np.int8),  # oH*oW == H*W
+    ((2, 1, 3, 3), (5, 5), np.int32, np.uint8),
+    ((1, 1, 2, 2), (3, 3), np.int32, np.bool_),  # bool presented as UINT8 (see below)
+]
+BACKWARD_CASES = [
+    ((2, 3, 2, 2), (4, 4), np.int64, np.float16),
+    ((3, 2, 3), (3, 4), np.int32, np.int64),
+    ((2, 2, 3, 3), (2, 2), np.int32, np.bool_),  # oH*oW < H*W is fine for the backward
+    ((1, 1, 2, 2), (1, 1), np.int32, np.int16),
+]
+
+
 def check_forward_values(fc):
     live0 = fc.baseline()
     rng = np.random.default_rng(0)
-    for shape, osz, idt, dt in [
-        ((2, 3, 2, 2), (4, 4), np.int32, np.float32),
-        ((3, 2, 3), (3, 4), np.int64, np.float64),
-        ((1, 2, 2, 3), (2, 3), np.int64, np.int8),  # oH*oW == H*W
-        ((2, 1, 3, 3), (5, 5), np.int32, np.uint8),
-        ((1, 1, 2, 2), (3, 3), np.int32, np.bool_),  # bool presented as UINT8 (see below)
-    ]:
+    for shape, osz, idt, dt in FORWARD_CASES:
         x = (rng.standard_normal(shape) * 50).astype(dt)
         idx = rng.integers(0, osz[0] * osz[1], size=shape).astype(idt)
         if dt == np.bool_:
@@ -342,12 +355,7 @@ def check_forward_values(fc):
 def check_backward_values(fc):
     live0 = fc.baseline()
     rng = np.random.default_rng(1)
-    for shape, osz, idt, dt in [
-        ((2, 3, 2, 2), (4, 4), np.int64, np.float16),
-        ((3, 2, 3), (3, 4), np.int32, np.int64),
-        ((2, 2, 3, 3), (2, 2), np.int32, np.bool_),  # oH*oW < H*W is fine for the backward
-        ((1, 1, 2, 2), (1, 1), np.int32, np.int16),
-    ]:
+    for shape, osz, idt, dt in BACKWARD_CASES:
         g = (rng.standard_normal(shape[:-2] + osz) * 50).astype(dt)
         x = np.zeros(shape, dt)
         idx = rng.integers(0, osz[0] * osz[1], size=shape).astype(idt)
@@ -409,43 +417,34 @@ def check_strided_views(fc):
     assert fc.live_objects() == live0
 
 
+def _nullptr_messages(fc, gws, args):
+    """Calls gws once per argument, that one None: each call must fail with
+    ACLNN_ERR_PARAM_NULLPTR. Returns the error messages, in argument order."""
+    messages = []
+    for i in range(len(args)):
+        assert gws(*args[:i], None, *args[i + 1:]) == NULLPTR, i
+        messages.append(fc.err())
+    return messages
+
+
 def check_nullptr_161001(fc):
     live0 = fc.baseline()
     x, idx = SEED_SELF, SEED_IDX
     ws, ex = c_uint64(), c_void_p()
-    fwd = [
-        fc.tensor(x),
-        fc.tensor(idx),
-        _int_array(fc, (3, 3)),
-        fc.tensor(np.zeros((1, 3, 3, 3), np.float32)),
-        ctypes.byref(ws),
-        ctypes.byref(ex),
-    ]
-    for i in range(len(fwd)):
-        args = list(fwd)
-        args[i] = None
-        assert fc.fwd_gws(*args) == NULLPTR, i
-        msg = fc.err()
+    outs = [ctypes.byref(ws), ctypes.byref(ex)]
+    fwd = [fc.tensor(x), fc.tensor(idx), _int_array(fc, (3, 3)),
+           fc.tensor(np.zeros((1, 3, 3, 3), np.float32))]
+    for msg in _nullptr_messages(fc, fc.fwd_gws, fwd + outs):
         assert msg and "nullptr" in msg and "161001" in msg, msg
-    bwd = [
-        fc.tensor(SEED_GRAD),
-        fc.tensor(x),
-        fc.tensor(idx),
-        _int_array(fc, (3, 1)),
-        fc.tensor(np.zeros((1, 3, 2, 2), np.float32)),
-        ctypes.byref(ws),
-        ctypes.byref(ex),
-    ]
+    bwd = [fc.tensor(SEED_GRAD), fc.tensor(x), fc.tensor(idx), _int_array(fc, (3, 1)),
+           fc.tensor(np.zeros((1, 3, 2, 2), np.float32))]
     names = ["gradOutput", "self", "indices", "outputSize", "out", "workspaceSize", "executor"]
-    for i in range(len(bwd)):
-        args = list(bwd)
-        args[i] = None
-        assert fc.bwd_gws(*args) == NULLPTR, i
-        assert names[i] + " is nullptr" in fc.err()
+    for name, msg in zip(names, _nullptr_messages(fc, fc.bwd_gws, bwd + outs), strict=True):
+        assert name + " is nullptr" in msg
     assert fc.live_executors() == 0
     assert fc.fwd_run(None, 0, None, None) == NULLPTR and "executor is nullptr" in fc.err()
     assert fc.bwd_run(None, 0, None, None) == NULLPTR
-    fc.destroy(fwd[0], fwd[1], fwd[2], fwd[3], bwd[0], bwd[1], bwd[2], bwd[3], bwd[4])
+    fc.destroy(*fwd, *bwd)
     assert fc.live_objects() == live0
 
 
@@ -1028,15 +1027,9 @@ def run_fwd3d(fc, x, idx, osz, out=None, *, stride=(1, 1, 1), padding=(0, 0, 0),
     if out is None:
         out = np.full(x.shape[:-3] + tuple(osz), 77, x.dtype)
     ts = [x_t or fc.tensor(x), idx_t or fc.tensor(idx), fc.tensor(out)]
-    ws, ex = c_uint64(0), c_void_p()
-    try:
-        rc = _gws3d(fc, "forward", ts, osz, stride, padding, ctypes.byref(ws), ctypes.byref(ex))
-        if rc != OK:
-            return rc, out
-        buf = np.zeros(max(ws.value, 1), np.uint8)
-        return fc.fwd3d_run(buf.ctypes.data if ws.value else None, ws.value, ex, None), out
-    finally:
-        fc.destroy(*ts)
+    rc = _cycle(fc, lambda ws, ex: _gws3d(fc, "forward", ts, osz, stride, padding, ws, ex),
+                fc.fwd3d_run, ts)
+    return rc, out
 
 
 def broadcast_self(fc, shape, memory, dtype=None):
@@ -1056,16 +1049,9 @@ def run_bwd3d(fc, g, idx, osz=None, out=None, *, x=None, g_t=None):
         out = np.full(idx.shape, 77, g.dtype)
     x_t = fc.tensor(x) if x is not None else broadcast_self(fc, idx.shape, g)
     ts = [g_t or fc.tensor(g), x_t, fc.tensor(idx), fc.tensor(out)]
-    ws, ex = c_uint64(0), c_void_p()
-    try:
-        rc = _gws3d(fc, "backward", ts, osz, (1, 1, 1), (0, 0, 0), ctypes.byref(ws),
-                    ctypes.byref(ex))
-        if rc != OK:
-            return rc, out
-        buf = np.zeros(max(ws.value, 1), np.uint8)
-        return fc.bwd3d_run(buf.ctypes.data if ws.value else None, ws.value, ex, None), out
-    finally:
-        fc.destroy(*ts)
+    rc = _cycle(fc, lambda ws, ex: _gws3d(fc, "backward", ts, osz, (1, 1, 1), (0, 0, 0), ws, ex),
+                fc.bwd3d_run, ts)
+    return rc, out
 
 
 def check_3d_forward_values(fc):
@@ -1451,15 +1437,9 @@ def run_pool(fc, k, x, window, ceil_mode=False, *, index_dtype=np.int32, dtype=N
         out, idx, obase, ibase = views
         out_t, idx_t = fc.tensor(out, dtype=dtype, base=obase), fc.tensor(idx, base=ibase)
     ts = [x_t or fc.tensor(x, dtype=dtype), out_t, idx_t]
-    ws, ex = c_uint64(0), c_void_p()
-    try:
-        rc = _pool_gws(fc, k, ts, window, ceil_mode, ctypes.byref(ws), ctypes.byref(ex))
-        if rc != OK:
-            return rc, out, idx
-        buf = np.zeros(max(ws.value, 1), np.uint8)
-        return fc.pool_run[k](buf.ctypes.data if ws.value else None, ws.value, ex, None), out, idx
-    finally:
-        fc.destroy(*ts)
+    rc = _cycle(fc, lambda ws, ex: _pool_gws(fc, k, ts, window, ceil_mode, ws, ex),
+                fc.pool_run[k], ts)
+    return rc, out, idx
 
 
 def check_pool_values(fc):

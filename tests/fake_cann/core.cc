@@ -54,42 +54,28 @@ struct aclOpExecutor {
 namespace fakecann {
 namespace {
 
-constexpr const char *kFwdGws = "aclnnMaxUnpool2dGetWorkspaceSize";
-constexpr const char *kFwdRun = "aclnnMaxUnpool2d";
-constexpr const char *kBwdGws = "aclnnMaxUnpool2dBackwardGetWorkspaceSize";
-constexpr const char *kBwdRun = "aclnnMaxUnpool2dBackward";
-constexpr const char *kFwd3dGws = "aclnnMaxUnpool3dGetWorkspaceSize";
-constexpr const char *kFwd3dRun = "aclnnMaxUnpool3d";
-constexpr const char *kBwd3dGws = "aclnnMaxUnpool3dBackwardGetWorkspaceSize";
-constexpr const char *kBwd3dRun = "aclnnMaxUnpool3dBackward";
-constexpr const char *kPool2dGws = "aclnnMaxPool2dWithIndicesGetWorkspaceSize";
-constexpr const char *kPool2dRun = "aclnnMaxPool2dWithIndices";
-constexpr const char *kPool3dGws = "aclnnMaxPool3dWithArgmaxGetWorkspaceSize";
-constexpr const char *kPool3dRun = "aclnnMaxPool3dWithArgmax";
-
-bool is_forward(Op op) { return op == Op::kForward || op == Op::kForward3d; }
-bool is_pool(Op op) { return op == Op::kPool2d || op == Op::kPool3d; }
+constexpr bool is_forward(Op op) { return op == Op::kForward || op == Op::kForward3d; }
+constexpr bool is_pool(Op op) { return op == Op::kPool2d || op == Op::kPool3d; }
 // 2 for the MaxUnpool2d and MaxPool2d ops, 3 for the 3-D ones.
-int spatial_rank(Op op) {
+constexpr int spatial_rank(Op op) {
   return op == Op::kForward || op == Op::kBackward || op == Op::kPool2d ? 2 : 3;
 }
-const char *gws_name(Op op) {
-  switch (op) {
-    case Op::kForward:
-      return kFwdGws;
-    case Op::kBackward:
-      return kBwdGws;
-    case Op::kForward3d:
-      return kFwd3dGws;
-    case Op::kBackward3d:
-      return kBwd3dGws;
-    case Op::kPool2d:
-      return kPool2dGws;
-    case Op::kPool3d:
-      return kPool3dGws;
-  }
-  return "?";
-}
+
+// The two entry points of each op, in Op's order.
+struct OpNames {
+  const char *gws;  // first phase: GetWorkspaceSize
+  const char *run;  // second phase: the execution
+};
+constexpr OpNames kOpNames[] = {
+    {"aclnnMaxUnpool2dGetWorkspaceSize", "aclnnMaxUnpool2d"},
+    {"aclnnMaxUnpool2dBackwardGetWorkspaceSize", "aclnnMaxUnpool2dBackward"},
+    {"aclnnMaxUnpool3dGetWorkspaceSize", "aclnnMaxUnpool3d"},
+    {"aclnnMaxUnpool3dBackwardGetWorkspaceSize", "aclnnMaxUnpool3dBackward"},
+    {"aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithIndices"},
+    {"aclnnMaxPool3dWithArgmaxGetWorkspaceSize", "aclnnMaxPool3dWithArgmax"},
+};
+constexpr const char *gws_name(Op op) { return kOpNames[static_cast<int>(op)].gws; }
+constexpr const char *run_name(Op op) { return kOpNames[static_cast<int>(op)].run; }
 
 constexpr int kMaxDims = 8;
 // Destroyed objects are kept (not freed) for this many further destroys, so a second
@@ -971,24 +957,71 @@ struct IntArrayArg {
   const aclIntArray *ptr;
 };
 
+// Records the dtypes of the data and indices tensors the caller presented, before
+// validating, so a test can see e.g. that a bf16 array arrived as INT16 even when the call
+// is rejected. A pointer that is not a live tensor is not read.
+void record_dtypes(const char *fn, const aclTensor *data, const aclTensor *indices) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto live_tensor = [&](const aclTensor *t) {
+    auto it = t ? s.live.find(t) : s.live.end();
+    return it != s.live.end() && it->second == kTensor;
+  };
+  if (live_tensor(data)) s.last_dtype[fn] = data->dtype;
+  if (live_tensor(indices)) s.last_indices_dtype[fn] = indices->dtype;
+}
+
+// Copies the arguments that are live objects of their kind: the tensors of `tensors` and
+// then of `later_tensors` into *tensor_copies, the arrays' values into *array_values.
+// Returns "" when all are live, else why the first that is not (in the order tensors,
+// arrays, later_tensors) is not.
+std::string copy_live_args(const std::vector<TensorArg> &tensors,
+                           const std::vector<IntArrayArg> &arrays,
+                           const std::vector<TensorArg> &later_tensors,
+                           std::vector<aclTensor> *tensor_copies,
+                           std::vector<std::vector<int64_t>> *array_values) {
+  State &s = state();
+  std::string bad;
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto live_as = [&](const void *p, Kind k, const char *name) {
+    auto it = s.live.find(p);
+    if (it != s.live.end() && it->second == k) return true;
+    if (bad.empty()) bad = std::string(name) + ": " + describe_locked(s, p, k);
+    return false;
+  };
+  for (const auto &[name, ptr] : tensors)
+    if (live_as(ptr, kTensor, name)) tensor_copies->push_back(*ptr);
+  for (const auto &[name, ptr] : arrays)
+    if (live_as(ptr, kIntArray, name)) array_values->push_back(ptr->values);
+  for (const auto &[name, ptr] : later_tensors)
+    if (live_as(ptr, kTensor, name)) tensor_copies->push_back(*ptr);
+  return bad;
+}
+
+// Registers a validated executor (its workspace size from workspace_size_for) and hands
+// it to the caller.
+int32_t hand_out(aclOpExecutor *made, uint64_t *workspace_size, aclOpExecutor **executor) {
+  made->workspace_size = workspace_size_for(made->op, made->tensors);
+  {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    register_locked(s, made, kExecutor);
+    s.last_workspace_size = made->workspace_size;
+  }
+  *workspace_size = made->workspace_size;
+  *executor = made;
+  return kSuccess;
+}
+
 // Shared by the ops: nullptr checks (each op's order), liveness, validation, executor.
 // `arrays`: outputSize first, then (3-D ops) stride and padding.
-int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &inputs,
+int32_t get_workspace_size(Op op, const std::vector<TensorArg> &inputs,
                            const std::vector<IntArrayArg> &arrays, TensorArg out,
                            uint64_t *workspace_size, aclOpExecutor **executor) {
+  const char *fn = gws_name(op);
   int32_t injected_status;
   if (take_injected(fn, &injected_status)) return injected_status;
-  State &s = state();
-  {
-    // Record what the caller presented before validating, so a test can see e.g. that a
-    // bf16 array arrived as INT16 even when the call is rejected.
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = inputs[0].ptr ? s.live.find(inputs[0].ptr) : s.live.end();
-    if (it != s.live.end() && it->second == kTensor) s.last_dtype[fn] = inputs[0].ptr->dtype;
-    auto ix = inputs.back().ptr ? s.live.find(inputs.back().ptr) : s.live.end();
-    if (ix != s.live.end() && ix->second == kTensor)
-      s.last_indices_dtype[fn] = inputs.back().ptr->dtype;
-  }
+  record_dtypes(fn, inputs[0].ptr, inputs.back().ptr);
   // The 3-D ops check these two first (OP_CHECK_COMM_INPUT), the 2-D ones last.
   if (spatial_rank(op) == 3 && (!workspace_size || !executor))
     return fail(fn, kErrParamNullptr, "The workspaceSize or executor is nullptr");
@@ -1002,21 +1035,7 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
 
   std::vector<aclTensor> tensors;  // copies: inputs..., out
   std::vector<std::vector<int64_t>> values;  // of `arrays`
-  std::string bad;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto live_as = [&](const void *p, Kind k, const char *name) {
-      auto it = s.live.find(p);
-      if (it != s.live.end() && it->second == k) return true;
-      if (bad.empty()) bad = std::string(name) + ": " + describe_locked(s, p, k);
-      return false;
-    };
-    for (const auto &[name, ptr] : inputs)
-      if (live_as(ptr, kTensor, name)) tensors.push_back(*ptr);
-    for (const auto &[name, ptr] : arrays)
-      if (live_as(ptr, kIntArray, name)) values.push_back(ptr->values);
-    if (live_as(out.ptr, kTensor, out.name)) tensors.push_back(*out.ptr);
-  }
+  const std::string bad = copy_live_args(inputs, arrays, {out}, &tensors, &values);
   if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
 
   const auto &t = tensors;
@@ -1044,35 +1063,24 @@ int32_t get_workspace_size(const char *fn, Op op, const std::vector<TensorArg> &
   e->op = op;
   e->tensors = std::move(tensors);
   e->output_size = std::move(values[0]);
-  e->workspace_size = workspace_size_for(op, e->tensors);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    register_locked(s, e, kExecutor);
-    s.last_workspace_size = e->workspace_size;
-  }
-  *workspace_size = e->workspace_size;
-  *executor = e;
-  return kSuccess;
+  return hand_out(e, workspace_size, executor);
 }
 
 // The MaxPool ops' first phase: the 3-D op's CheckPlatform, nullptr checks in signature
 // order, liveness, the op's
 // validation, the empty-tensor return (workspace 0), the kernel's shape checks, the
 // emulator's own format and memory checks, executor.
-int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
-                                const aclIntArray *kernel, const aclIntArray *stride,
-                                const aclIntArray *padding, const aclIntArray *dilation,
-                                bool ceil_mode, aclTensor *out, aclTensor *indices,
-                                uint64_t *workspace_size, aclOpExecutor **executor) {
+template <Op op>
+int32_t pool_get_workspace_size(const aclTensor *self, const aclIntArray *kernel,
+                                const aclIntArray *stride, const aclIntArray *padding,
+                                const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
+                                aclTensor *indices, uint64_t *workspace_size,
+                                aclOpExecutor **executor) {
+  static_assert(is_pool(op));
+  const char *fn = gws_name(op);
   int32_t injected_status;
   if (take_injected(fn, &injected_status)) return injected_status;
-  State &s = state();
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (self && s.live.count(self) && s.live[self] == kTensor) s.last_dtype[fn] = self->dtype;
-    if (indices && s.live.count(indices) && s.live[indices] == kTensor)
-      s.last_indices_dtype[fn] = indices->dtype;
-  }
+  record_dtypes(fn, self, indices);
   // aclnnMaxPool3dWithArgmax's CheckPlatform comes before every other check: DAV_2201 or
   // regbase.
   const Chip chip = current_chip();
@@ -1094,20 +1102,7 @@ int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
   e.op = op;
   e.ceil_mode = ceil_mode;
   std::vector<std::vector<int64_t>> window;  // kernel, stride, padding, dilation
-  std::string bad;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto live_as = [&](const void *p, Kind k, const char *name) {
-      auto it = s.live.find(p);
-      if (it != s.live.end() && it->second == k) return true;
-      if (bad.empty()) bad = std::string(name) + ": " + describe_locked(s, p, k);
-      return false;
-    };
-    for (const auto &[name, ptr] : tensor_args)
-      if (live_as(ptr, kTensor, name)) e.tensors.push_back(*ptr);
-    for (const auto &[name, ptr] : array_args)
-      if (live_as(ptr, kIntArray, name)) window.push_back(ptr->values);
-  }
+  const std::string bad = copy_live_args(tensor_args, array_args, {}, &e.tensors, &window);
   if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
 
   Failure f = op == Op::kPool2d
@@ -1122,16 +1117,7 @@ int32_t pool_get_workspace_size(const char *fn, Op op, const aclTensor *self,
   }
   if ((f = check_format(all)) || (f = check_memory(all, 2))) return fail(fn, f.status, f.what);
 
-  auto *made = new aclOpExecutor(std::move(e));
-  made->workspace_size = workspace_size_for(op, made->tensors);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    register_locked(s, made, kExecutor);
-    s.last_workspace_size = made->workspace_size;
-  }
-  *workspace_size = made->workspace_size;
-  *executor = made;
-  return kSuccess;
+  return hand_out(new aclOpExecutor(std::move(e)), workspace_size, executor);
 }
 
 // ---- execution ------------------------------------------------------------------------
@@ -1312,8 +1298,12 @@ void run_pool(const aclOpExecutor &e) {
       }
 }
 
-int32_t execute(const char *fn, Op op, void *workspace, uint64_t workspace_size,
-                aclOpExecutor *executor, aclrtStream stream) {
+// The second phase of every op (aclnnMaxUnpool2d, ...): checks the executor and the
+// workspace, then runs the op.
+template <Op op>
+int32_t execute(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                aclrtStream stream) {
+  const char *fn = run_name(op);
   State &s = state();
   aclOpExecutor e;
   bool consumed = false, injected = false;
@@ -1478,42 +1468,27 @@ aclError rt_synchronize_stream(aclrtStream) {
 
 int32_t fwd_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
                 aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor) {
-  return get_workspace_size(kFwdGws, Op::kForward, {{"self", self}, {"indices", indices}},
+  return get_workspace_size(Op::kForward, {{"self", self}, {"indices", indices}},
                             {{"outputSize", output_size}}, {"out", out}, workspace_size,
                             executor);
-}
-
-int32_t fwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                aclrtStream stream) {
-  return execute(kFwdRun, Op::kForward, workspace, workspace_size, executor, stream);
 }
 
 int32_t bwd_gws(const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
                 const aclIntArray *output_size, aclTensor *out, uint64_t *workspace_size,
                 aclOpExecutor **executor) {
-  return get_workspace_size(kBwdGws, Op::kBackward,
+  return get_workspace_size(Op::kBackward,
                             {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
                             {{"outputSize", output_size}}, {"out", out}, workspace_size,
                             executor);
-}
-
-int32_t bwd_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                aclrtStream stream) {
-  return execute(kBwdRun, Op::kBackward, workspace, workspace_size, executor, stream);
 }
 
 int32_t fwd3d_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
                   const aclIntArray *stride, const aclIntArray *padding, aclTensor *out,
                   uint64_t *workspace_size, aclOpExecutor **executor) {
   return get_workspace_size(
-      kFwd3dGws, Op::kForward3d, {{"self", self}, {"indices", indices}},
+      Op::kForward3d, {{"self", self}, {"indices", indices}},
       {{"outputSize", output_size}, {"stride", stride}, {"padding", padding}}, {"outRef", out},
       workspace_size, executor);
-}
-
-int32_t fwd3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                  aclrtStream stream) {
-  return execute(kFwd3dRun, Op::kForward3d, workspace, workspace_size, executor, stream);
 }
 
 int32_t bwd3d_gws(const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
@@ -1521,41 +1496,9 @@ int32_t bwd3d_gws(const aclTensor *grad_output, const aclTensor *self, const acl
                   const aclIntArray *padding, aclTensor *out, uint64_t *workspace_size,
                   aclOpExecutor **executor) {
   return get_workspace_size(
-      kBwd3dGws, Op::kBackward3d,
-      {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
+      Op::kBackward3d, {{"gradOutput", grad_output}, {"self", self}, {"indices", indices}},
       {{"outputSize", output_size}, {"stride", stride}, {"padding", padding}}, {"out", out},
       workspace_size, executor);
-}
-
-int32_t bwd3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                  aclrtStream stream) {
-  return execute(kBwd3dRun, Op::kBackward3d, workspace, workspace_size, executor, stream);
-}
-
-int32_t pool2d_gws(const aclTensor *self, const aclIntArray *kernel, const aclIntArray *stride,
-                   const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode,
-                   aclTensor *out, aclTensor *indices, uint64_t *workspace_size,
-                   aclOpExecutor **executor) {
-  return pool_get_workspace_size(kPool2dGws, Op::kPool2d, self, kernel, stride, padding,
-                                 dilation, ceil_mode, out, indices, workspace_size, executor);
-}
-
-int32_t pool2d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                   aclrtStream stream) {
-  return execute(kPool2dRun, Op::kPool2d, workspace, workspace_size, executor, stream);
-}
-
-int32_t pool3d_gws(const aclTensor *self, const aclIntArray *kernel, const aclIntArray *stride,
-                   const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode,
-                   aclTensor *out, aclTensor *indices, uint64_t *workspace_size,
-                   aclOpExecutor **executor) {
-  return pool_get_workspace_size(kPool3dGws, Op::kPool3d, self, kernel, stride, padding,
-                                 dilation, ceil_mode, out, indices, workspace_size, executor);
-}
-
-int32_t pool3d_run(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                   aclrtStream stream) {
-  return execute(kPool3dRun, Op::kPool3d, workspace, workspace_size, executor, stream);
 }
 
 const CoreTable kCoreTable = {
@@ -1566,17 +1509,17 @@ const CoreTable kCoreTable = {
     rt_synchronize_stream,
     rt_get_current_context,
     fwd_gws,
-    fwd_run,
+    execute<Op::kForward>,
     bwd_gws,
-    bwd_run,
+    execute<Op::kBackward>,
     fwd3d_gws,
-    fwd3d_run,
+    execute<Op::kForward3d>,
     bwd3d_gws,
-    bwd3d_run,
-    pool2d_gws,
-    pool2d_run,
-    pool3d_gws,
-    pool3d_run,
+    execute<Op::kBackward3d>,
+    pool_get_workspace_size<Op::kPool2d>,
+    execute<Op::kPool2d>,
+    pool_get_workspace_size<Op::kPool3d>,
+    execute<Op::kPool3d>,
     rt_get_soc_name,
 };
 

@@ -52,6 +52,33 @@ constexpr aclError kAclErrInvalidParam = 100000;   // ACL_ERROR_INVALID_PARAM
 constexpr aclError kAclErrMemAllocation = 207001;  // ACL_ERROR_RT_MEMORY_ALLOCATION
 constexpr aclError kAclErrContextNull = 107002;    // ACL_ERROR_RT_CONTEXT_NULL
 
+// The aclnn ops' signatures. GetWorkspaceSize differs per op (the two pools share one);
+// the second phase, which runs the executor, is the same for all.
+using MaxUnpool2dGws = aclnnStatus (*)(const aclTensor *self, const aclTensor *indices,
+                                       const aclIntArray *output_size, aclTensor *out,
+                                       uint64_t *workspace_size, aclOpExecutor **executor);
+using MaxUnpool2dBackwardGws = aclnnStatus (*)(const aclTensor *grad_output,
+                                               const aclTensor *self, const aclTensor *indices,
+                                               const aclIntArray *output_size, aclTensor *out,
+                                               uint64_t *workspace_size,
+                                               aclOpExecutor **executor);
+using MaxUnpool3dGws = aclnnStatus (*)(const aclTensor *self, const aclTensor *indices,
+                                       const aclIntArray *output_size, const aclIntArray *stride,
+                                       const aclIntArray *padding, aclTensor *out,
+                                       uint64_t *workspace_size, aclOpExecutor **executor);
+using MaxUnpool3dBackwardGws = aclnnStatus (*)(
+    const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
+    const aclIntArray *output_size, const aclIntArray *stride, const aclIntArray *padding,
+    aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor);
+// aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax.
+using MaxPoolGws = aclnnStatus (*)(const aclTensor *self, const aclIntArray *kernel_size,
+                                   const aclIntArray *stride, const aclIntArray *padding,
+                                   const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
+                                   aclTensor *indices, uint64_t *workspace_size,
+                                   aclOpExecutor **executor);
+using RunPhase = aclnnStatus (*)(void *workspace, uint64_t workspace_size,
+                                 aclOpExecutor *executor, aclrtStream stream);
+
 // Functions of libascendcl.so and libopapi.so, implemented in libnnopbase.so.
 struct CoreTable {
   uint32_t abi_version;
@@ -60,47 +87,18 @@ struct CoreTable {
   aclError (*rt_free)(void *dev_ptr);
   aclError (*rt_synchronize_stream)(aclrtStream stream);
   aclError (*rt_get_current_context)(void **context);
-  aclnnStatus (*max_unpool2d_get_workspace_size)(const aclTensor *self, const aclTensor *indices,
-                                                 const aclIntArray *output_size, aclTensor *out,
-                                                 uint64_t *workspace_size,
-                                                 aclOpExecutor **executor);
-  aclnnStatus (*max_unpool2d)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                              aclrtStream stream);
-  aclnnStatus (*max_unpool2d_backward_get_workspace_size)(const aclTensor *grad_output,
-                                                          const aclTensor *self,
-                                                          const aclTensor *indices,
-                                                          const aclIntArray *output_size,
-                                                          aclTensor *out, uint64_t *workspace_size,
-                                                          aclOpExecutor **executor);
-  aclnnStatus (*max_unpool2d_backward)(void *workspace, uint64_t workspace_size,
-                                       aclOpExecutor *executor, aclrtStream stream);
-  aclnnStatus (*max_unpool3d_get_workspace_size)(const aclTensor *self, const aclTensor *indices,
-                                                 const aclIntArray *output_size,
-                                                 const aclIntArray *stride,
-                                                 const aclIntArray *padding, aclTensor *out,
-                                                 uint64_t *workspace_size,
-                                                 aclOpExecutor **executor);
-  aclnnStatus (*max_unpool3d)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
-                              aclrtStream stream);
-  aclnnStatus (*max_unpool3d_backward_get_workspace_size)(
-      const aclTensor *grad_output, const aclTensor *self, const aclTensor *indices,
-      const aclIntArray *output_size, const aclIntArray *stride, const aclIntArray *padding,
-      aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor);
-  aclnnStatus (*max_unpool3d_backward)(void *workspace, uint64_t workspace_size,
-                                       aclOpExecutor *executor, aclrtStream stream);
-  // aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax: one signature.
-  aclnnStatus (*max_pool2d_with_indices_get_workspace_size)(
-      const aclTensor *self, const aclIntArray *kernel_size, const aclIntArray *stride,
-      const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
-      aclTensor *indices, uint64_t *workspace_size, aclOpExecutor **executor);
-  aclnnStatus (*max_pool2d_with_indices)(void *workspace, uint64_t workspace_size,
-                                         aclOpExecutor *executor, aclrtStream stream);
-  aclnnStatus (*max_pool3d_with_argmax_get_workspace_size)(
-      const aclTensor *self, const aclIntArray *kernel_size, const aclIntArray *stride,
-      const aclIntArray *padding, const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
-      aclTensor *indices, uint64_t *workspace_size, aclOpExecutor **executor);
-  aclnnStatus (*max_pool3d_with_argmax)(void *workspace, uint64_t workspace_size,
-                                        aclOpExecutor *executor, aclrtStream stream);
+  MaxUnpool2dGws max_unpool2d_get_workspace_size;
+  RunPhase max_unpool2d;
+  MaxUnpool2dBackwardGws max_unpool2d_backward_get_workspace_size;
+  RunPhase max_unpool2d_backward;
+  MaxUnpool3dGws max_unpool3d_get_workspace_size;
+  RunPhase max_unpool3d;
+  MaxUnpool3dBackwardGws max_unpool3d_backward_get_workspace_size;
+  RunPhase max_unpool3d_backward;
+  MaxPoolGws max_pool2d_with_indices_get_workspace_size;
+  RunPhase max_pool2d_with_indices;
+  MaxPoolGws max_pool3d_with_argmax_get_workspace_size;
+  RunPhase max_pool3d_with_argmax;
   const char *(*rt_get_soc_name)();  // aclrtGetSocName, of libascendcl.so
 };
 constexpr uint32_t kCoreAbiVersion = 5;

@@ -12,6 +12,22 @@ using fakecann::forward_core;
 #define FAKECANN_OPS 63
 #endif
 
+// The second phase of every op has one signature, and so have the two pools' first.
+#define FAKECANN_FORWARD_RUN(name, member)                                                        \
+  FAKECANN_EXPORT aclnnStatus name(void *workspace, uint64_t workspaceSize,                       \
+                                   aclOpExecutor *executor, aclrtStream stream) {                 \
+    return forward_core().member(workspace, workspaceSize, executor, stream);                     \
+  }
+#define FAKECANN_FORWARD_POOL_GWS(name, member)                                                   \
+  FAKECANN_EXPORT aclnnStatus name(const aclTensor *self, const aclIntArray *kernelSize,          \
+                                   const aclIntArray *stride, const aclIntArray *padding,         \
+                                   const aclIntArray *dilation, bool ceilMode,                    \
+                                   aclTensor *out, aclTensor *indices,                            \
+                                   uint64_t *workspaceSize, aclOpExecutor **executor) {           \
+    return forward_core().member(self, kernelSize, stride, padding, dilation, ceilMode,           \
+                                 out, indices, workspaceSize, executor);                          \
+  }
+
 #if FAKECANN_OPS & 1
 
 FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dGetWorkspaceSize(
@@ -21,10 +37,7 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dGetWorkspaceSize(
                                                         workspaceSize, executor);
 }
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2d(void *workspace, uint64_t workspaceSize,
-                                             aclOpExecutor *executor, aclrtStream stream) {
-  return forward_core().max_unpool2d(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxUnpool2d, max_unpool2d)
 
 #endif
 
@@ -37,10 +50,7 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackwardGetWorkspaceSize(
       gradOutput, self, indices, outputSize, out, workspaceSize, executor);
 }
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool2dBackward(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream) {
-  return forward_core().max_unpool2d_backward(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxUnpool2dBackward, max_unpool2d_backward)
 #endif
 
 #if FAKECANN_OPS & 4
@@ -52,10 +62,7 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dGetWorkspaceSize(
                                                         outRef, workspaceSize, executor);
 }
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3d(void *workspace, uint64_t workspaceSize,
-                                             aclOpExecutor *executor, aclrtStream stream) {
-  return forward_core().max_unpool3d(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxUnpool3d, max_unpool3d)
 #endif
 
 #if FAKECANN_OPS & 8
@@ -67,41 +74,19 @@ FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackwardGetWorkspaceSize(
       gradOutput, self, indices, outputSize, stride, padding, out, workspaceSize, executor);
 }
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxUnpool3dBackward(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream) {
-  return forward_core().max_unpool3d_backward(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxUnpool3dBackward, max_unpool3d_backward)
 #endif
 
 #if FAKECANN_OPS & 16
-FAKECANN_EXPORT aclnnStatus aclnnMaxPool2dWithIndicesGetWorkspaceSize(
-    const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride,
-    const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out,
-    aclTensor *indices, uint64_t *workspaceSize, aclOpExecutor **executor) {
-  return forward_core().max_pool2d_with_indices_get_workspace_size(
-      self, kernelSize, stride, padding, dilation, ceilMode, out, indices, workspaceSize,
-      executor);
-}
+FAKECANN_FORWARD_POOL_GWS(aclnnMaxPool2dWithIndicesGetWorkspaceSize,
+                          max_pool2d_with_indices_get_workspace_size)
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxPool2dWithIndices(void *workspace, uint64_t workspaceSize,
-                                                      aclOpExecutor *executor,
-                                                      aclrtStream stream) {
-  return forward_core().max_pool2d_with_indices(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxPool2dWithIndices, max_pool2d_with_indices)
 #endif
 
 #if FAKECANN_OPS & 32
-FAKECANN_EXPORT aclnnStatus aclnnMaxPool3dWithArgmaxGetWorkspaceSize(
-    const aclTensor *self, const aclIntArray *kernelSize, const aclIntArray *stride,
-    const aclIntArray *padding, const aclIntArray *dilation, bool ceilMode, aclTensor *out,
-    aclTensor *indices, uint64_t *workspaceSize, aclOpExecutor **executor) {
-  return forward_core().max_pool3d_with_argmax_get_workspace_size(
-      self, kernelSize, stride, padding, dilation, ceilMode, out, indices, workspaceSize,
-      executor);
-}
+FAKECANN_FORWARD_POOL_GWS(aclnnMaxPool3dWithArgmaxGetWorkspaceSize,
+                          max_pool3d_with_argmax_get_workspace_size)
 
-FAKECANN_EXPORT aclnnStatus aclnnMaxPool3dWithArgmax(void *workspace, uint64_t workspaceSize,
-                                                     aclOpExecutor *executor, aclrtStream stream) {
-  return forward_core().max_pool3d_with_argmax(workspace, workspaceSize, executor, stream);
-}
+FAKECANN_FORWARD_RUN(aclnnMaxPool3dWithArgmax, max_pool3d_with_argmax)
 #endif

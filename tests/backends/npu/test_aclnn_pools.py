@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from cann_without_ops import missing_op, run_without_ops
 from dtypes import assert_bits_equal
-from fake_cann.check_fake_cann import FakeCann, build
 from fresh_process import run_code
 
 import jax_unpool as ju
@@ -76,24 +76,6 @@ def hard_values(rng, shape, dtype):
 
 def to_channels_last(a, k):
     return np.moveaxis(a, -k - 1, -1)
-
-
-@pytest.fixture(scope="module")
-def fake(fake_cann_dir):
-    """ctypes view of the emulator's controls: the files the loader opened, so its state."""
-    return FakeCann(fake_cann_dir)
-
-
-@pytest.fixture
-def emulated(fake, fake_cann_dir):
-    """Host-emulation mode for one test, the emulator's counters from zero; no CANN object
-    or aclrtMalloc'ed block may outlive the test."""
-    with npu.cpu_emulation(fake_cann_dir):
-        live0 = fake.baseline()
-        allocations = fake.live_allocations()
-        yield fake
-    assert fake.live_objects() == live0 and fake.bad_destroys() == 0
-    assert fake.live_allocations() == allocations and fake.bad_frees() == 0
 
 
 # --------------------------------------------------------------------------------------
@@ -424,22 +406,9 @@ print("XLA ops")
 
 
 def test_a_cann_without_the_pool_ops_loads_says_what_is_missing_and_keeps_xla_ops(tmp_path):
-    lib_dir = build(tmp_path, layout="nopool")
-    proc = run_code(WITHOUT_POOLS, str(lib_dir))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    opapi = str(lib_dir / "libopapi.so")
-    advice = "this CANN predates the op; install a newer CANN toolkit"
-    assert proc.stdout.splitlines() == [
-        opapi,
-        "[]",
-        (f"FAILED_PRECONDITION: max_pool2d_with_indices: the loaded CANN op library ({opapi}) "
-         f"has no aclnnMaxPool2dWithIndicesGetWorkspaceSize, aclnnMaxPool2dWithIndices: "
-         f"{advice}"),
-        (f"FAILED_PRECONDITION: max_pool3d_with_indices: the loaded CANN op library ({opapi}) "
-         f"has no aclnnMaxPool3dWithArgmaxGetWorkspaceSize, aclnnMaxPool3dWithArgmax: "
-         f"{advice}"),
-        "XLA ops",
-    ]
+    opapi, lines = run_without_ops(tmp_path, "nopool", WITHOUT_POOLS)
+    assert lines == [opapi, "[]", missing_op(OP[2], opapi, GWS[2], RUN[2]),
+                     missing_op(OP[3], opapi, GWS[3], RUN[3]), "XLA ops"]
 
 
 def test_the_native_cpu_pool_is_back_when_the_emulation_ends(fake_cann_dir):

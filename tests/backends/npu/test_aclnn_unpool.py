@@ -23,7 +23,7 @@ import numpy as np
 import numpy_oracle as oracle
 import pytest
 from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
-from fake_cann.check_fake_cann import FakeCann, build
+from fake_cann.check_fake_cann import build
 
 import jax_unpool as ju
 from jax_unpool import _compat
@@ -85,13 +85,6 @@ def _backward(shape, dtype, layout="NCHW", hw=HW):
 # Fixtures
 # --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def fake(fake_cann_dir):
-    """ctypes view of the emulator's controls: the same libnnopbase.so file the loader
-    opened, so the same state."""
-    return FakeCann(fake_cann_dir)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def normal_cpu_lowering_afterwards():
     yield
@@ -101,27 +94,28 @@ def normal_cpu_lowering_afterwards():
     assert CPU_TARGET in text and npu.MAX_UNPOOL2D_TARGET not in text
 
 
-@pytest.fixture
-def emulated(fake, fake_cann_dir):
-    """Host-emulation mode for one test. The emulator's counters start from zero;
-    `fake.live0` is the number of CANN objects alive before the test (0 unless an earlier
-    test leaked): no more objects or aclrtMalloc'ed blocks may be alive after it."""
-    with npu.cpu_emulation(fake_cann_dir):
-        fake.live0 = fake.baseline()
-        allocations = fake.live_allocations()
-        yield fake
-    assert fake.live_objects() == fake.live0 and fake.bad_destroys() == 0
-    assert fake.live_allocations() == allocations and fake.bad_frees() == 0
-
-
 # --------------------------------------------------------------------------------------
 # Values, dtypes, layouts
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("rank", [3, 4])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+def every_value_case(test):
+    """Parametrizes `test` over every value dtype and index dtype, ranks 3 and 4 and both
+    layouts."""
+    for name, values in (("dtype", VALUE_DTYPES), ("index_dtype", INDEX_DTYPES),
+                         ("rank", [3, 4]), ("layout", ["NCHW", "NHWC"])):
+        test = pytest.mark.parametrize(name, values)(test)
+    return test
+
+
+def assert_ran_once(fake, run, dtype, index_dtype):
+    """aclnn ran `run` once, presented with these aclDataTypes, and no CANN object is left."""
+    assert fake.call_count(run.encode()) == 1
+    assert fake.last_dtype(run.encode()) == dtype
+    assert fake.last_indices_dtype(run.encode()) == index_dtype
+    assert fake.live_objects() == fake.live0
+
+
+@every_value_case
 def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank,
                                                   layout):
     shape = _shape(rank, layout)
@@ -130,17 +124,11 @@ def test_forward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dt
     with enable_x64(needs_x64(dtype, index_dtype)):
         out = _forward(layout)(x, idx)
     assert_bits_equal(out, oracle.unpool(x, idx, HW, layout == "NHWC"))
-    assert emulated.call_count(FWD_RUN.encode()) == 1
-    assert emulated.last_dtype(FWD_RUN.encode()) == presented("forward", dtype)
-    # int64 always: CANN before 8.0.0 took no INT32 indices in the forward.
-    assert emulated.last_indices_dtype(FWD_RUN.encode()) == ACL["INT64"]
-    assert emulated.live_objects() == emulated.live0
+    # int64 indices always: CANN before 8.0.0 took no INT32 indices in the forward.
+    assert_ran_once(emulated, FWD_RUN, presented("forward", dtype), ACL["INT64"])
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("rank", [3, 4])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@every_value_case
 def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_dtype, rank,
                                                    layout):
     shape = _shape(rank, layout)
@@ -149,10 +137,7 @@ def test_backward_through_aclnn_equals_numpy_loops(emulated, rng, dtype, index_d
     with enable_x64(needs_x64(dtype, index_dtype)):
         out = _backward(shape, g.dtype, layout)(g, idx)
     assert_bits_equal(out, oracle.gather(g, idx, layout == "NHWC"))
-    assert emulated.call_count(BWD_RUN.encode()) == 1
-    assert emulated.last_dtype(BWD_RUN.encode()) == presented("backward", dtype)
-    assert emulated.last_indices_dtype(BWD_RUN.encode()) == ACL[index_dtype.upper()]
-    assert emulated.live_objects() == emulated.live0
+    assert_ran_once(emulated, BWD_RUN, presented("backward", dtype), ACL[index_dtype.upper()])
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])

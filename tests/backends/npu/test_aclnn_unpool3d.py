@@ -10,9 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_oracle as oracle
 import pytest
+from cann_without_ops import missing_op, run_without_ops
 from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
-from fake_cann.check_fake_cann import FakeCann, build
-from fresh_process import run_code
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -61,24 +60,6 @@ def forward(x, idx, volume=VOLUME):
 
 def backward(g, idx):
     return call(npu.MAX_UNPOOL3D_BACKWARD_TARGET, idx.shape, g.dtype, g, idx)
-
-
-@pytest.fixture(scope="module")
-def fake(fake_cann_dir):
-    """ctypes view of the emulator's controls: the files the loader opened, so its state."""
-    return FakeCann(fake_cann_dir)
-
-
-@pytest.fixture
-def emulated(fake, fake_cann_dir):
-    """Host-emulation mode for one test, the emulator's counters from zero; no CANN object
-    or aclrtMalloc'ed block may outlive the test."""
-    with npu.cpu_emulation(fake_cann_dir):
-        live0 = fake.baseline()
-        allocations = fake.live_allocations()
-        yield fake
-    assert fake.live_objects() == live0 and fake.bad_destroys() == 0
-    assert fake.live_allocations() == allocations and fake.bad_frees() == 0
 
 
 def _volumes(rng, rank, dtype, index_dtype="int64"):
@@ -277,16 +258,7 @@ print("3-D on the 2-D view")
 
 
 def test_a_cann_without_the_3d_ops_loads_says_what_is_missing_and_runs_3d_as_2d(tmp_path):
-    lib_dir = build(tmp_path, layout="no3d")
-    proc = run_code(WITHOUT_3D, str(lib_dir))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    opapi = str(lib_dir / "libopapi.so")
-    advice = "this CANN predates the op; install a newer CANN toolkit"
-    assert proc.stdout.splitlines() == [
-        opapi,
-        (f"FAILED_PRECONDITION: max_unpool3d: the loaded CANN op library ({opapi}) has no "
-         f"aclnnMaxUnpool3dGetWorkspaceSize, aclnnMaxUnpool3d: {advice}"),
-        (f"FAILED_PRECONDITION: max_unpool3d_backward: the loaded CANN op library ({opapi}) "
-         f"has no aclnnMaxUnpool3dBackwardGetWorkspaceSize, aclnnMaxUnpool3dBackward: {advice}"),
-        "3-D on the 2-D view",
-    ]
+    opapi, lines = run_without_ops(tmp_path, "no3d", WITHOUT_3D)
+    assert lines == [opapi, missing_op("max_unpool3d", opapi, FWD_GWS, FWD_RUN),
+                     missing_op("max_unpool3d_backward", opapi, BWD_GWS, BWD_RUN),
+                     "3-D on the 2-D view"]
