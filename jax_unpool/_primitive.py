@@ -1,15 +1,17 @@
-"""What every primitive of the package shares: the Primitive class, the batching rule's
-fold of a vmapped axis into N, and the JVP's handling of symbolic zero tangents."""
+"""What every primitive of the package shares: the Primitive class, how a family's rules
+are registered, the batching rule's fold of a vmapped axis into N, and the JVP's handling
+of symbolic zero tangents."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core
-from jax.interpreters import ad, batching
+from jax.interpreters import ad, batching, xla
 
 from jax_unpool import _args, _compat
 
@@ -31,6 +33,20 @@ class Primitive(core.Primitive):
     def bind(self, *args, **params):
         self._check_params(**params)
         return super().bind(*_vary_to_union(args), **params)
+
+
+def define_rules(primitives: Iterable[Primitive], abstract_eval, jvp, batch,
+                 transpose=None) -> None:
+    """Gives each primitive of a family (one per spatial rank) the same rules: evaluation
+    outside jit as its lowering, then abstract evaluation, JVP, transpose (for the linear
+    ones) and batching."""
+    for p in primitives:
+        p.def_impl(partial(xla.apply_primitive, p))
+        p.def_abstract_eval(abstract_eval)
+        ad.primitive_jvps[p] = jvp
+        if transpose is not None:
+            ad.primitive_transposes[p] = transpose
+        batching.primitive_batchers[p] = batch
 
 
 def _vary_to_union(args):

@@ -109,12 +109,13 @@ def _gather(grad_output, indices, channels_last, k, exact_bits):
     return _from_planes(out, indices.ndim, tuple(indices.shape[hi:hi + k]), channels_last)
 
 
-def _tangent(tangent, out, move):
+def _tangent(tangent, out, move, transpose):
     # Bit moves have no derivative, so tangents take the value path: XLA's own gather and
-    # scatter, linear. Integer primals have float0 tangents.
+    # scatter, linear (move, with `transpose` as its transpose). Integer primals have float0
+    # tangents.
     if tangent.dtype == jax.dtypes.float0:
         return _symbolic.no_tangent(out.shape)
-    return move(tangent)
+    return _paired(tangent, out.shape, move, transpose)
 
 
 def _paired(tangent, out_shape, move, transpose):
@@ -152,6 +153,14 @@ def _exact(values, out_shape, move, transpose):
     return _paired(values, out_shape, move, transpose)
 
 
+def _moves(indices, output_size, channels_last: bool, exact_bits: bool):
+    """The scatter of values into `output_size` at `indices`, and the gather back: each is
+    the other's transpose (the forward's and the backward's)."""
+    k = len(output_size)
+    return (lambda v: _scatter(v, indices, output_size, channels_last, exact_bits),
+            lambda ct: _gather(ct, indices, channels_last, k, exact_bits))
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
                    channels_last: bool = False) -> jax.Array:
@@ -167,18 +176,14 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...
     h = _geometry.spatial_axis(x.ndim, channels_last, k)
     _plane(output_size)  # before _exact's flattening, for its message
     return _exact(x, (*x.shape[:h], *output_size, *x.shape[h + k:]),
-                  lambda v: _scatter(v, indices, output_size, channels_last, True),
-                  lambda ct: _gather(ct, indices, channels_last, k, True))
+                  *_moves(indices, output_size, channels_last, True))
 
 
 @scatter_planes.defjvp
 def _scatter_planes_jvp(output_size, channels_last, primals, tangents):
     x, indices = primals
     out = scatter_planes(x, indices, output_size, channels_last)
-    k = len(output_size)
-    return out, _tangent(tangents[0], out, lambda t: _paired(
-        t, out.shape, lambda t: _scatter(t, indices, output_size, channels_last, False),
-        lambda ct: _gather(ct, indices, channels_last, k, False)))
+    return out, _tangent(tangents[0], out, *_moves(indices, output_size, channels_last, False))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
@@ -186,21 +191,22 @@ def gather_planes(grad_output: jax.Array, indices: jax.Array, channels_last: boo
                   spatial_rank: int = 2) -> jax.Array:
     """The backward on already-validated operands: out[..., i] = grad_output[..., idx[i]].
     `jax.linear_transpose` gives scatter_planes, as for the primitive (see _exact)."""
-    k = spatial_rank
-    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
-    output_size = tuple(grad_output.shape[h:h + k])
+    output_size = _grad_size(grad_output, channels_last, spatial_rank)
     _plane(output_size)  # before _exact's flattening, for its message
-    return _exact(grad_output, indices.shape,
-                  lambda v: _gather(v, indices, channels_last, k, True),
-                  lambda ct: _scatter(ct, indices, output_size, channels_last, True))
+    scatter, gather = _moves(indices, output_size, channels_last, True)
+    return _exact(grad_output, indices.shape, gather, scatter)
 
 
 @gather_planes.defjvp
 def _gather_planes_jvp(channels_last, k, primals, tangents):
     grad_output, indices = primals
     out = gather_planes(grad_output, indices, channels_last, k)
+    scatter, gather = _moves(indices, _grad_size(grad_output, channels_last, k), channels_last,
+                             False)
+    return out, _tangent(tangents[0], out, gather, scatter)
+
+
+def _grad_size(grad_output, channels_last: bool, k: int) -> tuple[int, ...]:
+    """The spatial size of the backward's grad_output: the forward's output_size."""
     h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
-    output_size = tuple(grad_output.shape[h:h + k])
-    return out, _tangent(tangents[0], out, lambda t: _paired(
-        t, out.shape, lambda t: _gather(t, indices, channels_last, k, False),
-        lambda ct: _scatter(ct, indices, output_size, channels_last, False)))
+    return tuple(grad_output.shape[h:h + k])

@@ -25,7 +25,6 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-from jax.interpreters import ad, batching, xla
 
 from jax_unpool import _args, _compat, _geometry, _pool_xla, _primitive, _sharding
 from jax_unpool._geometry import RANKS, PoolGeometry
@@ -280,9 +279,6 @@ def _max_pool_batch(args, dims, **params):
     return [r for r, _ in results], [d for _, d in results]
 
 
-for _p in max_pool_p.values():
-    _p.def_impl(partial(xla.apply_primitive, _p))
-    _p.def_abstract_eval(_max_pool_abstract_eval)
-    ad.primitive_jvps[_p] = _max_pool_jvp
-    batching.primitive_batchers[_p] = _max_pool_batch
+_primitive.define_rules(max_pool_p.values(), _max_pool_abstract_eval, _max_pool_jvp,
+                        _max_pool_batch)
 registry.declare("max_pool", max_pool_p.values())

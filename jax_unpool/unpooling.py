@@ -36,7 +36,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.interpreters import ad, batching, xla
+from jax.interpreters import ad
 
 from jax_unpool import _args, _geometry, _primitive, _sharding, _symbolic
 from jax_unpool._geometry import RANKS
@@ -356,12 +356,8 @@ def _max_unpool_call_guards(ctx, *, output_size, channels_last, window=None):
     _plane_guard(ctx, fn, output_size)
 
 
-for _p in max_unpool_p.values():
-    _p.def_impl(partial(xla.apply_primitive, _p))
-    _p.def_abstract_eval(_max_unpool_abstract_eval)
-    ad.primitive_jvps[_p] = _max_unpool_jvp
-    ad.primitive_transposes[_p] = _max_unpool_transpose
-    batching.primitive_batchers[_p] = _max_unpool_batch
+_primitive.define_rules(max_unpool_p.values(), _max_unpool_abstract_eval, _max_unpool_jvp,
+                        _max_unpool_batch, transpose=_max_unpool_transpose)
 registry.declare("max_unpool", max_unpool_p.values(), _max_unpool_call_guards)
 
 
@@ -437,11 +433,8 @@ def _max_unpool_backward_call_guards(ctx, *, channels_last, spatial_rank=2, wind
                  _geometry.spatial_dims(ctx.avals_in[0].shape, channels_last, spatial_rank))
 
 
-for _p in max_unpool_backward_p.values():
-    _p.def_impl(partial(xla.apply_primitive, _p))
-    _p.def_abstract_eval(_max_unpool_backward_abstract_eval)
-    ad.primitive_jvps[_p] = _max_unpool_backward_jvp
-    ad.primitive_transposes[_p] = _max_unpool_backward_transpose
-    batching.primitive_batchers[_p] = _max_unpool_backward_batch
+_primitive.define_rules(max_unpool_backward_p.values(), _max_unpool_backward_abstract_eval,
+                        _max_unpool_backward_jvp, _max_unpool_backward_batch,
+                        transpose=_max_unpool_backward_transpose)
 registry.declare("max_unpool_backward", max_unpool_backward_p.values(),
                  _max_unpool_backward_call_guards)

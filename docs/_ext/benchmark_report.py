@@ -47,6 +47,18 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+# The timing columns of the unpool and the pool sections: ours against XLA and PyTorch.
+_TIMINGS: list[tuple[str, Any]] = [
+    ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
+    ("XLA ms", lambda r: _number(r.get("xla_ms"))),
+    ("torch ms", lambda r: _number(r.get("torch_ms"))),
+    ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
+    ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
+    ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
+    ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
+    ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms"))),
+]
+
 # Per section: its caption and its columns (heading, how to render a row).
 COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "unpool": (
@@ -54,15 +66,7 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          "speedups (above 1: ours is faster); GB/s of the op's least traffic"),
         [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
          ("shape", lambda r: _shape(r.get("shape"))),
-         ("index", lambda r: r.get("index_dtype", "-")),
-         ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
-         ("XLA ms", lambda r: _number(r.get("xla_ms"))),
-         ("torch ms", lambda r: _number(r.get("torch_ms"))),
-         ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
-         ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
-         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
-         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
-         ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms")))],
+         ("index", lambda r: r.get("index_dtype", "-"))] + _TIMINGS,
     ),
     "layout": (
         ("jax_unpool in NHWC against NCHW: milliseconds per call (NHWC/NCHW above 1: "
@@ -77,15 +81,7 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
         ("max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
          "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference"),
         [("op", lambda r: r["op"]), ("layout", lambda r: r.get("format", "-")),
-         ("shape", lambda r: _shape(r.get("shape"))),
-         ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
-         ("XLA ms", lambda r: _number(r.get("xla_ms"))),
-         ("torch ms", lambda r: _number(r.get("torch_ms"))),
-         ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
-         ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
-         ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
-         ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
-         ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms")))],
+         ("shape", lambda r: _shape(r.get("shape")))] + _TIMINGS,
     ),
     "step": (
         ("SegNet-style training step, jitted; pooling = its 2 pools and 2 unpools, forward "

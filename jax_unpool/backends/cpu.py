@@ -21,8 +21,6 @@ MAX_POOL_TARGET = "jax_unpool_max_pool_v1"
 # 2-D only (no `spatial_rank`): kept for artifacts exported before the _v2 targets.
 MAX_UNPOOL2D_TARGET = "jax_unpool_max_unpool2d_v1"
 MAX_UNPOOL2D_BACKWARD_TARGET = "jax_unpool_max_unpool2d_backward_v1"
-STABLE_TARGETS = (MAX_UNPOOL_TARGET, MAX_UNPOOL_BACKWARD_TARGET, MAX_POOL_TARGET,
-                  MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET)
 
 _TARGETS = {  # the extension's names for its handlers
     "max_unpool": MAX_UNPOOL_TARGET,
@@ -31,6 +29,7 @@ _TARGETS = {  # the extension's names for its handlers
     "max_unpool2d": MAX_UNPOOL2D_TARGET,
     "max_unpool2d_backward": MAX_UNPOOL2D_BACKWARD_TARGET,
 }
+STABLE_TARGETS = tuple(_TARGETS.values())  # every target this backend registers
 for _op, _capsule in module.cpu_registrations().items():
     jax.ffi.register_ffi_target(_TARGETS[_op], _capsule, platform="cpu")
     jax.ffi.register_ffi_target_as_batch_partitionable(_TARGETS[_op])

@@ -15,6 +15,24 @@ from pathlib import Path
 import numpy as np
 
 
+def export_for_cpu(step, operands):
+    """jax.jit(step) exported for CPU at these operands, with the checks jax_unpool's
+    targets need disabled (jax_unpool.export_safety_checks)."""
+    import jax
+    import jax.export
+
+    import jax_unpool as ju
+
+    return jax.export.export(jax.jit(step), platforms=("cpu",),
+                             disabled_checks=ju.export_safety_checks())(*operands)
+
+
+def write(directory: Path, exported, operands) -> None:
+    """An artifact as main reads it: directory/step.bin and directory/operands.npz."""
+    (directory / "step.bin").write_bytes(exported.serialize())
+    np.savez(directory / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+
+
 def main(artifact: str, operands: str, results: str, import_jax_unpool: bool) -> None:
     import jax
     import jax.export  # `import jax` alone does not load it in jax 0.7

@@ -12,6 +12,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import exported_run
 import fresh_process
 import jax
 import numpy as np
@@ -122,8 +123,7 @@ def artifact(tmp_path_factory, operands):
     """The ("cpu", "cuda") export, serialized, with its operands saved next to it."""
     path = tmp_path_factory.mktemp("export")
     exported = export(("cpu", "cuda"), operands, disabled_checks=ju.export_safety_checks())
-    (path / "step.bin").write_bytes(exported.serialize())
-    np.savez(path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    exported_run.write(path, exported, operands)
     return path
 
 
@@ -243,13 +243,11 @@ def test_an_artifact_of_the_xla_ops_pools_runs_with_todays_jax_unpool(tmp_path):
 def test_the_pools_round_trip_through_their_target_in_a_fresh_process(tmp_path):
     step = _pool_step_module()
     operands = step.operands()
-    exported = jax.export.export(jax.jit(step.step), platforms=("cpu",),
-                                 disabled_checks=ju.export_safety_checks())(*operands)
+    exported = exported_run.export_for_cpu(step.step, operands)
     text = exported.mlir_module()
     # one pool call per case, every rank and layout
     assert text.count(f"stablehlo.custom_call @{POOL_TARGET}(") == len(step.CASES)
-    (tmp_path / "step.bin").write_bytes(exported.serialize())
-    np.savez(tmp_path / "operands.npz", **{f"arg{i}": a for i, a in enumerate(operands)})
+    exported_run.write(tmp_path, exported, operands)
     fresh_process.run_ok("exported_run.py", str(tmp_path / "step.bin"),
                          str(tmp_path / "operands.npz"), str(tmp_path / "results.npz"))
     assert_pool_step_results(np.load(tmp_path / "results.npz"), step.CASES, operands)

@@ -4,6 +4,7 @@ chunks, the first bad index in flat order whichever chunk meets it, and results 
 enough for the huge-page advice (forward) and streaming stores (backward). The backward's
 two gather loops (AVX2 and scalar loads; the CPU picks one) both run."""
 
+import itertools
 import re
 import subprocess
 import sys
@@ -28,6 +29,11 @@ from jax_unpool._compat import enable_x64
 SHAPES = [(1, 16, 32, 32), (2, 37, 16, 16)]  # NCHW
 OUTPUT_HW = (512, 512)
 WIDTH_DTYPES = ["uint8", "bfloat16", "float32", "float64"]  # one per byte width
+# The split-across-threads tests' cases: every byte width, index dtype, layout and shape.
+SPLIT_CASES = pytest.mark.parametrize(
+    "dtype, index_dtype, layout, shape",
+    list(itertools.product(WIDTH_DTYPES, ["int32", "int64"], ["NCHW", "NHWC"], SHAPES)),
+    ids=lambda v: f"shape{SHAPES.index(v)}" if v in SHAPES else None)  # shape0, shape1
 
 
 def _layout(a: np.ndarray, layout: str) -> np.ndarray:
@@ -43,10 +49,7 @@ def _indices_with_duplicates(rng, shape, dtype):
     return idx.astype(dtype)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+@SPLIT_CASES
 def test_forward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype, layout,
                                                          shape):
     x = _layout(random_values(rng, shape, dtype), layout)
@@ -57,10 +60,7 @@ def test_forward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype
     assert_bits_equal(out, oracle.unpool(x, idx, OUTPUT_HW, layout == "NHWC"))
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-@pytest.mark.parametrize("dtype", WIDTH_DTYPES)
+@SPLIT_CASES
 def test_backward_split_across_threads_equals_numpy_loops(rng, dtype, index_dtype, layout,
                                                           shape):
     n, c, _, _ = shape

@@ -60,24 +60,20 @@ SPREAD = {(0, 3, H * W - 1): -3, (0, 4, 0): -4, (0, 9, 0): 10**6, (1, 1, 0): 2**
 INTERLEAVED = {(0, 1, 5): -1, (0, 12, 0): 99999, (1, 0, 0): -5}
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
-@pytest.mark.parametrize("bad", [SPREAD, INTERLEAVED], ids=["spread", "interleaved"])
-def test_forward_reports_the_first_bad_index_every_run(rng, channels_last, bad):
-    x, idx, hw, _ = operands(rng, channels_last)
-    idx = put(idx, channels_last, bad)
-    fmt = "NHWC" if channels_last else "NCHW"
-    want = expected_message("max_unpool2d", idx, hw, channels_last)
-    assert messages(lambda: forward(x, idx, output_size=hw, data_format=fmt)) == {want}
+# Each op on operands()'s x, indices and gradient (the forward has no use for it).
+CALLS = {"max_unpool2d": lambda x, idx, grad, **kw: forward(x, idx, **kw),
+         "max_unpool2d_backward": lambda x, idx, grad, **kw: backward(grad, x, idx, **kw)}
 
 
+@pytest.mark.parametrize("op", CALLS)
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
 @pytest.mark.parametrize("bad", [SPREAD, INTERLEAVED], ids=["spread", "interleaved"])
-def test_backward_reports_the_first_bad_index_every_run(rng, channels_last, bad):
+def test_reports_the_first_bad_index_every_run(rng, op, channels_last, bad):
     x, idx, hw, grad = operands(rng, channels_last)
     idx = put(idx, channels_last, bad)
     fmt = "NHWC" if channels_last else "NCHW"
-    want = expected_message("max_unpool2d_backward", idx, hw, channels_last)
-    assert messages(lambda: backward(grad, x, idx, output_size=hw, data_format=fmt)) == {want}
+    want = expected_message(op, idx, hw, channels_last)
+    assert messages(lambda: CALLS[op](x, idx, grad, output_size=hw, data_format=fmt)) == {want}
 
 
 def test_expected_first_bad_index_is_the_flat_order_one(rng):

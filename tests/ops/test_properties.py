@@ -204,6 +204,16 @@ def change_rank(draw, shape) -> tuple[int, ...]:
     return draw(st.sampled_from([shape[1:], (2, *shape), (), (3,)]))
 
 
+def mutate_shapes(draw, m: str, shape, idx_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """x's and the indices' shapes after mutation `m`: the forward and the backward calls
+    both have "x rank" and "indices shape"; any other `m` leaves them as they are."""
+    if m == "x rank":
+        return change_rank(draw, shape), idx_shape
+    if m == "indices shape":
+        return shape, bump_dim(draw, idx_shape)
+    return shape, idx_shape
+
+
 def layout_name(rank: int, channels_last: bool) -> str:
     return ("NHWC" if channels_last else "NCHW")[4 - rank:]
 
@@ -248,11 +258,8 @@ def forward_calls(draw) -> Call:
     mutations = draw(st.lists(st.sampled_from(FORWARD_MUTATIONS), max_size=2, unique=True))
     idx_shape = shape
     for m in mutations:
-        if m == "x rank":
-            shape = change_rank(draw, shape)
-        elif m == "indices shape":
-            idx_shape = bump_dim(draw, idx_shape)
-        elif m == "x dtype":
+        shape, idx_shape = mutate_shapes(draw, m, shape, idx_shape)
+        if m == "x dtype":
             dtype = draw(st.sampled_from(UNMOVABLE_DTYPES))
         elif m == "index dtype":
             index_dtype = draw(st.sampled_from(BAD_INDEX_DTYPES))
@@ -288,11 +295,8 @@ def backward_calls(draw) -> Call:
     mutations = draw(st.lists(st.sampled_from(BACKWARD_MUTATIONS), max_size=2, unique=True))
     idx_shape = shape
     for m in mutations:
-        if m == "x rank":
-            shape = change_rank(draw, shape)
-        elif m == "indices shape":
-            idx_shape = bump_dim(draw, idx_shape)
-        elif m == "grad rank":
+        shape, idx_shape = mutate_shapes(draw, m, shape, idx_shape)
+        if m == "grad rank":
             grad_shape = change_rank(draw, grad_shape)
         elif m == "grad batch or channels":
             grad_shape = bump_dim(draw, grad_shape)

@@ -4,6 +4,7 @@ reference and PyTorch, every dtype, both index dtypes, every layout; autodiff, v
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import fresh_process
@@ -44,13 +45,22 @@ def is_last(fmt: str) -> bool:
     return fmt.endswith("C")
 
 
-@pytest.mark.parametrize("fmt", [f for k in (1, 3) for f in FORMATS[k]])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
-def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, fmt):
+def rank_case(fmt: str) -> tuple[int, tuple, tuple[int, ...]]:
+    """Format `fmt`'s spatial rank k, its input shape and its output's spatial size."""
     k = len(fmt) - 1 - ("N" in fmt)
     size_in, size_out = SIZES[k]
-    shape = layout_shape(fmt, size_in)
+    return k, layout_shape(fmt, size_in), size_out
+
+
+# The values tests' cases: every value dtype, index dtype and 1-D or 3-D format.
+EVERY_DTYPE_AND_FORMAT = pytest.mark.parametrize(
+    "dtype, index_dtype, fmt",
+    list(itertools.product(VALUE_DTYPES, INDEX_DTYPES, [f for k in (1, 3) for f in FORMATS[k]])))
+
+
+@EVERY_DTYPE_AND_FORMAT
+def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, fmt):
+    k, shape, size_out = rank_case(fmt)
     x = random_values(rng, shape, dtype)
     idx = oracle.random_indices(rng, shape, int(np.prod(size_out)), index_dtype)  # duplicates
     with enable_x64(needs_x64(dtype, index_dtype)):
@@ -64,13 +74,9 @@ def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, fmt):
     assert_bits_equal(ref, expected)
 
 
-@pytest.mark.parametrize("fmt", [f for k in (1, 3) for f in FORMATS[k]])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@EVERY_DTYPE_AND_FORMAT
 def test_backward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, fmt):
-    k = len(fmt) - 1 - ("N" in fmt)
-    size_in, size_out = SIZES[k]
-    shape = layout_shape(fmt, size_in)
+    k, shape, size_out = rank_case(fmt)
     g = random_values(rng, layout_shape(fmt, size_out), dtype)
     idx = oracle.random_indices(rng, shape, int(np.prod(size_out)), index_dtype)
     x = jax.ShapeDtypeStruct(shape, g.dtype)
@@ -152,9 +158,7 @@ def test_gradients_to_order_two(rng, fmt):
 
 @pytest.mark.parametrize("fmt", ["NCW", "NDHWC"])
 def test_vmap_is_one_primitive_and_equals_the_loop(rng, fmt):
-    k = len(fmt) - 2
-    size_in, size_out = SIZES[k]
-    shape = layout_shape(fmt, size_in)
+    k, shape, size_out = rank_case(fmt)
     x = rng.standard_normal((4, *shape)).astype(np.float32)
     idx = oracle.random_indices(rng, (4, *shape), int(np.prod(size_out)))
     f = jax.vmap(lambda x, i: FWD[k](x, i, output_size=size_out, data_format=fmt))
@@ -167,9 +171,8 @@ def test_vmap_is_one_primitive_and_equals_the_loop(rng, fmt):
 
 @pytest.mark.parametrize("fmt", ["NWC", "WC", "NDHWC", "DHWC"])
 def test_channels_last_program_has_no_transpose_or_copy(fmt):
-    k = len(fmt) - 1 - ("N" in fmt)
-    size_in, size_out = SIZES[k]
-    x = jax.ShapeDtypeStruct(layout_shape(fmt, size_in), jnp.float32)
+    k, shape, size_out = rank_case(fmt)
+    x = jax.ShapeDtypeStruct(shape, jnp.float32)
     idx = jax.ShapeDtypeStruct(x.shape, jnp.int32)
 
     def step(x, i):

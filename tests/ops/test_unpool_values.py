@@ -1,6 +1,8 @@
 """Forward and backward values against independent numpy loops, the jnp reference,
 PyTorch and the seed document's example, for every dtype of the contract."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,10 +22,13 @@ def _shape(rank, layout):
     return (*s[:-3], s[-2], s[-1], s[-3]) if layout == "NHWC" else s
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("rank", [3, 4])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+# The values tests' cases: every value dtype and index dtype, batched or not, both layouts.
+EVERY_DTYPE_AND_LAYOUT = pytest.mark.parametrize(
+    "dtype, index_dtype, rank, layout",
+    list(itertools.product(VALUE_DTYPES, INDEX_DTYPES, [3, 4], LAYOUTS)))
+
+
+@EVERY_DTYPE_AND_LAYOUT
 def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank, layout):
     shape, hw = _shape(rank, layout), (6, 7)
     x = random_values(rng, shape, dtype)
@@ -40,10 +45,7 @@ def test_forward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank,
     assert_bits_equal(ref, expected)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("rank", [3, 4])
-@pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-@pytest.mark.parametrize("dtype", VALUE_DTYPES)
+@EVERY_DTYPE_AND_LAYOUT
 def test_backward_equals_numpy_loops_and_reference(rng, dtype, index_dtype, rank, layout):
     shape, hw = _shape(rank, layout), (6, 7)
     h = rank - 3 if layout == "NHWC" else rank - 2

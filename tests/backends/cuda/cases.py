@@ -86,14 +86,8 @@ def forward_case(rng, k: int, last: bool, kind: str, dtype: str, index_dtype):
     n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
     while True:
         if kind == "pool":  # a CPU pool's indices, unpooled back into its input
-            kernel = rng.integers(1, 4, k)
-            stride = rng.integers(1, 4, k)
-            padding = np.array([rng.integers(0, kk // 2 + 1) for kk in kernel])
-            dilation = rng.integers(1, 3, k)
-            ceil_mode = bool(rng.random() < 0.5)
-            in_spatial = tuple(rng.integers(1, 9, k).tolist())
-            sizes = [oracle.pool_output_size(*v, ceil_mode)
-                     for v in zip(in_spatial, kernel, stride, padding, dilation)]
+            (kernel, stride, padding, dilation), ceil_mode, in_spatial, sizes = _draw_pool(
+                rng, k, 9)
             if min(sizes) < 1:
                 continue
             x = rng.integers(-2, 3, (n, c, *in_spatial)).astype(np.float32)  # ties
@@ -171,16 +165,24 @@ def pool_geometry(rng, k: int):
     """A random window (kernel, stride, padding, dilation as tuples), ceil_mode and input
     size that pool to at least one output per axis."""
     while True:
-        kernel = rng.integers(1, 4, k)
-        stride = rng.integers(1, 4, k)
-        padding = np.array([rng.integers(0, kk // 2 + 1) for kk in kernel])
-        dilation = rng.integers(1, 3, k)
-        ceil_mode = bool(rng.random() < 0.5)
-        in_spatial = tuple(rng.integers(1, 8, k).tolist())
-        if min(oracle.pool_output_size(*v, ceil_mode) for v in
-               zip(in_spatial, kernel, stride, padding, dilation)) >= 1:
-            window = tuple(tuple(v.tolist()) for v in (kernel, stride, padding, dilation))
+        arrays, ceil_mode, in_spatial, sizes = _draw_pool(rng, k, 8)
+        if min(sizes) >= 1:
+            window = tuple(tuple(v.tolist()) for v in arrays)
             return window, ceil_mode, in_spatial
+
+
+def _draw_pool(rng, k: int, size_limit: int):
+    """A random window (kernel, stride, padding, dilation: arrays of k), ceil_mode, an input
+    size below `size_limit` per axis, and the output size per axis (maybe not positive)."""
+    kernel = rng.integers(1, 4, k)
+    stride = rng.integers(1, 4, k)
+    padding = np.array([rng.integers(0, kk // 2 + 1) for kk in kernel])
+    dilation = rng.integers(1, 3, k)
+    ceil_mode = bool(rng.random() < 0.5)
+    in_spatial = tuple(rng.integers(1, size_limit, k).tolist())
+    sizes = [oracle.pool_output_size(*v, ceil_mode)
+             for v in zip(in_spatial, kernel, stride, padding, dilation)]
+    return (kernel, stride, padding, dilation), ceil_mode, in_spatial, sizes
 
 
 def backward_case(rng, k: int, last: bool, dtype: str, index_dtype):

@@ -54,9 +54,8 @@ def operands():
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "helpers"))
+    import exported_run
+
     ops = operands()
-    exported = jax.export.export(jax.jit(step), platforms=("cpu",),
-                                 disabled_checks=ju.export_safety_checks())(*ops)
-    (out / "step.bin").write_bytes(exported.serialize())
-    np.savez(out / "operands.npz", **{f"arg{i}": a for i, a in enumerate(ops)})
+    exported_run.write(Path(sys.argv[1]), exported_run.export_for_cpu(step, ops), ops)
