@@ -18,10 +18,10 @@
 #include <xmmintrin.h>
 #endif
 
+#include "common/no_throw.h"
 #include "common/pool_geometry.h"
 #include "common/pool_values.h"
 #include "cpu/kernels.h"
-#include "cpu/no_throw.h"
 #include "cpu/output_pages.h"
 #include "cpu/thread_chunks.h"
 
