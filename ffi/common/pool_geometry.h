@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/buffer_checks.h"
 #include "common/pool_values.h"
@@ -182,6 +183,22 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                 " cannot hold the flat positions of x of shape " + ShapeString(dims) +
                 "; use int64");
   return g;
+}
+
+// The pool target's operands after the platform's context (binding: ffi::Ffi::Bind() with
+// it), as every platform's handler takes them and CheckPoolCall checks them.
+template <typename Binding>
+auto BindPoolOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()  // x
+      .template Ret<ffi::AnyBuffer>()  // values
+      .template Ret<ffi::AnyBuffer>()  // indices
+      .template Attr<bool>("channels_last")
+      .template Attr<ffi::Span<const int64_t>>("kernel_size")
+      .template Attr<ffi::Span<const int64_t>>("stride")
+      .template Attr<ffi::Span<const int64_t>>("padding")
+      .template Attr<ffi::Span<const int64_t>>("dilation")
+      .template Attr<bool>("ceil_mode");
 }
 
 }  // namespace jax_unpool

@@ -398,16 +398,6 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Ret<ffi::AnyBuffer>()  // values
-                                  .Ret<ffi::AnyBuffer>()  // indices
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode"));
+                              BindPoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace jax_unpool
