@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/handler_capsules.h"
 #include "cpu/kernels.h"
 #include "cpu/simd.h"
 #include "npu/cann_library.h"
@@ -14,43 +15,34 @@
 
 namespace nb = nanobind;
 
-namespace {
-
-template <typename T>
-nb::capsule Capsule(T* fn) {
-  return nb::capsule(reinterpret_cast<void*>(fn));
-}
-
-}  // namespace
-
 NB_MODULE(_jax_unpool, m) {
   m.def("cpu_registrations", []() {
-    nb::dict d;
-    d["max_unpool2d"] = Capsule(jax_unpool::MaxUnpool2dCpu);
-    d["max_unpool2d_backward"] = Capsule(jax_unpool::MaxUnpool2dBackwardCpu);
-    d["max_unpool"] = Capsule(jax_unpool::MaxUnpoolCpu);
-    d["max_unpool_backward"] = Capsule(jax_unpool::MaxUnpoolBackwardCpu);
-    d["max_pool"] = Capsule(jax_unpool::MaxPoolCpu);
-    return d;
+    return jax_unpool::HandlerCapsules({
+        {"max_unpool2d", jax_unpool::MaxUnpool2dCpu},
+        {"max_unpool2d_backward", jax_unpool::MaxUnpool2dBackwardCpu},
+        {"max_unpool", jax_unpool::MaxUnpoolCpu},
+        {"max_unpool_backward", jax_unpool::MaxUnpoolBackwardCpu},
+        {"max_pool", jax_unpool::MaxPoolCpu},
+    });
   });
   // How the CPU unpool backward gathers 4- and 8-byte values: "avx2" (vpgather*) or
   // "scalar" (loads), by CPU and JAX_UNPOOL_CPU_GATHER (cpu/simd.h).
   m.def("cpu_gather", []() { return jax_unpool::UseVectorGathers() ? "avx2" : "scalar"; });
   m.def("npu_registrations", []() {
-    nb::dict d;
-    d["max_unpool2d"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnDevice);
-    d["max_unpool2d_backward"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnDevice);
-    d["max_unpool2d_host"] = Capsule(jax_unpool::npu::MaxUnpool2dAclnnHost);
-    d["max_unpool2d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool2dBackwardAclnnHost);
-    d["max_unpool3d"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnDevice);
-    d["max_unpool3d_backward"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice);
-    d["max_unpool3d_host"] = Capsule(jax_unpool::npu::MaxUnpool3dAclnnHost);
-    d["max_unpool3d_backward_host"] = Capsule(jax_unpool::npu::MaxUnpool3dBackwardAclnnHost);
-    d["max_pool2d"] = Capsule(jax_unpool::npu::MaxPool2dAclnnDevice);
-    d["max_pool2d_host"] = Capsule(jax_unpool::npu::MaxPool2dAclnnHost);
-    d["max_pool3d"] = Capsule(jax_unpool::npu::MaxPool3dAclnnDevice);
-    d["max_pool3d_host"] = Capsule(jax_unpool::npu::MaxPool3dAclnnHost);
-    return d;
+    return jax_unpool::HandlerCapsules({
+        {"max_unpool2d", jax_unpool::npu::MaxUnpool2dAclnnDevice},
+        {"max_unpool2d_backward", jax_unpool::npu::MaxUnpool2dBackwardAclnnDevice},
+        {"max_unpool2d_host", jax_unpool::npu::MaxUnpool2dAclnnHost},
+        {"max_unpool2d_backward_host", jax_unpool::npu::MaxUnpool2dBackwardAclnnHost},
+        {"max_unpool3d", jax_unpool::npu::MaxUnpool3dAclnnDevice},
+        {"max_unpool3d_backward", jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice},
+        {"max_unpool3d_host", jax_unpool::npu::MaxUnpool3dAclnnHost},
+        {"max_unpool3d_backward_host", jax_unpool::npu::MaxUnpool3dBackwardAclnnHost},
+        {"max_pool2d", jax_unpool::npu::MaxPool2dAclnnDevice},
+        {"max_pool2d_host", jax_unpool::npu::MaxPool2dAclnnHost},
+        {"max_pool3d", jax_unpool::npu::MaxPool3dAclnnDevice},
+        {"max_pool3d_host", jax_unpool::npu::MaxPool3dAclnnHost},
+    });
   });
   m.def("load_cann", &jax_unpool::cann::LoadCannOrThrow, nb::arg("library_dir"),
         nb::arg("host"));

@@ -11,21 +11,21 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/buffer_checks.h"
+#include "common/pool_axes.h"
 #include "common/pool_values.h"
 #include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
 
-struct PoolGeometry {
+// Per axis (D, H, W), PoolAxes: input and output sizes and the window.
+struct PoolGeometry : PoolAxes {
   int k = 2;  // spatial rank
   bool channels_last = false;
   int64_t N = 1, C = 1;
-  // Per axis (D, H, W): input and output sizes and the window.
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
 
   int64_t in_plane() const { return in[0] * in[1] * in[2]; }
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
@@ -182,6 +182,22 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
                 " cannot hold the flat positions of x of shape " + ShapeString(dims) +
                 "; use int64");
   return g;
+}
+
+// The pool target's operands after the platform's context (binding: ffi::Ffi::Bind() with
+// it), as every platform's handler takes them and CheckPoolCall checks them.
+template <typename Binding>
+auto BindPoolOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()  // x
+      .template Ret<ffi::AnyBuffer>()  // values
+      .template Ret<ffi::AnyBuffer>()  // indices
+      .template Attr<bool>("channels_last")
+      .template Attr<ffi::Span<const int64_t>>("kernel_size")
+      .template Attr<ffi::Span<const int64_t>>("stride")
+      .template Attr<ffi::Span<const int64_t>>("padding")
+      .template Attr<ffi::Span<const int64_t>>("dilation")
+      .template Attr<bool>("ceil_mode");
 }
 
 }  // namespace jax_unpool

@@ -18,10 +18,10 @@
 #include <xmmintrin.h>
 #endif
 
+#include "common/no_throw.h"
 #include "common/pool_geometry.h"
 #include "common/pool_values.h"
 #include "cpu/kernels.h"
-#include "cpu/no_throw.h"
 #include "cpu/output_pages.h"
 #include "cpu/thread_chunks.h"
 
@@ -398,16 +398,6 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Ret<ffi::AnyBuffer>()  // values
-                                  .Ret<ffi::AnyBuffer>()  // indices
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode"));
+                              BindPoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace jax_unpool

@@ -6,13 +6,13 @@
 
 #include <cstdint>
 
+#include "common/no_throw.h"
 #include "common/out_of_range.h"
 #include "common/plane_geometry.h"
 #include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "cpu/first_bad_index.h"
 #include "cpu/image_spans.h"
-#include "cpu/no_throw.h"
 #include "cpu/output_pages.h"
 #include "cpu/thread_chunks.h"
 #include "xla/ffi/api/ffi.h"

@@ -8,27 +8,13 @@
 // host emulation (tests/cuda/emulation.cc) runs the plans with a looping launcher.
 #pragma once
 
-#include <exception>
-#include <string>
-
+#include "common/no_throw.h"  // NoThrow, shared with the CPU handlers
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
 namespace cuda {
 
 namespace ffi = xla::ffi;
-
-// body(), with any exception (an allocation failure while building a message) as INTERNAL.
-template <typename Body>
-ffi::Error NoThrow(const char* op, Body body) noexcept {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string(op) + ": " + e.what());
-  } catch (...) {
-    return ffi::Error::Internal(std::string(op) + ": unknown C++ exception");
-  }
-}
 
 }  // namespace cuda
 }  // namespace jax_unpool

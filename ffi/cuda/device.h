@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define JU_HD __host__ __device__ __forceinline__
@@ -68,38 +69,27 @@ struct Divider<uint64_t> {
 // Atomics on global memory. Each kernel writes a location either from one thread only,
 // or through these (max and min commute, so the result is the same whatever the order):
 // that is what makes every kernel's result independent of the schedule.
-JU_HD void AtomicMax(uint32_t* p, uint32_t v) {
+template <bool kMax, typename T>
+JU_HD void AtomicExtreme(T* p, T v) {
 #if defined(__CUDA_ARCH__)
-  atomicMax(reinterpret_cast<unsigned int*>(p), v);
+  // CUDA's atomics take unsigned int and unsigned long long (uint64_t is unsigned long).
+  using Word = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  if constexpr (kMax) {
+    atomicMax(reinterpret_cast<Word*>(p), static_cast<Word>(v));
+  } else {
+    atomicMin(reinterpret_cast<Word*>(p), static_cast<Word>(v));
+  }
 #else
-  uint32_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (seen < v &&
+  T seen = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while ((kMax ? seen < v : seen > v) &&
          !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 #endif
 }
 
-JU_HD void AtomicMax(uint64_t* p, uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicMax(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  uint64_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (seen < v &&
-         !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-#endif
-}
-
-JU_HD void AtomicMin(uint64_t* p, uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-#else
-  uint64_t seen = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (seen > v &&
-         !__atomic_compare_exchange_n(p, &seen, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-#endif
-}
+JU_HD void AtomicMax(uint32_t* p, uint32_t v) { AtomicExtreme<true>(p, v); }
+JU_HD void AtomicMax(uint64_t* p, uint64_t v) { AtomicExtreme<true>(p, v); }
+JU_HD void AtomicMin(uint64_t* p, uint64_t v) { AtomicExtreme<false>(p, v); }
 
 JU_HD uint32_t AtomicCas(uint32_t* p, uint32_t expected, uint32_t desired) {
 #if defined(__CUDA_ARCH__)

@@ -22,19 +22,10 @@ ffi::Error MaxPool(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBu
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCuda, MaxPool,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Ret<ffi::AnyBuffer>()  // values
-                                  .Ret<ffi::AnyBuffer>()  // indices
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode"),
-                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    MaxPoolCuda, MaxPool,
+    BindPoolOperands(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+    {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace cuda
 }  // namespace jax_unpool

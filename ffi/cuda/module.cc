@@ -8,28 +8,20 @@
 
 #include <string>
 
+#include "common/handler_capsules.h"
 #include "cuda/handlers.h"
 
 namespace nb = nanobind;
 
-namespace {
-
-template <typename T>
-nb::capsule Capsule(T* fn) {
-  return nb::capsule(reinterpret_cast<void*>(fn));
-}
-
-}  // namespace
-
 NB_MODULE(_jax_unpool_cuda, m) {
   m.def("registrations", []() {
-    nb::dict d;
-    d["max_unpool"] = Capsule(jax_unpool::cuda::MaxUnpoolCuda);
-    d["max_unpool_checked"] = Capsule(jax_unpool::cuda::MaxUnpoolCheckedCuda);
-    d["max_unpool_backward"] = Capsule(jax_unpool::cuda::MaxUnpoolBackwardCuda);
-    d["max_unpool_backward_checked"] = Capsule(jax_unpool::cuda::MaxUnpoolBackwardCheckedCuda);
-    d["max_pool"] = Capsule(jax_unpool::cuda::MaxPoolCuda);
-    return d;
+    return jax_unpool::HandlerCapsules({
+        {"max_unpool", jax_unpool::cuda::MaxUnpoolCuda},
+        {"max_unpool_checked", jax_unpool::cuda::MaxUnpoolCheckedCuda},
+        {"max_unpool_backward", jax_unpool::cuda::MaxUnpoolBackwardCuda},
+        {"max_unpool_backward_checked", jax_unpool::cuda::MaxUnpoolBackwardCheckedCuda},
+        {"max_pool", jax_unpool::cuda::MaxPoolCuda},
+    });
   });
   // What the module was built with: the CUDA runtime version ("13.0") and the
   // CMAKE_CUDA_ARCHITECTURES its kernels were compiled for.

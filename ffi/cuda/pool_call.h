@@ -81,14 +81,7 @@ ffi::Error MaxPoolCall(Device& device, const ffi::AnyBuffer& x, const ffi::AnyBu
   a.channels_last = g.channels_last;
   a.N = g.N;
   a.C = g.C;
-  for (int d = 0; d < 3; ++d) {
-    a.in[d] = g.in[d];
-    a.out[d] = g.out[d];
-    a.kernel[d] = g.kernel[d];
-    a.stride[d] = g.stride[d];
-    a.pad[d] = g.pad[d];
-    a.dil[d] = g.dil[d];
-  }
+  static_cast<PoolAxes&>(a) = g;  // the sizes and window, as checked
   a.x = x.untyped_data();
   a.values = values.untyped_data();
   a.indices = indices.untyped_data();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/pool_axes.h"
 #include "cuda/device.h"
 
 namespace jax_unpool {
@@ -115,14 +116,11 @@ JU_HD bool Replaces(Key v, Key best) {
   return v > best || v != v;  // v != v is false for the integer keys
 }
 
-// The pool's window arithmetic on 3 axes (D, H, W); a 1-D or 2-D pool has leading axes of
-// size 1 with a window of 1 (as common/pool_geometry.h).
+// The pool's window arithmetic on 3 axes (D, H, W), the sizes and window in PoolAxes.
 template <typename Index>
-struct PoolWindows {
+struct PoolWindows : PoolAxes {
   Index inner = 1;  // C channels last, 1 channels first
   Index in_plane = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
   // Flat distance between neighbouring taps along each axis (0 for a window of 1).
   Index step[3] = {0, 0, 0};
   Divider<Index> inner_div, out_div[3];

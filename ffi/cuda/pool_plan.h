@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/pool_axes.h"
 #include "cuda/pool_elements.h"
 #include "cuda/unpool_plan.h"
 
@@ -25,16 +26,14 @@ enum class OrderKind : uint8_t {
 };
 
 // What a pool launches with: the call checked (common/pool_geometry.h's CheckPoolCall), the
-// results non-empty. Sizes as (D, H, W), leading axes of 1 with a window of 1.
-struct PoolLaunch {
+// results non-empty; its sizes and window per axis (D, H, W) are the PoolAxes base.
+struct PoolLaunch : PoolAxes {
   OrderKind kind = OrderKind::kFloat32;
   uint64_t sign = 0;
   Float8Order float8{};
   bool index64 = false;
   bool channels_last = false;
   int64_t N = 1, C = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
   const void* x = nullptr;
   void* values = nullptr;
   void* indices = nullptr;
@@ -64,15 +63,8 @@ PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
   w.inner = static_cast<Index>(a.channels_last ? a.C : 1);
   w.in_plane = static_cast<Index>(a.in[0] * a.in[1] * a.in[2]);
   w.inner_div = Divider<Index>(w.inner);
-  for (int d = 0; d < 3; ++d) {
-    w.in[d] = a.in[d];
-    w.out[d] = a.out[d];
-    w.kernel[d] = a.kernel[d];
-    w.stride[d] = a.stride[d];
-    w.pad[d] = a.pad[d];
-    w.dil[d] = a.dil[d];
-    w.out_div[d] = Divider<Index>(static_cast<Index>(a.out[d]));
-  }
+  static_cast<PoolAxes&>(w) = a;  // the sizes and window, as launched
+  for (int d = 0; d < 3; ++d) w.out_div[d] = Divider<Index>(static_cast<Index>(a.out[d]));
   // Only used for windows inside the input, where (kernel - 1) * dilation < in.
   const int64_t plane_strides[3] = {a.in[1] * a.in[2], a.in[2], 1};
   for (int d = 0; d < 3; ++d)

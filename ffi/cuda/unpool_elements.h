@@ -41,6 +41,18 @@ struct Planes {
     outer = positions.Div(u);
     p = u - outer * positions.divisor;
   }
+  // Element t of the output side -> the input side's element at position i of its plane.
+  JU_HD Index InAt(Index t, Index i) const {
+    Index outer, o, c;
+    Split(t, Lo_div, outer, o, c);
+    return In(outer, i, c);
+  }
+  // Element t of the input side -> the output side's element at position o of its plane.
+  JU_HD Index OutAt(Index t, Index o) const {
+    Index outer, i, c;
+    Split(t, L_div, outer, i, c);
+    return Out(outer, o, c);
+  }
 };
 
 // An index as a position of a plane of Lo, or Lo when it is outside [0, Lo).
@@ -88,13 +100,11 @@ struct Boxes {
   }
 };
 
-// Boxes that tile the output (extent == stride, no padding, every output size the input
-// size times the stride: an unpool of a pool whose window is its stride): one thread per
-// input position writes its whole box -- x at the index, zeros elsewhere -- and checks its
-// own index; each output element is written once. An index outside its box (or outside
-// the plane) raises `flag`: then the general pass below recomputes the whole result.
-template <typename V, typename I, typename Index>
-struct TiledScatter {
+// The forward's two one-pass kernels take the same operands: kTiled picks the pass
+// (TiledScatter or WindowedScatter, named below). In both, an index outside its box (or
+// outside the plane) raises `flag`: then the general pass below recomputes the whole result.
+template <typename V, typename I, typename Index, bool kTiled>
+struct OnePassScatter {
   Planes<Index> planes;
   Boxes<Index> boxes;
   const V* x;
@@ -103,6 +113,19 @@ struct TiledScatter {
   uint32_t* flag;
 
   JU_HD void operator()(Index t) const {
+    if constexpr (kTiled) {
+      Tiled(t);
+    } else {
+      Windowed(t);
+    }
+  }
+
+ private:
+  // Boxes that tile the output (extent == stride, no padding, every output size the input
+  // size times the stride: an unpool of a pool whose window is its stride): one thread per
+  // input position writes its whole box -- x at the index, zeros elsewhere -- and checks its
+  // own index; each output element is written once.
+  JU_HD void Tiled(Index t) const {
     Index outer, i, c, q[3], corner[3];
     planes.Split(t, planes.L_div, outer, i, c);
     boxes.InCoordinates(i, q);
@@ -126,26 +149,14 @@ struct TiledScatter {
       }
     }
   }
-};
 
-// One pass that writes every output element exactly once, with no fill: output o of plane
-// (outer, c) takes x at the largest input position q whose box holds o and whose index is
-// o, or 0. That is the CPU's result (the largest input position wins) as long as every
-// index lies in its own box: then no other position can hold o. Each input position's
-// index is checked by one thread, the one at the first output position of its box
-// (clipped to the plane; the handler only takes this pass where no clipped box is empty),
-// and an index outside its box (or outside the plane) raises `flag`: then the general
-// pass below recomputes the whole result.
-template <typename V, typename I, typename Index>
-struct WindowedScatter {
-  Planes<Index> planes;
-  Boxes<Index> boxes;
-  const V* x;
-  const I* indices;
-  V* out;
-  uint32_t* flag;
-
-  JU_HD void operator()(Index t) const {
+  // One pass that writes every output element exactly once, with no fill: output o of plane
+  // (outer, c) takes x at the largest input position q whose box holds o and whose index is
+  // o, or 0. That is the CPU's result (the largest input position wins) as long as every
+  // index lies in its own box: then no other position can hold o. Each input position's
+  // index is checked by one thread, the one at the first output position of its box
+  // (clipped to the plane; the handler only takes this pass where no clipped box is empty).
+  JU_HD void Windowed(Index t) const {
     Index outer, o, c;
     planes.Split(t, planes.Lo_div, outer, o, c);
     Index r[3], last[3], top[3];
@@ -162,7 +173,6 @@ struct WindowedScatter {
     Validate(outer, c, r, last);
   }
 
- private:
   // The candidates, largest flat position first: per axis from top[a] down while the box
   // still holds r[a].
   JU_HD void Find(Index outer, Index o, Index c, const Index r[3], const Index top[3],
@@ -219,6 +229,11 @@ struct WindowedScatter {
   }
 };
 
+template <typename V, typename I, typename Index>
+using TiledScatter = OnePassScatter<V, I, Index, true>;
+template <typename V, typename I, typename Index>
+using WindowedScatter = OnePassScatter<V, I, Index, false>;
+
 // ---------------------------------------------------------------------------------------
 // The forward's general pass: any indices, three launches
 // ---------------------------------------------------------------------------------------
@@ -259,13 +274,7 @@ struct ResolvePositions {
 
   JU_HD void operator()(Index t) const {
     const P p = positions[t];
-    V value = 0;
-    if (p != 0) {
-      Index outer, o, c;
-      planes.Split(t, planes.Lo_div, outer, o, c);
-      value = x[planes.In(outer, static_cast<Index>(p - 1), c)];
-    }
-    out[t] = value;
+    out[t] = p != 0 ? x[planes.InAt(t, static_cast<Index>(p - 1))] : V(0);
   }
 };
 
@@ -284,13 +293,7 @@ struct Gather {
 
   JU_HD void operator()(Index t) const {
     const Index o = Position(indices[t], planes.Lo);
-    V value = 0;
-    if (o != planes.Lo) {
-      Index outer, i, c;
-      planes.Split(t, planes.L_div, outer, i, c);
-      value = grad[planes.Out(outer, o, c)];
-    }
-    out[t] = value;
+    out[t] = o != planes.Lo ? grad[planes.OutAt(t, o)] : V(0);
   }
 };
 

@@ -1,4 +1,5 @@
-// No exception crosses the FFI boundary: a CPU handler's body runs inside NoThrow.
+// No exception crosses the FFI boundary: every handler's body (CPU and CUDA) runs inside
+// NoThrow.
 #pragma once
 
 #include <exception>
@@ -9,7 +10,8 @@
 
 namespace jax_unpool {
 
-// body() -> ffi::Error; an exception (an allocation failure) becomes INTERNAL naming op.
+// body() -> ffi::Error; an exception (an allocation failure, e.g. while building a
+// message) becomes INTERNAL naming op.
 template <typename Body>
 ffi::Error NoThrow(const char* op, Body body) noexcept {
   try {
