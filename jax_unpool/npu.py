@@ -316,6 +316,22 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     return where
 
 
+def unregister(platform: str = "ascend") -> None:
+    """Undoes `register(platform, ...)`: the primitives on `platform` lower as before it
+    (XLA's ops on an NPU platform; the CPU FFI kernels for platform="cpu"), and jax's
+    compilation caches are cleared, so no program compiled before keeps the aclnn routing.
+    The FFI targets stay registered with the plugin (XLA cannot remove one); a later
+    `register` routes to them again. A no-op for a platform `register` never routed.
+
+    Raises TypeError for a `platform` that is not a non-empty str."""
+    if not isinstance(platform, str) or not platform:
+        raise TypeError(f"jax_unpool.npu.unregister: platform must be a non-empty str, got "
+                        f"{platform!r}")
+    with _lock:
+        if platform in _targets_registered:
+            registry.restore(platform)
+
+
 def unregister_cpu_emulation() -> None:
     """Ends the host-emulation mode: the primitives lower to the CPU FFI kernels again.
     A no-op when the mode is off."""

@@ -270,6 +270,14 @@ def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
     assert_bits_equal(grad, want_g.numpy())
 
 
+def test_unregister_checks_its_platform_and_ignores_one_never_registered():
+    with pytest.raises(TypeError, match=r"jax_unpool.npu.unregister: platform must be a "
+                                        r"non-empty str, got 3"):
+        npu.unregister(3)
+    npu.unregister("never-registered")  # nothing to undo
+    assert not npu.cpu_emulation_active()
+
+
 def test_a_second_register_reroutes_programs_compiled_before(emulated, fake_cann_dir, rng):
     # Issue 31 item 3: register() again with another aclnn_pools clears jax's caches, so the
     # same jitted function, compiled and run before, lowers and runs the other way.
@@ -306,6 +314,12 @@ for aclnn_pools in (True, False, True):
     npu.register(platform, sys.argv[1], aclnn_pools=aclnn_pools)
     text = pool.trace(x).lower(lowering_platforms=(platform,)).as_text()
     print(aclnn_pools, ju.npu.MAX_POOL2D_TARGET in text)
+npu.unregister(platform)  # back to XLA's ops, for programs lowered before too
+i = np.zeros((1, 2, 4, 4), np.int32)
+unpool = jax.jit(lambda x, i: ju.max_unpool2d(x, i, 2))
+for f, args in ((pool, (x,)), (unpool, (x, i))):
+    text = f.trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    print("unregistered", "custom_call" in text)
 """
 
 
@@ -313,9 +327,11 @@ def test_a_second_register_in_device_mode_reroutes_programs_lowered_before(fake_
     # Issue 31 item 3 as found: before the registry cleared jax's caches on every
     # register(), only the host emulation cleared them, and a device platform's second
     # register(aclnn_pools=False) left the program lowered before on aclnn ("False True").
+    # unregister() then routes every op back to XLA's ops, the pool lowered before too.
     proc = run_code(DEVICE_MODE_REREGISTER, str(fake_cann_dir))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.split() == ["True", "True", "False", "False", "True", "True"]
+    assert proc.stdout.split() == ["True", "True", "False", "False", "True", "True",
+                                   "unregistered", "False", "unregistered", "False"]
 
 
 # --------------------------------------------------------------------------------------
