@@ -29,8 +29,13 @@ def fake_cann_dir(tmp_path_factory):
 SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py",
                     "test_unpool_ranks.py", "test_notebook.py", "test_aclnn_unpool.py",
                     "test_sharding.py")
+# Also slow for the quick run: files of a minute or so of CPU each (builds, child
+# processes, the CUDA host emulation's compile, the torch sweeps), measured on 2 cores.
 SLOW_FILES = (*SLOW_FILES_FIRST, "test_multiprocess.py", "test_large_offsets.py",
-              "test_memory.py", "test_doc_examples.py", "test_demo.py")
+              "test_memory.py", "test_doc_examples.py", "test_demo.py",
+              "test_cuda_logic.py", "test_packaging.py", "test_properties.py", "test_cli.py",
+              "test_bench.py", "test_pool_ranks_vs_torch.py", "test_ffi_boundary.py",
+              "test_pool_dtypes.py")
 
 
 def pytest_collection_modifyitems(items):
