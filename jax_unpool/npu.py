@@ -103,6 +103,7 @@ __all__ = [
     "locate",
     "pool_lowering",
     "register",
+    "unregister",
     "unregister_cpu_emulation",
 ]
 

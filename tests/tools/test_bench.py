@@ -2,6 +2,7 @@
 verdicts it promises. Timings are never asserted: this is a smoke test of the tool."""
 
 import json
+import mmap
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -53,10 +54,20 @@ def test_quick_run_times_every_unpool_configuration_of_every_rank(result):
 
 
 def test_measure_reports_the_os_time_a_call_spends_faulting_in_fresh_pages():
-    # A fresh 64 MiB array is zeroed by the OS page by page (milliseconds of system
-    # time); a pure-Python loop makes no system call at all. No wall time is asserted.
+    # A fresh 64 MiB anonymous mapping, written whole, is zeroed by the OS page by page
+    # (milliseconds of system time); a pure-Python loop makes no system call at all. The
+    # mapping is the OS's own, fresh on every call whatever the allocator (a malloc that
+    # keeps freed memory, as np.ones's may, would fault in nothing). No wall time is
+    # asserted.
+    def fresh_pages():
+        pages = mmap.mmap(-1, 1 << 26)
+        written = np.frombuffer(pages, np.uint8)
+        written.fill(1)
+        del written  # the mapping closes only once no array holds it
+        pages.close()
+
     system = {}
-    ms = measure.times({"fresh_pages": lambda: np.ones(1 << 24, np.float32),
+    ms = measure.times({"fresh_pages": fresh_pages,
                         "python_loop": lambda: sum(range(100_000))}, reps=3, warmup=1,
                        system_ms=system)
     assert system.keys() == ms.keys() == {"fresh_pages", "python_loop"}
