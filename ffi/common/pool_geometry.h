@@ -21,7 +21,7 @@
 
 namespace jax_unpool {
 
-// Per axis (D, H, W), PoolAxes: input and output sizes and the window.
+// Per axis (D, H, W), PoolAxes: input and output sizes, the window and its taps.
 struct PoolGeometry : PoolAxes {
   int k = 2;  // spatial rank
   bool channels_last = false;
@@ -29,22 +29,6 @@ struct PoolGeometry : PoolAxes {
 
   int64_t in_plane() const { return in[0] * in[1] * in[2]; }
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
-  // Input coordinate of tap t of window o along axis a (may lie in the padding).
-  int64_t Tap(int a, int64_t o, int64_t t) const { return o * stride[a] - pad[a] + t * dil[a]; }
-  // The taps of window o along axis a that land inside the input are [FirstTap, EndTap)
-  // (none if FirstTap >= EndTap), computed rather than searched: a window costs its part
-  // inside the input, not its kernel size (which may be 2^31 - 1 taps, nearly all padding).
-  int64_t FirstTap(int a, int64_t o) const {
-    const int64_t start = o * stride[a] - pad[a];
-    return start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
-  }
-  int64_t EndTap(int a, int64_t o) const {
-    const int64_t start = o * stride[a] - pad[a];
-    if (start >= in[a]) return 0;
-    // Per window, in the kernels' loops: no division without dilation, the common case.
-    return std::min(kernel[a], dil[a] == 1 ? in[a] - start : (in[a] - 1 - start) / dil[a] + 1);
-  }
-  int64_t First(int a, int64_t o) const { return Tap(a, o, FirstTap(a, o)); }
 };
 
 // PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h; CANN's PoolingOutShape is

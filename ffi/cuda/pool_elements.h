@@ -116,7 +116,7 @@ JU_HD bool Replaces(Key v, Key best) {
   return v > best || v != v;  // v != v is false for the integer keys
 }
 
-// The pool's window arithmetic on 3 axes (D, H, W), the sizes and window in PoolAxes.
+// The kernel's view of the pool: PoolAxes (sizes, window, taps) and flat steps.
 template <typename Index>
 struct PoolWindows : PoolAxes {
   Index inner = 1;  // C channels last, 1 channels first
@@ -124,26 +124,6 @@ struct PoolWindows : PoolAxes {
   // Flat distance between neighbouring taps along each axis (0 for a window of 1).
   Index step[3] = {0, 0, 0};
   Divider<Index> inner_div, out_div[3];
-
-  // Input coordinate of tap t of window o along axis a (may lie in the padding).
-  JU_HD int64_t Tap(int a, int64_t o, int64_t t) const {
-    return o * stride[a] - pad[a] + t * dil[a];
-  }
-  // The taps of window o along axis a that land inside the input, [lo, hi) (empty for a
-  // window of padding only): a border window costs its taps inside, not its kernel size
-  // (a kernel of 2^31 - 1 over a 5x5 input runs as fast as a small one).
-  JU_HD void Inside(int a, int64_t o, int64_t& lo, int64_t& hi) const {
-    const int64_t start = o * stride[a] - pad[a];
-    lo = start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
-    const int64_t room = in[a] - 1 - start;  // the largest tap offset inside
-    hi = room < 0 ? 0 : (room / dil[a] + 1 < kernel[a] ? room / dil[a] + 1 : kernel[a]);
-  }
-  // PyTorch's initial argmax coordinate: the window start moved by whole dilation steps
-  // past the left padding; past the input when a ceil_mode window holds only padding.
-  JU_HD int64_t First(int a, int64_t o) const {
-    const int64_t start = o * stride[a] - pad[a];
-    return start >= 0 ? start : start + (-start + dil[a] - 1) / dil[a] * dil[a];
-  }
 };
 
 // One output element: the first maximum of its window in PyTorch's scan order (row-major
@@ -196,8 +176,9 @@ struct PoolWindow {
       best_at = static_cast<int64_t>(at);
     } else {
       best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
+      // Only the taps inside the input: a border window costs its part inside.
       int64_t lo[3], hi[3];
-      for (int a = 0; a < 3; ++a) w.Inside(a, o[a], lo[a], hi[a]);
+      for (int a = 0; a < 3; ++a) lo[a] = w.FirstTap(a, o[a]), hi[a] = w.EndTap(a, o[a]);
       for (int64_t td = lo[0]; td < hi[0]; ++td) {
         const int64_t d = w.Tap(0, o[0], td);
         for (int64_t th = lo[1]; th < hi[1]; ++th) {
