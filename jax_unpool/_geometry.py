@@ -199,16 +199,25 @@ class PoolGeometry(NamedTuple):
         """Flat index = sum of coordinate * stride: (H*W, W, 1) for a (D, H, W) volume."""
         return tuple(math.prod(self.in_size[a + 1:]) for a in range(self.k))
 
-    def first_in_bounds(self, axis: int) -> np.ndarray:
-        """PyTorch's initial argmax coordinate of every window along `axis`: the window
-        start, moved by whole dilation steps past the left padding (``while (ih0 < 0) ih0
-        += dilationH``). It lies past the right edge when a window holds only padding
+    def first_in_bounds(self, axis: int, window: int) -> int:
+        """PyTorch's initial argmax coordinate of `window` along `axis`: the window start,
+        moved by whole dilation steps past the left padding (``while (ih0 < 0) ih0 +=
+        dilationH``), i.e. the smallest non-negative position congruent to a negative start
+        modulo the dilation. It lies past the right edge when a window holds only padding
         (possible with dilation, with or without ceil_mode); PyTorch then returns that
-        out-of-range index and -inf, and so do we."""
-        start = np.arange(self.out_size[axis]) * self.stride[axis] - self.padding[axis]
-        d = self.dilation[axis]
-        steps = np.where(start < 0, -(start // d), 0)  # ceil(-start / d) for start < 0
-        return start + steps * d
+        out-of-range index and -inf, and so do we.
+
+        Python ints, in constant time: geometry questions never list the windows (a
+        W = 2**31 - 1 pool has a billion). Of the coordinates past the input, the last
+        window's is the largest: a start that is not negative grows with the window, and a
+        negative one moved past the input needs a dilation longer than the input, for
+        which PyTorch's output size rule leaves a single window."""
+        start = window * self.stride[axis] - self.padding[axis]
+        return start if start >= 0 else start % self.dilation[axis]
+
+    def last_first_in_bounds(self, axis: int) -> int:
+        """The last window's `first_in_bounds` along `axis`."""
+        return self.first_in_bounds(axis, self.out_size[axis] - 1)
 
     def extent(self) -> tuple[int, ...]:
         """The dilated window's extent per axis: dilation * (kernel - 1) + 1."""
@@ -226,7 +235,7 @@ class PoolGeometry(NamedTuple):
         index is an in-bounds position of its own window. Excluded: a window holding only
         padding, whose index lies past the row or plane (PyTorch's quirk)."""
         return all(self.stride[a] >= self.extent()[a]
-                   and int(self.first_in_bounds(a).max()) < self.in_size[a]
+                   and self.last_first_in_bounds(a) < self.in_size[a]
                    for a in range(self.k))
 
     def window(self) -> tuple:
@@ -358,11 +367,13 @@ def largest_index(g: PoolGeometry) -> int:
     """A bound on the flat indices the pool reports. Per axis: the last window's last tap
     when it lies in the input; when the input clips it, an earlier window may reach
     further, up to the input's last position; and a window holding only padding reports
-    its initial index. Computed, not listed: kernels may be huge."""
+    its initial index, the last window's being the largest of those past the input
+    (`PoolGeometry.first_in_bounds`). Computed, not listed: kernels and inputs may be
+    huge."""
     largest = 0
     for a, st in enumerate(g.flat_strides()):
         last_tap = ((g.out_size[a] - 1) * g.stride[a] - g.padding[a]
                     + (g.kernel[a] - 1) * g.dilation[a])
         reach = min(last_tap, g.in_size[a] - 1)
-        largest += max(reach, int(g.first_in_bounds(a)[-1])) * st
+        largest += max(reach, g.last_first_in_bounds(a)) * st
     return largest

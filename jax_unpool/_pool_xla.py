@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from functools import partial
 
 import jax
@@ -47,15 +46,35 @@ def _plane(a, g: PoolGeometry):
     return a[..., None] if g.channels_last else a
 
 
-def _flat_index(g: PoolGeometry, coords: Sequence, xp=np):
-    """Flat input positions of per-axis coordinates (each of shape (out_size[a],)),
-    broadcast over the output's spatial shape."""
-    total = 0
-    for a, (c, st) in enumerate(zip(coords, g.flat_strides())):
-        shape = [1] * g.k
-        shape[a] = -1
-        total = total + xp.reshape(c, shape) * st
-    return xp.broadcast_to(total, g.out_size)
+def _wrapped(value: int, dtype: np.dtype) -> np.ndarray:
+    """`value` as a scalar of the integer `dtype`, modulo 2**bits, as XLA's integer
+    arithmetic wraps. Sums and products of wrapped terms are exact wherever the true result
+    fits the dtype, which the int32 guard (`_geometry.largest_index`) ensures for every
+    index the pool reports; positions of taps in the padding may wrap, and never win."""
+    half = 2 ** (8 * dtype.itemsize - 1)
+    return np.array((value + half) % (2 * half) - half, dtype)
+
+
+def _window_numbers(g: PoolGeometry, axis: int) -> jax.Array:
+    """0, 1, ..., out_size[axis] - 1 along `axis` of the output's spatial shape (size 1
+    along the others), in the index dtype: an iota, whose program size does not grow with
+    the output."""
+    shape = [1] * g.k
+    shape[axis] = g.out_size[axis]
+    return lax.broadcasted_iota(g.index_dtype, shape, axis)
+
+
+def _first_in_bounds(g: PoolGeometry) -> jax.Array:
+    """The flat positions of `PoolGeometry.first_in_bounds` for every window: the start,
+    or, left of the input, the smallest position >= 0 a whole number of dilation steps
+    further. Each coordinate is at most the last window's (or inside the input), which
+    the int32 guard bounds, so no step wraps."""
+    flat = 0
+    for a, st in enumerate(g.flat_strides()):
+        start = _window_numbers(g, a) * g.stride[a] - g.padding[a]
+        first = jnp.where(start < 0, start % g.dilation[a], start)  # jnp's % floors
+        flat = flat + first * _wrapped(st, g.index_dtype)
+    return jnp.broadcast_to(flat, g.out_size)
 
 
 def _padded(x: jax.Array, g: PoolGeometry, taps, fill: jax.Array) -> jax.Array:
@@ -100,31 +119,35 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
     taps = [_tap_range(g, a) for a in range(g.k)]
     xp = _padded(x, g, taps, jnp.asarray(_lowest(x.dtype)))
     is_float = jnp.issubdtype(x.dtype, jnp.inexact)
-    out = np.arange(max(g.out_size))
+    dt = g.index_dtype
+    # Flat positions from iotas and scalars, never tables: the program's size is the same
+    # for every input size. `origin` is relative tap 0 of every window; relative tap j of
+    # axis a lies j * dilation[a] * flat_stride[a] further.
+    origin = 0
+    for a, st in enumerate(g.flat_strides()):
+        origin = origin + (_window_numbers(g, a) * _wrapped(g.stride[a] * st, dt)
+                           + _wrapped((taps[a][0] * g.dilation[a] - g.padding[a]) * st, dt))
+    steps = [d * st for d, st in zip(g.dilation, g.flat_strides())]
 
-    def tap_index(rel, xnp):
-        coords = [out[:g.out_size[a]] * g.stride[a] - g.padding[a]
-                  + (taps[a][0] + rel[a]) * g.dilation[a] for a in range(g.k)]
-        if xnp is jnp:  # traced taps: index arithmetic in the index dtype
-            coords = [jnp.asarray(c, g.index_dtype) for c in coords]
-        return _plane(_flat_index(g, coords, xnp), g)
+    def tap_index(rel):
+        if all(isinstance(j, int) for j in rel):  # unrolled: one scalar per tap
+            return origin + _wrapped(sum(j * s for j, s in zip(rel, steps)), dt)
+        return origin + sum(jnp.asarray(j, dt) * _wrapped(s, dt) for j, s in zip(rel, steps))
 
-    def step(rel, best, idx, xnp=np):
+    def step(rel, best, idx):
         # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN replaces an
         # earlier one, so the LAST NaN in scan order wins.
         v = _tap(xp, g, rel)
         take = (v > best) | jnp.isnan(v) if is_float else v > best
-        return (jnp.where(take, v, best),
-                jnp.where(take, jnp.asarray(tap_index(rel, xnp), g.index_dtype), idx))
+        return jnp.where(take, v, best), jnp.where(take, _plane(tap_index(rel), g), idx)
 
     # Like PyTorch's loop: start from (lowest value, first in-bounds position) and let
     # only a strictly greater element or a NaN replace it. The first relevant tap is that
     # start: in each window it is the first in-bounds element or padding (= lowest, which
     # loses every later comparison, so the index stays the first in-bounds one). Padding
     # is never selected, even against an all -inf / all dtype-min input.
-    first = _flat_index(g, [g.first_in_bounds(a) for a in range(g.k)])
     best = _tap(xp, g, (0,) * g.k)
-    idx = jnp.broadcast_to(jnp.asarray(_plane(first, g), g.index_dtype), best.shape)
+    idx = jnp.broadcast_to(_plane(_first_in_bounds(g), g), best.shape)
     counts = [count for _, count in taps]
     # The taps in PyTorch's scan order (row-major), not positions: each step is dense
     # elementwise work over every window.
@@ -135,8 +158,7 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
         return best, idx
 
     def body(j, carry):
-        rel = jnp.unravel_index(j, counts)
-        return step(rel, *carry, xnp=jnp)
+        return step(jnp.unravel_index(j, counts), *carry)
 
     return lax.fori_loop(1, math.prod(counts), body, (best, idx))
 

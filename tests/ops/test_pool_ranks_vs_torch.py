@@ -465,7 +465,7 @@ def test_the_int32_guard_never_undercounts_the_largest_index(rng):
         reported = 0
         for o in range(g.out_size[0]):
             taps = [o * s - p + j * d for j in range(k) if 0 <= o * s - p + j * d < n]
-            reported = max(reported, max(taps) if taps else int(g.first_in_bounds(0)[o]))
+            reported = max(reported, max(taps) if taps else g.first_in_bounds(0, o))
         bound = _geometry.largest_index(g)
         assert bound >= reported, (n, k, d, s, p, ceil_mode, bound, reported)
         checked += 1
