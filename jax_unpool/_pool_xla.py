@@ -67,8 +67,8 @@ def _window_numbers(g: PoolGeometry, axis: int) -> jax.Array:
 def _first_in_bounds(g: PoolGeometry) -> jax.Array:
     """The flat positions of `PoolGeometry.first_in_bounds` for every window: the start,
     or, left of the input, the smallest position >= 0 a whole number of dilation steps
-    further. Each coordinate is at most the last window's (or inside the input), which
-    the int32 guard bounds, so no step wraps."""
+    further. A start is at most its window's coordinate, which the int32 guard bounds, so
+    it is exact though computed modulo 2**bits."""
     flat = 0
     for a, st in enumerate(g.flat_strides()):
         start = _window_numbers(g, a) * g.stride[a] - g.padding[a]

@@ -13,6 +13,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -138,3 +139,26 @@ def test_the_xla_ops_pool_reports_the_listed_initial_indices(case):
     want = np.array(rows)[:, None] * in_size[1] + np.array(cols)[None, :]
     np.testing.assert_array_equal(np.asarray(indices)[0, 0], want)
     assert np.isneginf(np.asarray(values)).all()
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["first", "last"])
+@pytest.mark.parametrize("shape,kernel,stride,padding,dilation,ceil_mode", [
+    ((2, 3, 90), (70,), (3,), (35,), (1,), True),
+    ((1, 2, 13, 12), (9, 9), (2, 3), (4, 2), (2, 1), False),
+    ((1, 1, 6, 7, 8), (4, 5, 4), (1, 2, 3), (2, 2, 1), (2, 1, 2), True),
+], ids=["1d", "2d", "3d"])
+def test_the_xla_ops_pool_over_more_than_64_taps_matches_the_loop(
+        channels_last, shape, kernel, stride, padding, dilation, ceil_mode):
+    """More taps inside the input than the unrolled loop takes: a fori_loop whose tap
+    positions are traced scalars times the dilation's flat step. Values with ties, so that
+    a wrong tap index shows."""
+    k = len(kernel)
+    x = np.random.default_rng(k).integers(0, 6, shape).astype(np.float32)
+    want = oracle.max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+    if channels_last:
+        x, want = np.moveaxis(x, 1, -1), [np.moveaxis(w, 1, -1) for w in want]
+    fmt = _geometry.data_format(k, channels_last)
+    values, indices = getattr(ju.reference, f"max_pool{k}d_with_indices")(
+        x, kernel, stride, padding, dilation, ceil_mode, data_format=fmt)
+    np.testing.assert_array_equal(values, want[0])
+    np.testing.assert_array_equal(indices, want[1])
