@@ -26,6 +26,7 @@ extensions = [
     "sphinx.ext.napoleon",  # their Google style (Args:, Returns:, Raises:)
     "benchmark_report",  # docs/_ext: performance tables and plot from benchmarks/*.json
     "module_map",  # docs/_ext: the package's modules in import order, read from the sources
+    "narrow_screens",  # docs/_ext: break points in the contents list, column names on cells
 ]
 
 source_suffix = {".md": "markdown"}
@@ -35,14 +36,23 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3  # [text](page.md#a-section) links to a section of a page
 
 autodoc_default_options = {"members": True, "member-order": "bysource"}
-autodoc_typehints = "signature"
+# One signature style for every public name, as PyTorch's documentation has it: names and
+# defaults, no type hints (the pools' jax.typing.ArrayLike expands to an 8-part union, the
+# unpools say Any); each docstring's Args say what an argument takes.
+autodoc_typehints = "none"
 autodoc_preserve_defaults = True  # data_format="NCHW", not the evaluated default
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 html_theme = "sphinx_book_theme"
 html_title = "jax-unpool"
-html_theme_options = {"show_toc_level": 2, "use_download_button": False}
+html_theme_options = {
+    "show_toc_level": 2,
+    "use_download_button": False,
+    # One search box, the book theme's in the left sidebar: pydata-sphinx-theme 0.20 adds a
+    # second one in a header bar unless navbar_persistent is set.
+    "navbar_persistent": [],
+}
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
 pygments_style = "default"
@@ -69,7 +79,9 @@ def _signature_as_written(app, what, name, obj, options, signature, return_annot
     written = inspect.signature(source, bound_method=bound,
                                 type_aliases=app.config.autodoc_type_aliases)
     short = app.config.autodoc_typehints_format == "short"
-    return (inspect.stringify_signature(written, show_return_annotation=False,
+    hints = app.config.autodoc_typehints in ("signature", "both")
+    return (inspect.stringify_signature(written, show_annotation=hints,
+                                        show_return_annotation=False,
                                         unqualified_typehints=short), return_annotation)
 
 

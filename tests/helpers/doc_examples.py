@@ -103,10 +103,11 @@ def parse(path: Path) -> Page:
     return page
 
 
-def run_blocks(page: Page) -> list[str]:
-    """Runs the page's blocks in one fresh namespace; returns each block's stdout. A
-    failing block raises AssertionError naming the page and line, with the traceback."""
-    namespace = {"__name__": "__main__"}
+def run_blocks(page: Page, namespace: dict | None = None) -> list[str]:
+    """Runs the page's blocks in one namespace (a fresh one, or `namespace`, which then
+    holds what the page defined); returns each block's stdout. A failing block raises
+    AssertionError naming the page and line, with the traceback."""
+    namespace = {"__name__": "__main__"} if namespace is None else namespace
     outputs = []
     cwd = os.getcwd()
     os.chdir(ROOT)

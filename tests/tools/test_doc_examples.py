@@ -29,8 +29,8 @@ def test_the_examples_are_found_on_every_page_that_has_them():
     # The parser sees the pages' blocks (an unrecognised fence would hide them all).
     names = {page.name for page in WITH_EXAMPLES}
     assert {"README.md", "docs/getting-started.md", "docs/semantics.md", "docs/autodiff.md",
-            "docs/pooling.md", "docs/layers.md", "docs/distributed.md", "docs/export.md",
-            "docs/npu.md"} <= names
+            "docs/pooling.md", "docs/layers.md", "docs/porting.md", "docs/distributed.md",
+            "docs/export.md", "docs/npu.md"} <= names
     assert all(block.code.strip() for page in PAGES for block in page.blocks)
 
 

@@ -40,3 +40,17 @@ def test_a_failure_left_of_and_stops_ci():
     script = f'set -euo pipefail\n{definition}\nrun "false && true"\necho reached\n'
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert done.returncode == 1 and "reached" not in done.stdout
+
+
+def test_the_readme_gives_the_quick_run_and_the_cpu_build_of_the_pinned_torch():
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running the tests", 1)[1].split("\n## ", 1)[0]
+    commands = [line for block in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+                for line in block.splitlines()]
+    assert 'pytest -m "not slow"' in commands  # the marker tests/conftest.py sets
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    (torch,) = [requirement for requirement in test_extra if requirement.startswith("torch")]
+    assert f"pip install {torch} --index-url https://download.pytorch.org/whl/cpu" in commands
