@@ -171,10 +171,17 @@ def _chip() -> npu_chips.Chip:
 
 def _routing(chip: npu_chips.Chip, aclnn_pools: bool) -> _backend.Routing:
     """How the loaded CANN routes the operations on `chip`: an operator goes to aclnn
-    where the op library has it and CANN documents it for the chip."""
-    pool_ranks = frozenset(_jax_unpool.cann_pool_ranks()) & chip.pool_ranks
+    where the op library has it and CANN documents it for the chip; a pool only for the
+    value dtypes this CANN takes (float32, listed by every version's doc, and float16 and
+    bfloat16 where its GetWorkspaceSize accepts them, asked here)."""
+    pools = set()
+    if aclnn_pools:
+        for k in frozenset(_jax_unpool.cann_pool_ranks()) & chip.pool_ranks:
+            accepted = {*_jax_unpool.cann_pool_dtypes(k), "float32"}
+            pools |= {(k, np.dtype(jax.numpy.bfloat16 if d == "bfloat16" else d))
+                      for d in accepted}
     return _backend.Routing(frozenset(_jax_unpool.cann_ops()) & chip.unpool_ops,
-                            pool_ranks if aclnn_pools else frozenset())
+                            frozenset(pools))
 
 
 def pool_lowering(xla_lowering):
