@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_unpool import _compat, _geometry, _sharding
 from jax_unpool.backends import custom_call, registry
@@ -266,8 +267,13 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
     x_aval, v_aval, i_aval = ctx.avals_in[0], *ctx.avals_out
     if k == 1:  # (N,) C, W -> (N,) C, 1, W; (N,) W, C -> (N,) 1, W, C
         def plane(aval):
+            # The new axis is whole; the others keep their sharding (spec entries move along).
             s = _geometry.spatial_axis(aval.ndim, channels_last, 1)
-            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]))
+            spec = [*aval.sharding.spec, *[None] * (aval.ndim - len(aval.sharding.spec))]
+            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]),
+                               sharding=NamedSharding(aval.sharding.mesh,
+                                                      PartitionSpec(*spec[:s], None,
+                                                                    *spec[s:])))
 
         x_call, v_call, i_call = plane(x_aval), plane(v_aval), plane(i_aval)
         # The added axis: kernel 1, stride 1, padding 0, dilation 1 -- an output row of 1.
