@@ -97,11 +97,12 @@ def _aclnn_volume_call(target: str, ctx, values, indices):
 
 
 def _indices_into_plane(ctx, indices, plane: int, dtype):
-    """Indices as `dtype`, clamped into [0, plane): CANN reports an out-of-range index only
-    asynchronously if at all (its ScatterElements/GatherElements would write or read out of
-    bounds), so on the NPU such an index lands on the plane's nearest end instead -- a wrong
-    value for an input that is wrong anyway, never memory corruption. Returns the value and
-    the LoweringRuleContext updated for it."""
+    """Indices as `dtype`, clamped into [0, plane): CANN does not range-check them (its
+    ScatterElements/GatherElements would write or read out of bounds), and the device
+    handlers cannot without a blocking copy per call, so on the NPU such an index lands on
+    the plane's nearest end instead -- a wrong value for an input that is wrong anyway,
+    never memory corruption. Returns the value and the LoweringRuleContext updated for
+    it."""
     aval = ctx.avals_in[1]
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices

@@ -195,7 +195,7 @@ def test_probing_another_directory_after_a_load_maps_nothing(fake_cann_dir, tmp_
                                                         "libopapi.so"))
     assert proc.stdout.splitlines() == [
         "False True True",
-        f"CANN is already loaded in this process from {files}; library_dir='{other}' does "
-        f"not hold those files, and is not opened: a process uses one CANN runtime (restart "
-        f"it to use another).",
+        (f"CANN is already loaded in this process from {files}; library_dir='{other}' does "
+         f"not hold those files, and is not opened: a process uses one CANN runtime (restart "
+         f"it to use another)."),
         "False True"]
