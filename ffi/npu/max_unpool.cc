@@ -190,6 +190,10 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
                                        " takes int64 indices only, got " +
                                        DataTypeName(indices.element_type()));
   }
+  ffi::Error answer;  // the answer without aclnn: a dtype it cannot take, or empty buffers
+  const auto value_type = ValuesTypeOrAnswer(t.op, t.aclnn_op, t.run_name,
+                                             forward ? "x" : "grad_output", values, *out, &answer);
+  if (!value_type) return answer;
   if (!launch.device) {
     if (ffi::Error e = CheckIndicesOnHost(t.op, forward, values, indices, *out, channels_last,
                                           t.k);
@@ -197,10 +201,6 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
       return e;
     }
   }
-  ffi::Error answer;  // the answer without aclnn: a dtype it cannot take, or empty buffers
-  const auto value_type = ValuesTypeOrAnswer(t.op, t.aclnn_op, t.run_name,
-                                             forward ? "x" : "grad_output", values, *out, &answer);
-  if (!value_type) return answer;
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
 
   AclObjects objects(lib);
