@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <utility>
@@ -74,6 +75,9 @@ NB_MODULE(_jax_unpool, m) {
     // "replace": a name that is not UTF-8 must not raise here.
     return nb::steal(PyUnicode_DecodeUTF8(name, std::strlen(name), "replace"));
   });
+  // The value dtypes the loaded CANN's pool op of spatial rank k accepts (asked of its
+  // GetWorkspaceSize, see npu/handlers.h).
+  m.def("cann_pool_dtypes", &jax_unpool::npu::AcceptedPoolDtypes, nb::arg("k"));
   // The spatial ranks whose (optional) pool op the loaded CANN has: 2 for
   // aclnnMaxPool2dWithIndices, 3 for aclnnMaxPool3dWithArgmax.
   m.def("cann_pool_ranks", []() {

@@ -52,19 +52,31 @@ elsewhere::
 
 (unpool forward: aclnnMaxUnpool2d/3d; backward: aclnnMaxUnpool2d/3dBackward; pools:
 aclnnMaxPool2dWithIndices/aclnnMaxPool3dWithArgmax, whose sources refuse every other chip
-with status 161002.) The aclnn pools are for finite input: on Atlas A2/A3 CANN's doc of
+with status 161002.) A pool goes to aclnn only for the value dtypes the installed CANN
+takes: float32 (every version's doc lists it), float16 and bfloat16 where the operator's
+GetWorkspaceSize accepts them when register() asks (CANN 8.0.RC2's 2-D operator takes
+FLOAT only; on a thread without the device's context CANN refuses every probe, and those
+two keep XLA's ops). The aclnn pools are for finite input: on Atlas A2/A3 CANN's doc of
 aclnnMaxPool2dWithIndices says NaN and -inf input is not supported ("输入数据暂不支持NaN、
 -Inf"), and aclnnMaxPool3dWithArgmax runs the same kernel there; what they return for it
-is unverified. With such input, register(..., aclnn_pools=False) keeps the pools on XLA's
-ops, which give PyTorch's result. For a name no product has, register() warns. Direct calls of the FFI
-targets are not routed: on a chip without the op they get CANN's status as a run-time
-error. The loader requires the aclnnMaxUnpool2dBackward entry points; without the forward
-ones, register() warns and the forward unpools lower to the jnp reference.
+is unverified. They are the default all the same (torch_npu's max_pool2d_with_indices is
+the same operator); with such input, register(..., aclnn_pools=False) keeps the pools on
+XLA's ops, which give PyTorch's result. For a name no product has, register() warns.
+Direct calls of the FFI targets are not routed: on a chip without the op they get CANN's
+status as a run-time error. The loader requires the aclnnMaxUnpool2dBackward entry points;
+without the forward ones, register() warns and the forward unpools lower to the jnp
+reference.
 
-In the NPU lowering the indices are clamped into the output plane (CANN does not report an
-out-of-range index synchronously and its kernels would write or read out of bounds) and
-the forward's are converted to int64 (CANN before 8.0.0 took only INT64 there), as are
-the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64 only). Shapes aclnn refuses --
+In the NPU lowering the indices are clamped into the output plane (CANN does not check
+them, and its kernels would write or read out of bounds) and the forward's are converted
+to int64 (CANN before 8.0.0 took only INT64 there), as are the 3-D backward's
+(aclnnMaxUnpool3dBackward takes INT64 only). A direct call of an unpool target is checked
+like the CPU's in host-emulation mode (OUT_OF_RANGE); on a device its indices reach CANN
+unchecked (reading them would take a blocking copy per call). Both pool operators are
+asked for int32 indices, widened to int64 when asked for. On a device each call checks
+that the calling thread's ACL context is on XLA's device of the call, runs on XLA's
+stream with XLA's scratch memory as its workspace (else one cached block per device and
+stream), and channels-last calls are split along N and C per device. Shapes aclnn refuses --
 an empty input, or an output plane smaller than the input plane (only possible with
 duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
 reference, which gives the same result. With a CANN without the (optional) 3-D ops,
@@ -171,10 +183,17 @@ def _chip() -> npu_chips.Chip:
 
 def _routing(chip: npu_chips.Chip, aclnn_pools: bool) -> _backend.Routing:
     """How the loaded CANN routes the operations on `chip`: an operator goes to aclnn
-    where the op library has it and CANN documents it for the chip."""
-    pool_ranks = frozenset(_jax_unpool.cann_pool_ranks()) & chip.pool_ranks
+    where the op library has it and CANN documents it for the chip; a pool only for the
+    value dtypes this CANN takes (float32, listed by every version's doc, and float16 and
+    bfloat16 where its GetWorkspaceSize accepts them, asked here)."""
+    pools = set()
+    if aclnn_pools:
+        for k in frozenset(_jax_unpool.cann_pool_ranks()) & chip.pool_ranks:
+            accepted = {*_jax_unpool.cann_pool_dtypes(k), "float32"}
+            pools |= {(k, np.dtype(jax.numpy.bfloat16 if d == "bfloat16" else d))
+                      for d in accepted}
     return _backend.Routing(frozenset(_jax_unpool.cann_ops()) & chip.unpool_ops,
-                            pool_ranks if aclnn_pools else frozenset())
+                            frozenset(pools))
 
 
 def pool_lowering(xla_lowering):
@@ -233,9 +252,11 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
     where the loaded CANN and the chip have them and they give PyTorch's result for
     finite input (see `pool_lowering`): on Atlas A2/A3 CANN's doc of the 2-D op says NaN
-    and -inf input is not supported, and the 3-D op runs the same kernel there.
-    `aclnn_pools=False` keeps the XLA ops, and PyTorch's result for every input, for every
-    pool.
+    and -inf input is not supported, and the 3-D op runs the same kernel there. Each op is
+    asked here (GetWorkspaceSize, nothing runs) which of float16 and bfloat16 it takes;
+    float32 always goes. Call register() on a thread with the device's context for the
+    answer. `aclnn_pools=False` keeps the XLA ops, and PyTorch's result for every input,
+    for every pool.
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's

@@ -1,7 +1,11 @@
 #include "npu/aclnn_call.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <utility>
 
 #include "common/value_types.h"
 
@@ -197,6 +201,88 @@ ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* fun
                               std::to_string(error) + ": " + cann.RecentErrorMessage());
 }
 
+// Device memory for the workspaces of device-mode calls that get no XLA scratch memory:
+// one block per (device, stream), kept for the process. Kernels of one stream run in
+// order, so successive calls share their stream's block with no sync and no allocation;
+// a call that needs more grows the block once, after the stream has drained (the old
+// block may still be in use by queued kernels). A lease holds the block from the
+// allocation to the launch, so that no other thread grows (frees) it in between.
+class WorkspaceCache {
+ public:
+  struct Lease {
+    void* data = nullptr;
+    const char* failed = nullptr;  // the function that failed, when data is null
+    aclError error = 0;
+    std::unique_lock<std::mutex> hold;
+  };
+
+  Lease Acquire(const CannLibrary& cann, aclrtStream stream, uint64_t bytes) {
+    int32_t device = -1;  // the context's device: a stream's address alone may be reused
+    if (cann.get_device == nullptr || cann.get_device(&device) != 0) device = -1;
+    Block* block;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_ptr<Block>& b = blocks_[{device, stream}];
+      if (!b) b = std::make_unique<Block>();
+      block = b.get();
+    }
+    Lease lease;
+    lease.hold = std::unique_lock<std::mutex>(block->in_use);
+    if (block->bytes < bytes) {
+      // Doubling bounds the number of growths (and their syncs) by a log of the sizes;
+      // where twice the old block is not to be had, exactly what this call needs.
+      const uint64_t doubled = std::max(bytes, 2 * block->bytes);
+      if (block->data != nullptr) {
+        if ((lease.error = cann.synchronize_stream(stream)) != 0) {
+          lease.failed = "aclrtSynchronizeStream (before growing the cached workspace)";
+          return lease;
+        }
+        cann.rt_free(block->data);
+        block->data = nullptr;
+        block->bytes = 0;
+      }
+      for (uint64_t size : {doubled, bytes}) {
+        lease.error = cann.rt_malloc(&block->data, size, ACL_MEM_MALLOC_HUGE_FIRST);
+        if (lease.error == 0) {
+          block->bytes = size;
+          break;
+        }
+        block->data = nullptr;
+        if (size == bytes) {
+          lease.failed = "aclrtMalloc of the workspace";
+          return lease;
+        }
+      }
+    }
+    lease.data = block->data;
+    return lease;
+  }
+
+ private:
+  struct Block {
+    std::mutex in_use;
+    void* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::mutex mutex_;
+  std::map<std::pair<int32_t, aclrtStream>, std::unique_ptr<Block>> blocks_;
+};
+
+WorkspaceCache& Workspaces() {
+  static WorkspaceCache* cache = new WorkspaceCache;  // never destroyed: kernels may run late
+  return *cache;
+}
+
+// `error`, noting that the unrun executor leaked where CANN cannot destroy one.
+ffi::Error NotRun(const CannLibrary& cann, const char* get_workspace_size_name,
+                  ffi::Error error) {
+  if (cann.destroy_executor != nullptr) return error;
+  return ffi::Error(*error.errc(),
+                    error.message() + "; this CANN has no aclDestroyAclOpExecutor, so the "
+                                      "executor " + get_workspace_size_name +
+                        " made could not be released (a host-side leak)");
+}
+
 }  // namespace
 
 ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
@@ -205,13 +291,24 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
                        AclnnRunFn run) {
   ExecutorOwner owner(cann, executor);
   if (status != ACLNN_SUCCESS) return StatusError(cann, op, get_workspace_size_name, status);
-  RtMemory rt_memory(cann);  // declared before the launch: freed after the final sync
+  // Declared before the launch: freed after the final sync (host mode), held over the
+  // launch (device mode).
+  RtMemory rt_memory(cann);
+  WorkspaceCache::Lease lease;
   void* workspace = nullptr;
   if (workspace_size > 0) {
     if (launch.scratch) workspace = launch.scratch(workspace_size);
-    if (workspace == nullptr) {
+    if (workspace == nullptr && launch.device) {
+      lease = Workspaces().Acquire(cann, launch.stream, workspace_size);
+      if (lease.data == nullptr) {
+        return NotRun(cann, get_workspace_size_name,
+                      RuntimeError(cann, op, lease.failed, lease.error));
+      }
+      workspace = lease.data;
+    } else if (workspace == nullptr) {
       if (const aclError e = rt_memory.Allocate(workspace_size); e != 0) {
-        return RuntimeError(cann, op, "aclrtMalloc of the workspace", e);
+        return NotRun(cann, get_workspace_size_name,
+                      RuntimeError(cann, op, "aclrtMalloc of the workspace", e));
       }
       workspace = rt_memory.data();
     }
@@ -256,7 +353,7 @@ ffi::Error RefuseAttributes(const char* op, const AttributeNames& attrs) {
       ": this target takes no attributes (its buffers are channels-first)");
 }
 
-ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {
+ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op, const Launch& launch) {
   const CannLibrary* cann = LoadedCann();
   if (cann == nullptr) {
     return ffi::Unexpected(ffi::Error(
@@ -278,6 +375,23 @@ ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op) {
                     : std::string("returned none")) +
             "). The PJRT plugin must set the device's context on the threads that run "
             "custom calls; CANN said: " + cann->RecentErrorMessage()));
+  }
+  if (launch.device && launch.device_ordinal && cann->get_device != nullptr) {
+    int32_t device = -1;
+    const aclError g = cann->get_device(&device);
+    if (g != 0 || device != *launch.device_ordinal) {
+      return ffi::Unexpected(ffi::Error(
+          ffi::ErrorCode::kFailedPrecondition,
+          std::string(op) + ": XLA runs this call on the stream of device " +
+              std::to_string(*launch.device_ordinal) + ", but the calling thread's ACL " +
+              "context is " +
+              (g != 0 ? "of no device (aclrtGetDevice failed with error " + std::to_string(g) +
+                            ": " + cann->RecentErrorMessage() + ")"
+                      : "device " + std::to_string(device) + "'s") +
+              ": the launch and its workspace would be on different devices. The PJRT "
+              "plugin must set the context of the call's device on the threads that run "
+              "custom calls."));
+    }
   }
   return cann;
 }

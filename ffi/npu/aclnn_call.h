@@ -112,23 +112,36 @@ UnpoolArrays MakeUnpoolArrays(AclObjects& objects, const TensorView& planes, int
 struct Launch {
   aclrtStream stream = nullptr;
   // XLA's scratch memory of `bytes` bytes, freed by XLA in stream order; nullptr if it
-  // has none. Without it (or when it fails) the workspace comes from aclrtMalloc and is
-  // freed after aclrtSynchronizeStream.
+  // has none.
   std::function<void*(uint64_t bytes)> scratch;
+  // Device mode (OnDevice): the buffers are device memory. Without scratch memory the
+  // workspace comes from the WorkspaceCache (kept per device and stream, no sync per
+  // call). Host-emulation mode (OnHost): the buffers are host memory -- the handlers
+  // check the indices there -- and the workspace is aclrtMalloc'ed and freed after
+  // aclrtSynchronizeStream, per call.
+  bool device = false;
+  // Device mode: XLA's device ordinal of the call, when the plugin's FFI gives it.
+  std::optional<int32_t> device_ordinal;
 };
 
 // The second phase: given GetWorkspaceSize's status, workspace size and executor,
-// allocates exactly that workspace and runs the executor. An executor that is not run is
-// destroyed. Errors name `op`, the failing function, the status code and its name, and
-// aclGetRecentErrMsg().
+// provides a workspace of that size (see Launch) and runs the executor. An executor that
+// is not run is destroyed with aclDestroyAclOpExecutor; a CANN without it has no way to
+// release one, and the error says that it leaked. Errors name `op`, the failing function,
+// the status code and its name, and aclGetRecentErrMsg().
 ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
                        const char* get_workspace_size_name, aclnnStatus status,
                        uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
                        AclnnRunFn run);
 
-// The loaded CANN, or FAILED_PRECONDITION when it is not loaded or the calling thread has
-// no ACL context (aclrtGetCurrentContext).
-ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op);
+// The loaded CANN, or FAILED_PRECONDITION when it is not loaded, the calling thread has
+// no ACL context (aclrtGetCurrentContext), or -- device mode, where both are known -- the
+// context's device (aclrtGetDevice) is not XLA's device ordinal of the call. CANN has no
+// query of a stream's device, so the context is what can be checked: a launch on XLA's
+// stream and a workspace allocated on another device's context would not meet. The one
+// public Ascend port of XLA (dayanhn/xla, ascend_context.cc) passes its device ordinal to
+// aclrtSetDevice as is.
+ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op, const Launch& launch);
 
 // An aclnn entry point that the loader resolves optionally, by name, and whether `cann`'s
 // op library has it.
@@ -169,13 +182,21 @@ class AttributeNames {
 // be ignored and an NDHWC buffer read as NCDHW.
 ffi::Error RefuseAttributes(const char* op, const AttributeNames& attrs);
 
-// Calls impl(launch) with XLA's stream and XLA's scratch memory for the workspace.
-// No exception escapes: the FFI boundary gets an ffi::Error.
+// XLA's device ordinal of a call, bound as `.Ctx<DeviceOrdinalIfKnown>()`: nullopt where
+// the plugin's FFI cannot tell (an XLA_FFI_Api without XLA_FFI_DeviceOrdinal_Get, or a
+// call of it that fails) instead of failing the call, as ffi::DeviceOrdinal would.
+struct DeviceOrdinalIfKnown {};
+
+// Calls impl(launch) with XLA's stream, device ordinal and scratch memory for the
+// workspace. No exception escapes: the FFI boundary gets an ffi::Error.
 template <typename Impl>
-ffi::Error OnDevice(void* stream, ffi::ScratchAllocator& scratch, Impl&& impl) {
+ffi::Error OnDevice(void* stream, std::optional<int32_t> device_ordinal,
+                    ffi::ScratchAllocator& scratch, Impl&& impl) {
   try {
     Launch launch;
     launch.stream = stream;
+    launch.device = true;
+    launch.device_ordinal = device_ordinal;
     launch.scratch = [&scratch](uint64_t bytes) -> void* {
       // 16: the largest alignment XLA's FFI allocator grants (device allocators align
       // more in practice).
@@ -192,8 +213,7 @@ ffi::Error OnDevice(void* stream, ffi::ScratchAllocator& scratch, Impl&& impl) {
 
 // Calls impl(launch) in host-emulation mode: the CPU platform has no stream to give
 // (nullptr, CANN's default stream) and no device memory, so the workspace comes from
-// aclrtMalloc -- host memory in an emulated CANN -- the same path as a device whose
-// plugin grants no scratch memory.
+// aclrtMalloc -- host memory in an emulated CANN -- and is freed after the call.
 template <typename Impl>
 ffi::Error OnHost(Impl&& impl) {
   try {
@@ -206,6 +226,31 @@ ffi::Error OnHost(Impl&& impl) {
 }
 
 }  // namespace jax_unpool::npu
+
+template <>
+struct xla::ffi::CtxDecoding<jax_unpool::npu::DeviceOrdinalIfKnown> {
+  using Type = std::optional<int32_t>;
+  static std::optional<Type> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                                    DiagnosticEngine&) {
+    if (api->struct_size < XLA_FFI_Api_STRUCT_SIZE || api->XLA_FFI_DeviceOrdinal_Get == nullptr) {
+      return Type();
+    }
+    XLA_FFI_DeviceOrdinal_Get_Args args;
+    args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = ctx;
+    args.device_ordinal = 0;
+    if (XLA_FFI_Error* error = api->XLA_FFI_DeviceOrdinal_Get(&args)) {
+      XLA_FFI_Error_Destroy_Args destroy;
+      destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+      destroy.extension_start = nullptr;
+      destroy.error = error;
+      api->XLA_FFI_Error_Destroy(&destroy);
+      return Type();
+    }
+    return Type(args.device_ordinal);
+  }
+};
 
 // How `.Attrs<AttributeNames>()` decodes the call's attributes (AttrDecoding is the FFI's
 // customisation point for attribute types; ffi::Dictionary is decoded the same way).

@@ -91,6 +91,11 @@ using RtMallocFn = aclError (*)(void** dev_ptr, size_t size, int policy);
 using RtFreeFn = aclError (*)(void* dev_ptr);
 using aclrtContext = void*;
 using GetCurrentContextFn = aclError (*)(aclrtContext* context);
+// The device of the calling thread's current context (acl_rt.h: "获取当前正在使用的Device的
+// ID"). CANN has no public query of a stream's device or context: aclrtGetStreamAttribute
+// reports failure mode, overflow check, tag, op-info cache and priority only (hicann/runtime
+// include/external/acl/acl_rt.h).
+using GetDeviceFn = aclError (*)(int32_t* device_id);
 // The chip's SoC name (e.g. "Ascend910B1"), nullptr if the runtime cannot tell
 // (hicann/runtime include/external/acl/acl_base_rt.h; src/acl/aclrt_impl/acl_rt_impl_base.cpp
 // returns rtGetSocVersion's process-wide name, the SoC_version of the chip's platform config).

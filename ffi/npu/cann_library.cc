@@ -161,6 +161,7 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need(acl, "aclrtFree", &lib.rt_free);
   need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
   Resolve(acl, "aclrtGetSocName", &lib.get_soc_name);
+  Resolve(acl, "aclrtGetDevice", &lib.get_device);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);
@@ -393,6 +394,25 @@ std::string OtherMode(const CannLibrary& loaded) {
          "host emulation in a process of its own.";
 }
 
+// Whether `dir` holds the very files `loaded` was opened from (the op library's by their
+// base names), compared as files (stat), without opening any.
+bool HoldsLoadedFiles(const std::string& dir, const CannLibrary& loaded) {
+  std::vector<std::string> files = {loaded.ascendcl_path, loaded.nnopbase_path};
+  for (size_t start = 0; start <= loaded.opapi_path.size();) {
+    const size_t comma = loaded.opapi_path.find(", ", start);
+    const size_t end = comma == std::string::npos ? loaded.opapi_path.size() : comma;
+    files.push_back(loaded.opapi_path.substr(start, end - start));
+    start = end + 2;
+  }
+  for (const std::string& f : files) {
+    const size_t slash = f.rfind('/');
+    if (!SameFile(dir + "/" + (slash == std::string::npos ? f : f.substr(slash + 1)), f)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool SameFiles(const CannLibrary& a, const CannLibrary& b) {
   return a.ascendcl_path == b.ascendcl_path && a.nnopbase_path == b.nnopbase_path &&
          a.opapi_path == b.opapi_path;
@@ -410,10 +430,17 @@ std::map<std::string, std::string> CannLibrary::Describe() const {
 }
 
 LoadResult ProbeCann(const std::string& library_dir) {
-  if (library_dir.empty()) {
-    if (const CannLibrary* loaded = LoadedCann()) return {*loaded, ""};
+  if (const CannLibrary* loaded = LoadedCann()) {
+    // Compared by file, never opened: dlopen would map the other install's libraries
+    // (and run their initialisers) in a process that already talks to one CANN.
+    if (library_dir.empty() || HoldsLoadedFiles(library_dir, *loaded)) return {*loaded, ""};
+    return {std::nullopt,
+            "CANN is already loaded in this process from " + loaded->ascendcl_path + ", " +
+                loaded->nnopbase_path + ", " + loaded->opapi_path + "; library_dir='" +
+                library_dir +
+                "' does not hold those files, and is not opened: a process uses one CANN "
+                "runtime (restart it to use another)."};
   }
-  // An explicit directory is only reported on, so no conflict with a loaded runtime.
   return Locate(library_dir, /*reuse=*/library_dir.empty());
 }
 

@@ -62,6 +62,7 @@ struct CannLibrary {
   RtFreeFn rt_free = nullptr;
   GetCurrentContextFn get_current_context = nullptr;
   GetSocNameFn get_soc_name = nullptr;  // optional: without it the chip is unknown
+  GetDeviceFn get_device = nullptr;      // optional: without it the device is not checked
   MaxUnpool2dBackwardGetWorkspaceSizeFn max_unpool2d_backward_get_workspace_size = nullptr;
   AclnnRunFn max_unpool2d_backward = nullptr;
   // Optional: a CANN without the forward or the 3-D ops still loads and serves the others;
@@ -88,9 +89,10 @@ struct LoadResult {
   std::string error;                   // otherwise: every path tried and why it failed
 };
 
-// Finds and opens CANN without installing it (see the search order above); when
-// library_dir is empty and CANN is already loaded, returns the loaded one. An explicit
-// library_dir is looked at alone, whatever runtime is already loaded.
+// Finds and opens CANN without installing it (see the search order above). Once CANN is
+// loaded, nothing more is opened: library_dir empty, or a directory holding the loaded
+// files, gives the loaded one; any other directory is an error that names the loaded
+// runtime (a process uses one, and a probe must not map a second one's libraries).
 LoadResult ProbeCann(const std::string& library_dir);
 
 // Finds, opens and installs CANN for the handlers (see the loading policy above).

@@ -9,6 +9,9 @@
 // platform has none to give), for testing against an emulated CANN.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool::npu {
@@ -25,5 +28,14 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool2dAclnnDevice);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool2dAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool3dAclnnDevice);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool3dAclnnHost);
+
+// The value dtypes ("float16", "bfloat16", "float32") for which the loaded CANN's pool op
+// of spatial rank k (2 or 3) accepts a small pool with INT32 indices, as its
+// GetWorkspaceSize answers on the calling thread (the executors it makes are destroyed,
+// nothing runs). Versions differ: CANN 8.0.RC2's aclnnMaxPool2dWithIndices takes FLOAT
+// only, newer ones FLOAT16 and BF16 too. Empty when the op is absent or no CANN is loaded;
+// {"float32"} unasked where the CANN has no aclDestroyAclOpExecutor (an accepted probe's
+// executor could not be released).
+std::vector<std::string> AcceptedPoolDtypes(int k);
 
 }  // namespace jax_unpool::npu

@@ -140,7 +140,7 @@ std::optional<aclDataType> PoolValueType(ffi::DataType dtype) {
 ffi::Error MaxPoolAclnn(const PoolOp& op, const Launch& launch, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
                         const Window& w, bool channels_last) {
-  auto cann = RequireCann(op.name);
+  auto cann = RequireCann(op.name, launch);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
   const MaxPoolGetWorkspaceSizeFn get_workspace_size = lib.*op.get_workspace_size;
@@ -188,12 +188,13 @@ ffi::Error MaxPoolAclnn(const PoolOp& op, const Launch& launch, ffi::AnyBuffer x
 }
 
 template <const PoolOp& op>
-ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
+ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
+                        ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
                         ffi::Span<const int64_t> kernel, ffi::Span<const int64_t> stride,
                         ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
                         bool ceil_mode, bool channels_last) {
-  return OnDevice(stream, scratch, [&](const Launch& launch) {
+  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
     return MaxPoolAclnn(op, launch, x, values, indices,
                         {kernel, stride, padding, dilation, ceil_mode}, channels_last);
   });
@@ -208,6 +209,34 @@ ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
     return MaxPoolAclnn(op, launch, x, values, indices,
                         {kernel, stride, padding, dilation, ceil_mode}, channels_last);
   });
+}
+
+// A pool of a 2x2(x2) plane (volume) with a 2x2(x2) window, the dtypes of the probe.
+// GetWorkspaceSize reads no data; the memory is real and disjoint all the same.
+std::optional<aclnnStatus> ProbePool(const CannLibrary& cann, const PoolOp& op,
+                                     aclDataType dtype) {
+  alignas(64) static unsigned char self_memory[64], out_memory[64], index_memory[64];
+  const size_t rank = static_cast<size_t>(op.k) + 2;
+  std::vector<int64_t> x(rank, 2), pooled(rank, 1), x_strides(rank, 1), ones(rank, 1);
+  x[0] = x[1] = 1;
+  for (size_t i = rank - 1; i-- > 0;) x_strides[i] = x_strides[i + 1] * x[i + 1];
+  AclObjects objects(cann);
+  aclTensor* self = objects.Tensor({x, x_strides, x, 0, dtype, self_memory});
+  aclTensor* out = objects.Tensor({pooled, ones, pooled, 0, dtype, out_memory});
+  aclTensor* idx = objects.Tensor({pooled, ones, pooled, 0, ACL_INT32, index_memory});
+  const std::vector<int64_t> window(op.k, 2), zeros(op.k, 0), unit(op.k, 1);
+  aclIntArray* kernel = objects.IntArray(window);
+  aclIntArray* stride = objects.IntArray(window);
+  aclIntArray* padding = objects.IntArray(zeros);
+  aclIntArray* dilation = objects.IntArray(unit);
+  if (!objects.error(op.name).success()) return std::nullopt;
+  uint64_t workspace_size = 0;
+  aclOpExecutor* executor = nullptr;
+  const aclnnStatus status = (cann.*op.get_workspace_size)(
+      self, kernel, stride, padding, dilation, false, out, idx, &workspace_size, &executor);
+  if (executor != nullptr) cann.destroy_executor(executor);
+  if (status != ACLNN_SUCCESS) cann.RecentErrorMessage();  // read: clears the refusal
+  return status;
 }
 
 // The window and layout attributes of both targets.
@@ -225,6 +254,7 @@ auto WithAttributes(Binding binding) {
 auto DeviceBinding() {
   return WithAttributes(ffi::Ffi::Bind()
                             .Ctx<ffi::PlatformStream<void*>>()
+                            .Ctx<DeviceOrdinalIfKnown>()
                             .Ctx<ffi::ScratchAllocator>()
                             .Arg<ffi::AnyBuffer>()    // x
                             .Ret<ffi::AnyBuffer>()    // values
@@ -239,6 +269,25 @@ auto HostBinding() {
 }
 
 }  // namespace
+
+std::vector<std::string> AcceptedPoolDtypes(int k) {
+  const CannLibrary* cann = LoadedCann();
+  const PoolOp& op = k == 3 ? kPool3d : kPool2d;
+  if (cann == nullptr || cann->*op.get_workspace_size == nullptr || cann->*op.run == nullptr) {
+    return {};
+  }
+  if (cann->destroy_executor == nullptr) return {"float32"};
+  std::vector<std::string> accepted;
+  for (const auto& [name, dtype] : {std::pair<const char*, aclDataType>{"float16", ACL_FLOAT16},
+                                    {"bfloat16", ACL_BF16},
+                                    {"float32", ACL_FLOAT}}) {
+    try {
+      if (ProbePool(*cann, op, dtype) == ACLNN_SUCCESS) accepted.push_back(name);
+    } catch (...) {  // std::bad_alloc: not accepted, as far as anyone can tell
+    }
+  }
+  return accepted;
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPool2dAclnnDevice, OnDeviceImpl<kPool2d>, DeviceBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPool2dAclnnHost, OnHostImpl<kPool2d>, HostBinding());

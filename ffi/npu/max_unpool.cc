@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "common/buffer_checks.h"
+#include "common/out_of_range.h"
+#include "common/plane_geometry.h"
 #include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
@@ -127,6 +129,37 @@ ffi::Error ReadLayout(const char* op, const AttributeNames& attrs, bool* out) {
   return RefuseAttributes(op, attrs);
 }
 
+// OUT_OF_RANGE for the first index (in flat order) outside its plane, as the CPU handlers
+// say it; Success if there is none. Reads the indices: host memory only.
+template <typename I>
+ffi::Error FirstIndexOutOfRange(const char* op, const PlaneGeometry& g, const I* indices,
+                                int64_t count) {
+  for (int64_t flat = 0; flat < count; ++flat) {
+    const int64_t v = static_cast<int64_t>(indices[flat]);
+    if (v < 0 || v >= g.Lo) return OutOfRangeError(op, g, BadIndexAt(g, flat, v));
+  }
+  return ffi::Error::Success();
+}
+
+// Host-emulation mode: the indices are host memory, so they are checked as the CPU
+// handlers check them, before aclnn, which does not range-check (an out-of-range index
+// would be an out-of-bounds access on a device). The device handlers cannot read them
+// without a blocking copy per call; there the NPU lowering clamps them into the plane.
+ffi::Error CheckIndicesOnHost(const char* op, bool forward, const ffi::AnyBuffer& values,
+                              const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
+                              bool channels_last, int k) {
+  const PlaneGeometry g =
+      ReadGeometry(forward ? values.dimensions() : indices.dimensions(),
+                   forward ? out.dimensions() : values.dimensions(), channels_last, k);
+  const int64_t count = static_cast<int64_t>(indices.element_count());
+  if (indices.element_type() == ffi::DataType::S32) {
+    return FirstIndexOutOfRange(op, g, static_cast<const int32_t*>(indices.untyped_data()),
+                                count);
+  }
+  return FirstIndexOutOfRange(op, g, static_cast<const int64_t*>(indices.untyped_data()),
+                              count);
+}
+
 // values: the forward's x or the backward's grad_output.
 template <typename Target, typename Layout>
 ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer values,
@@ -134,7 +167,7 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
                           const Layout& layout) {
   bool channels_last = false;
   if (ffi::Error e = ReadLayout(t.op, layout, &channels_last); !e.success()) return e;
-  auto cann = RequireCann(t.op);
+  auto cann = RequireCann(t.op, launch);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
   const auto get_workspace_size = lib.*t.get_workspace_size;
@@ -161,6 +194,13 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
   const auto value_type = ValuesTypeOrAnswer(t.op, t.aclnn_op, t.run_name,
                                              forward ? "x" : "grad_output", values, *out, &answer);
   if (!value_type) return answer;
+  if (!launch.device) {
+    if (ffi::Error e = CheckIndicesOnHost(t.op, forward, values, indices, *out, channels_last,
+                                          t.k);
+        !e.success()) {
+      return e;
+    }
+  }
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
 
   AclObjects objects(lib);
@@ -196,10 +236,11 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
 }
 
 template <const auto& target>
-ffi::Error OnDeviceImpl(void* stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
+ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
+                        ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                         LayoutAttribute<target.k> layout) {
-  return OnDevice(stream, scratch, [&](const Launch& launch) {
+  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
     return MaxUnpoolAclnn(target, launch, values, indices, out, layout);
   });
 }
@@ -221,8 +262,10 @@ auto WithBuffers(Binding binding) {
 }
 
 auto DeviceBinding() {
-  return WithBuffers(
-      ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::ScratchAllocator>());
+  return WithBuffers(ffi::Ffi::Bind()
+                         .Ctx<ffi::PlatformStream<void*>>()
+                         .Ctx<DeviceOrdinalIfKnown>()
+                         .Ctx<ffi::ScratchAllocator>());
 }
 
 auto HostBinding() { return WithBuffers(ffi::Ffi::Bind()); }

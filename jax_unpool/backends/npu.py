@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_unpool import _compat, _geometry, _sharding
 from jax_unpool.backends import custom_call, registry
@@ -48,7 +49,15 @@ class Routing(NamedTuple):
     # The unpool ops that go to aclnn: the loaded CANN has their entry points (cann_ops())
     # and CANN documents them for the chip (npu_chips).
     ops: frozenset
-    pool_ranks: frozenset  # the pool ops' ranks (2, 3) that go to aclnn
+    # (rank, value dtype) of the pools that go to aclnn: the op of that rank (2, 3) is in
+    # the op library and on the chip, and the loaded CANN takes the dtype (float32, which
+    # every version's doc lists; float16 and bfloat16 where its GetWorkspaceSize accepts
+    # them: CANN 8.0.RC2's aclnnMaxPool2dWithIndices takes FLOAT only).
+    pools: frozenset
+
+    @property
+    def pool_ranks(self) -> frozenset:
+        return frozenset(k for k, _ in self.pools)
 
 
 # --------------------------------------------------------------------------------------
@@ -75,9 +84,10 @@ def _layout(k: int, channels_last: bool, window) -> tuple:
     return (("channels_last", channels_last),)  # the 2-D handlers: no spatial rank
 
 
-_aclnn_forward = custom_call.unpool_lowering(MAX_UNPOOL2D_TARGET, _layout, per_shard=False)
-_aclnn_backward = custom_call.unpool_lowering(MAX_UNPOOL2D_BACKWARD_TARGET, _layout,
-                                              per_shard=False)
+# Channels-last calls are partitioned along N and C as the CPU targets' are
+# (custom_call.unpool_lowering): each device runs aclnn on its own shard.
+_aclnn_forward = custom_call.unpool_lowering(MAX_UNPOOL2D_TARGET, _layout)
+_aclnn_backward = custom_call.unpool_lowering(MAX_UNPOOL2D_BACKWARD_TARGET, _layout)
 
 
 def _aclnn_volume_call(target: str, ctx, values, indices):
@@ -87,11 +97,12 @@ def _aclnn_volume_call(target: str, ctx, values, indices):
 
 
 def _indices_into_plane(ctx, indices, plane: int, dtype):
-    """Indices as `dtype`, clamped into [0, plane): CANN reports an out-of-range index only
-    asynchronously if at all (its ScatterElements/GatherElements would write or read out of
-    bounds), so on the NPU such an index lands on the plane's nearest end instead -- a wrong
-    value for an input that is wrong anyway, never memory corruption. Returns the value and
-    the LoweringRuleContext updated for it."""
+    """Indices as `dtype`, clamped into [0, plane): CANN does not range-check them (its
+    ScatterElements/GatherElements would write or read out of bounds), and the device
+    handlers cannot without a blocking copy per call, so on the NPU such an index lands on
+    the plane's nearest end instead -- a wrong value for an input that is wrong anyway,
+    never memory corruption. Returns the value and the LoweringRuleContext updated for
+    it."""
     aval = ctx.avals_in[1]
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
@@ -141,8 +152,10 @@ def _forward(ctx, x, indices, output_size, channels_last):
     indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
     if len(output_size) == 3:
         return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
-    # outputSize is read from the result's shape by the handler: one source of truth.
-    return _aclnn_forward(ctx, x, indices, channels_last=channels_last)
+    # The handler reads outputSize from the result's shape; the per-shard call (NHWC on
+    # several devices) needs it to shape each shard's result.
+    return _aclnn_forward(ctx, x, indices, channels_last=channels_last,
+                          output_size=tuple(output_size))
 
 
 def _on_2d_ops(routing: Routing, k: int, channels_last: bool, op_3d: str) -> bool:
@@ -221,29 +234,24 @@ def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channel
 # --------------------------------------------------------------------------------------
 
 _POOL_TARGETS = {2: MAX_POOL2D_TARGET, 3: MAX_POOL3D_TARGET}
-# What aclnnMaxPool2dWithIndices and aclnnMaxPool3dWithArgmax take on every chip that has
-# them (Atlas A2/A3, Ascend 950: npu_chips; hicann/ops-nn
-# pooling/max_pool3d_with_argmax_v2/op_api).
-_POOL_VALUE_DTYPES = frozenset(map(np.dtype, ("float16", jax.numpy.bfloat16, "float32")))
 _INT32_MAX = 2**31 - 1
 
 
 def _aclnn_pool_takes(routing: Routing, x_aval, k: int, window: dict,
                       channels_last: bool) -> bool:
     """Whether the pool of spatial rank k goes through aclnn: the routing sends that op
-    there -- the op library has it and the chip does (1-D runs on the 2-D op's (N, C, 1, W)
-    view) -- and it gives PyTorch's values and indices for finite input on every chip that
-    has it (on Atlas A2/A3 CANN does not support NaN or -inf input to either op: the 2-D
-    op's doc says so, and the 3-D op runs the same kernel): values float16, bfloat16 or
-    float32; dilation 1 (Atlas A2/A3 refuse any other; what the 950's
-    kernels give for more is unverified); padding at most half the kernel (PyTorch's rule,
-    which CANN checks too); a plane or volume of at most INT_MAX positions (A2/A3 index it
-    in int32); a non-empty x of known shape."""
+    and x's dtype there -- the op library has the op, the chip does, the loaded CANN takes
+    the dtype (1-D runs on the 2-D op's (N, C, 1, W) view) -- and it gives PyTorch's values
+    and indices for finite input on every chip that has it (on Atlas A2/A3 CANN does not
+    support NaN or -inf input to either op: the 2-D op's doc says so, and the 3-D op runs
+    the same kernel): dilation 1 (Atlas A2/A3 refuse any other; what the 950's kernels give
+    for more is unverified); padding at most half the kernel (PyTorch's rule, which CANN
+    checks too); a plane or volume of at most INT_MAX positions (A2/A3 index it in int32);
+    a non-empty x of known shape."""
     if not all(isinstance(d, int) for d in x_aval.shape):  # symbolic (jax.export)
         return False
     s = _geometry.spatial_axis(x_aval.ndim, channels_last, k)
-    return (max(k, 2) in routing.pool_ranks
-            and np.dtype(x_aval.dtype) in _POOL_VALUE_DTYPES
+    return ((max(k, 2), np.dtype(x_aval.dtype)) in routing.pools
             and all(d == 1 for d in window["dilation"])
             and all(p <= kk // 2 for p, kk in zip(window["padding"], window["kernel_size"]))
             and math.prod(x_aval.shape[s:s + k]) <= _INT32_MAX
@@ -252,14 +260,21 @@ def _aclnn_pool_takes(routing: Routing, x_aval, k: int, window: dict,
 
 def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
     """The aclnn pool call: 1-D on the 2-D op's view of one-row planes (its indices are
-    then w, as 1-D's); the 3-D op asked for int32 indices (Atlas A2/A3 take no other,
-    exact: the volume has at most INT_MAX positions) converted to the requested dtype."""
+    then w, as 1-D's); both ops asked for int32 indices (the 3-D op takes no other on
+    Atlas A2/A3, nor the 2-D op in CANN 8.0.RC2; exact: a plane or volume has at most
+    INT_MAX positions) widened to the requested dtype. Channels-last calls are partitioned
+    along N and C (custom_call.pool_lowering)."""
     op_k = max(k, 2)
     x_aval, v_aval, i_aval = ctx.avals_in[0], *ctx.avals_out
     if k == 1:  # (N,) C, W -> (N,) C, 1, W; (N,) W, C -> (N,) 1, W, C
         def plane(aval):
+            # The new axis is whole; the others keep their sharding (spec entries move along).
             s = _geometry.spatial_axis(aval.ndim, channels_last, 1)
-            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]))
+            spec = [*aval.sharding.spec, *[None] * (aval.ndim - len(aval.sharding.spec))]
+            return aval.update(shape=(*aval.shape[:s], 1, *aval.shape[s:]),
+                               sharding=NamedSharding(aval.sharding.mesh,
+                                                      PartitionSpec(*spec[:s], None,
+                                                                    *spec[s:])))
 
         x_call, v_call, i_call = plane(x_aval), plane(v_aval), plane(i_aval)
         # The added axis: kernel 1, stride 1, padding 0, dilation 1 -- an output row of 1.
@@ -269,14 +284,10 @@ def _aclnn_pool(ctx, x, k: int, window: dict, channels_last: bool):
         x = hlo.reshape(_compat.ir_type(ctx, x_call), x)
     else:
         x_call, v_call, i_call = x_aval, v_aval, i_aval
-    if op_k == 3:
-        i_call = i_call.update(dtype=np.dtype(np.int32))
+    i_call = i_call.update(dtype=np.dtype(np.int32))
     call_ctx = ctx.replace(avals_in=[x_call], avals_out=[v_call, i_call])
-    call = jax.ffi.ffi_lowering(
-        _POOL_TARGETS[op_k],
-        extra_attributes=_sharding.call_attributes(call_ctx, channels_last, op_k))
-    values, indices = call(call_ctx, x, **_sharding.ffi_attributes(
-        custom_call.pool_attributes(channels_last, **window)))
+    values, indices = custom_call.pool_lowering(_POOL_TARGETS[op_k])(
+        call_ctx, x, channels_last=channels_last, index_dtype=np.int32, **window)
     if i_call.dtype != i_aval.dtype:
         indices = hlo.convert(_compat.ir_type(ctx, i_call.update(dtype=i_aval.dtype)),
                               indices)
@@ -310,8 +321,10 @@ def pool_lowering(routing: Routing, xla_lowering):
 
 def lowerings(routing: Routing) -> dict[str, registry.Lowering]:
     """The NPU lowerings of the three operations, routed by `routing`."""
-    pools = (f"aclnn pool ops for ranks {sorted(routing.pool_ranks)}, XLA ops otherwise"
-             if routing.pool_ranks else "XLA ops (no aclnn pool op used)")
+    dtypes = {k: sorted(np.dtype(d).name for r, d in routing.pools if r == k)
+              for k in sorted(routing.pool_ranks)}
+    pools = (f"aclnn pool ops for ranks and dtypes {dtypes}, XLA ops otherwise"
+             if routing.pools else "XLA ops (no aclnn pool op used)")
 
     def runs(ops: str, names: tuple) -> str:
         return ops if routing.ops & set(names) else "XLA ops (no aclnn op used)"

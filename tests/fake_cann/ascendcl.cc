@@ -20,3 +20,7 @@ FAKECANN_EXPORT aclError aclrtGetCurrentContext(void **context) {
 }
 
 FAKECANN_EXPORT const char *aclrtGetSocName() { return forward_core().rt_get_soc_name(); }
+
+FAKECANN_EXPORT aclError aclrtGetDevice(int32_t *deviceId) {
+  return forward_core().rt_get_device(deviceId);
+}

@@ -116,13 +116,17 @@ class FakeCann:
         self.aclDestroyTensor = _sig(n, "aclDestroyTensor", c_int32, c_void_p)
         self.aclCreateIntArray = _sig(n, "aclCreateIntArray", c_void_p, P, c_uint64)
         self.aclDestroyIntArray = _sig(n, "aclDestroyIntArray", c_int32, c_void_p)
-        self.aclDestroyAclOpExecutor = _sig(n, "aclDestroyAclOpExecutor", c_int32, c_void_p)
+        # Absent from a -DFAKECANN_NO_DESTROY_EXECUTOR build, as from older CANN.
+        self.aclDestroyAclOpExecutor = (
+            _sig(n, "aclDestroyAclOpExecutor", c_int32, c_void_p)
+            if hasattr(n, "aclDestroyAclOpExecutor") else None)
         self.aclGetRecentErrMsg = _sig(a, "aclGetRecentErrMsg", c_char_p)
         self.aclrtMalloc = _sig(a, "aclrtMalloc", c_int32, POINTER(c_void_p), c_size_t, c_int32)
         self.aclrtFree = _sig(a, "aclrtFree", c_int32, c_void_p)
         self.aclrtSynchronizeStream = _sig(a, "aclrtSynchronizeStream", c_int32, c_void_p)
         self.aclrtGetCurrentContext = _sig(a, "aclrtGetCurrentContext", c_int32,
                                            POINTER(c_void_p))
+        self.aclrtGetDevice = _sig(a, "aclrtGetDevice", c_int32, POINTER(c_int32))
         PU, PE = POINTER(c_uint64), POINTER(c_void_p)
         self.fwd_gws = _sig(o, FWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE)
         self.fwd_run = _sig(o, FWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
@@ -159,11 +163,14 @@ class FakeCann:
         self.last_dtype = _sig(n, "fakecann_last_dtype", c_int32, c_char_p)
         self.last_indices_dtype = _sig(n, "fakecann_last_indices_dtype", c_int32, c_char_p)
         self.last_stream = _sig(n, "fakecann_last_stream", c_void_p, c_char_p)
+        self.last_workspace = _sig(n, "fakecann_last_workspace", c_void_p, c_char_p)
         self.last_error_message = _sig(n, "fakecann_last_error_message", c_char_p)
         self.set_int64_indices_only = _sig(n, "fakecann_set_int64_indices_only", None, c_int32)
         self.set_no_context = _sig(n, "fakecann_set_no_context", None, c_int32)
         self.aclrtGetSocName = _sig(a, "aclrtGetSocName", c_char_p)
         self.set_soc_name = _sig(n, "fakecann_set_soc_name", None, c_char_p)
+        self.set_device = _sig(n, "fakecann_set_device", None, c_int32)
+        self.set_pool2d_float_only = _sig(n, "fakecann_set_pool2d_float_only", None, c_int32)
         self._keep = []  # numpy buffers referenced by tensors
 
     # -- object helpers ---------------------------------------------------------------
@@ -970,6 +977,76 @@ def check_current_context(fc):
     assert fc.aclrtGetCurrentContext(ctypes.byref(ctx)) == 0 and ctx.value
 
 
+def check_current_device(fc):
+    """aclrtGetDevice: device 0 by default, what fakecann_set_device says, 107002 for -1 and
+    without a context, 100000 for a null argument; reset gives device 0 again."""
+    fc.reset()
+    device = c_int32(-5)
+    assert fc.aclrtGetDevice(ctypes.byref(device)) == 0 and device.value == 0
+    fc.set_device(3)
+    assert fc.aclrtGetDevice(ctypes.byref(device)) == 0 and device.value == 3
+    for off in (lambda: fc.set_device(-1), lambda: fc.set_no_context(1)):
+        off()
+        device = c_int32(-5)
+        assert fc.aclrtGetDevice(ctypes.byref(device)) == 107002 and device.value == -5
+        assert b"no ACL context" in fc.aclGetRecentErrMsg()
+        fc.set_device(3)
+        fc.set_no_context(0)
+    assert fc.aclrtGetDevice(None) == 100000
+    fc.reset()
+    assert fc.aclrtGetDevice(ctypes.byref(device)) == 0 and device.value == 0
+
+
+def check_launch_records(fc):
+    """fakecann_last_stream and fakecann_last_workspace record what an execution got, and
+    aclrtSynchronizeStream's stream is recorded under its name."""
+    fc.reset()
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    idx = np.array([[[[0, 5], [2, 8]]]], np.int32)
+    tensors = [fc.tensor(x), fc.tensor(idx), fc.tensor(np.zeros((1, 1, 3, 3), np.float32))]
+    osz = fc.int_array((3, 3))
+    ws, ex = c_uint64(), c_void_p()
+    assert fc.fwd_gws(tensors[0], tensors[1], osz, tensors[2], ctypes.byref(ws),
+                      ctypes.byref(ex)) == OK
+    memory = np.zeros(ws.value, np.uint8)
+    stream = c_void_p(0x5EA0)
+    assert fc.fwd_run(memory.ctypes.data, ws.value, ex, stream) == OK
+    assert fc.last_stream(FWD_RUN.encode()) == 0x5EA0
+    assert fc.last_workspace(FWD_RUN.encode()) == memory.ctypes.data
+    assert fc.aclrtSynchronizeStream(c_void_p(0x5EA1)) == OK
+    assert fc.last_stream(b"aclrtSynchronizeStream") == 0x5EA1
+    for t in tensors:
+        fc.aclDestroyTensor(t)
+    fc.aclDestroyIntArray(osz)
+    fc.reset()
+    assert fc.last_workspace(FWD_RUN.encode()) is None
+
+
+def check_pool2d_float_only(fc):
+    """CANN 8.0.RC2's aclnnMaxPool2dWithIndices (fakecann_set_pool2d_float_only): FLOAT
+    values with INT32 indices only; FLOAT16, BF16 and INT64 indices are 161002. The 3-D op
+    is unchanged."""
+    live0 = fc.baseline()
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    window = ((2, 2), (2, 2), (0, 0), (1, 1))
+    try:
+        fc.set_pool2d_float_only(1)
+        assert run_pool(fc, 2, x, window, index_dtype=np.int32)[0] == OK
+        assert run_pool(fc, 2, x, window, index_dtype=np.int64)[0] == INVALID
+        assert "must be INT32" in fc.err()
+        assert run_pool(fc, 2, x.astype(np.float16), window, index_dtype=np.int32)[0] == INVALID
+        assert "supported: FLOAT" in fc.err()
+        rc = run_pool(fc, 3, np.zeros((1, 1, 4, 4, 4), np.float16), (*[(2,) * 3] * 2,
+                                                                    (0,) * 3, (1,) * 3),
+                      index_dtype=np.int32)[0]
+        assert rc == OK, fc.err()
+        fc.reset()
+        assert run_pool(fc, 2, x.astype(np.float16), window, index_dtype=np.int64)[0] == OK
+    finally:
+        fc.reset()
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+
+
 def check_layouts(fc):
     """The split (CANN 9.x) and --feature (8.x) packagings: which library exports which
     aclnn entry points; every library's SONAME is its file name."""
@@ -1722,6 +1799,9 @@ ALL_CHECKS = [
     check_opapi_nn_variant,
     check_int64_indices_only,
     check_current_context,
+    check_current_device,
+    check_launch_records,
+    check_pool2d_float_only,
     check_layouts,
     check_3d_forward_values,
     check_3d_backward_values,

@@ -114,12 +114,15 @@ struct State {
   std::unordered_map<std::string, int32_t> last_dtype;
   std::unordered_map<std::string, int32_t> last_indices_dtype;
   std::unordered_map<std::string, void *> last_stream;
+  std::unordered_map<std::string, void *> last_workspace;
   uint64_t last_workspace_size = 0;
   std::string last_error;  // process-wide copy of the newest message
   bool int64_indices_only = false;  // CANN 8.0.RC1-RC3 forward: INT64 indices only
   bool no_context = false;          // aclrtGetCurrentContext reports none
   std::string soc_name;             // what aclrtGetSocName returns (set_default_soc_name)
   bool soc_name_null = false;       // ... or nullptr
+  int32_t device = 0;               // aclrtGetDevice's answer; -1: no device
+  bool pool2d_float_only = false;   // CANN 8.0.RC2's aclnnMaxPool2dWithIndices
 };
 
 // The emulated chip's SoC name: $FAKECANN_SOC_NAME, "Ascend910B1" (an Atlas A2) when it
@@ -848,14 +851,20 @@ Failure validate_pool2d(aclOpExecutor &e, const std::vector<int64_t> &kernel,
   // GetDtypeSupportListBySocVersion: a list on DAV_3510 and DAV_2201 only.
   if (chip.arch != 3510 && chip.arch != 2201)
     return invalid("support for " + chip.short_name + " is not implemented");
-  if (!pool_dtype_ok(self.dtype))
-    return invalid("self dtype " + dtype_str(self.dtype) +
-                   " is not supported; supported: FLOAT16, FLOAT, BF16");
+  bool float_only;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    float_only = state().pool2d_float_only;
+  }
+  if (float_only ? self.dtype != kFloat : !pool_dtype_ok(self.dtype))
+    return invalid("self dtype " + dtype_str(self.dtype) + " is not supported; supported: " +
+                   (float_only ? "FLOAT" : "FLOAT16, FLOAT, BF16"));
   if (out.dtype != self.dtype)
     return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
                    dtype_str(self.dtype));
-  if (indices.dtype != kInt32 && indices.dtype != kInt64)
-    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be INT64 or INT32");
+  if (float_only ? indices.dtype != kInt32 : indices.dtype != kInt32 && indices.dtype != kInt64)
+    return invalid("indices dtype " + dtype_str(indices.dtype) + " must be " +
+                   (float_only ? "INT32" : "INT64 or INT32"));
   if (self.format != out.format)
     return invalid(strf("Format of input and output should be same, self [%d], out [%d].",
                         self.format, out.format));
@@ -1313,6 +1322,7 @@ int32_t execute(void *workspace, uint64_t workspace_size, aclOpExecutor *executo
     std::lock_guard<std::mutex> lock(s.mu);
     ++s.calls[fn];
     s.last_stream[fn] = stream;
+    s.last_workspace[fn] = workspace;
     auto inj = s.fail_next.find(fn);
     if (inj != s.fail_next.end()) {
       injected = true;
@@ -1460,10 +1470,31 @@ const char *rt_get_soc_name() {
   return copy.c_str();
 }
 
-aclError rt_synchronize_stream(aclrtStream) {
+aclError rt_synchronize_stream(aclrtStream stream) {
   int32_t st;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().last_stream["aclrtSynchronizeStream"] = stream;
+  }
   if (take_injected("aclrtSynchronizeStream", &st)) return st;
-  return 0;  // host emulation: every launch already completed synchronously
+  return 0;  // every launch already completed synchronously
+}
+
+// The device of the calling thread's context: 0 unless fakecann_set_device() says
+// otherwise; 107002 (no context) for -1, and while fakecann_set_no_context is on.
+aclError rt_get_device(int32_t *device_id) {
+  const char *fn = "aclrtGetDevice";
+  int32_t st;
+  if (take_injected(fn, &st)) return st;
+  if (!device_id) return fail(fn, kAclErrInvalidParam, "deviceId is nullptr");
+  int32_t device;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    device = state().no_context ? -1 : state().device;
+  }
+  if (device < 0) return fail(fn, kAclErrContextNull, "the calling thread has no ACL context");
+  *device_id = device;
+  return 0;
 }
 
 int32_t fwd_gws(const aclTensor *self, const aclTensor *indices, const aclIntArray *output_size,
@@ -1521,6 +1552,7 @@ const CoreTable kCoreTable = {
     pool_get_workspace_size<Op::kPool3d>,
     execute<Op::kPool3d>,
     rt_get_soc_name,
+    rt_get_device,
 };
 
 }  // namespace
@@ -1602,10 +1634,13 @@ FAKECANN_EXPORT aclnnStatus aclDestroyIntArray(const aclIntArray *array) {
   return destroy("aclDestroyIntArray", array, kIntArray);
 }
 
-// For an executor that will not be run (e.g. the workspace allocation failed).
+// For an executor that will not be run (e.g. the workspace allocation failed). Absent
+// from a build with -DFAKECANN_NO_DESTROY_EXECUTOR, as from CANN versions that predate it.
+#ifndef FAKECANN_NO_DESTROY_EXECUTOR
 FAKECANN_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
   return destroy("aclDestroyAclOpExecutor", executor, kExecutor);
 }
+#endif
 
 // ---- test controls --------------------------------------------------------------------
 
@@ -1687,6 +1722,13 @@ FAKECANN_EXPORT void *fakecann_last_stream(const char *function_name) {
 
 // The newest error message set in any thread (not cleared by aclGetRecentErrMsg); "" if
 // none since the last reset. The pointer stays valid until this thread's next call.
+// The workspace pointer the last execution of `function_name` got (NULL if never run).
+FAKECANN_EXPORT void *fakecann_last_workspace(const char *function_name) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_workspace.find(function_name);
+  return it == state().last_workspace.end() ? nullptr : it->second;
+}
+
 FAKECANN_EXPORT const char *fakecann_last_error_message() {
   thread_local std::string copy;
   std::lock_guard<std::mutex> lock(state().mu);
@@ -1705,12 +1747,15 @@ FAKECANN_EXPORT void fakecann_reset() {
   s.last_dtype.clear();
   s.last_indices_dtype.clear();
   s.last_stream.clear();
+  s.last_workspace.clear();
   s.last_workspace_size = 0;
   s.bad_destroys = 0;
   s.bad_frees = 0;
   s.last_error.clear();
   s.int64_indices_only = false;
   s.no_context = false;
+  s.device = 0;
+  s.pool2d_float_only = false;
   set_default_soc_name(s);
   ++g_generation;
 }
@@ -1733,4 +1778,17 @@ FAKECANN_EXPORT void fakecann_set_soc_name(const char *name) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().soc_name = name ? name : "";
   state().soc_name_null = name == nullptr;
+}
+
+// aclrtGetDevice's answer from now on (-1: no device, error 107002).
+FAKECANN_EXPORT void fakecann_set_device(int32_t device) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().device = device;
+}
+
+// CANN 8.0.RC2's aclnnMaxPool2dWithIndices (its doc lists FLOAT self only on Atlas A2, and
+// INT32 indices): GetWorkspaceSize refuses FLOAT16, BF16 and INT64 indices with 161002.
+FAKECANN_EXPORT void fakecann_set_pool2d_float_only(int on) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().pool2d_float_only = on != 0;
 }

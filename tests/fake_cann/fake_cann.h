@@ -100,8 +100,9 @@ struct CoreTable {
   MaxPoolGws max_pool3d_with_argmax_get_workspace_size;
   RunPhase max_pool3d_with_argmax;
   const char *(*rt_get_soc_name)();  // aclrtGetSocName, of libascendcl.so
+  aclError (*rt_get_device)(int32_t *device_id);  // aclrtGetDevice, of libascendcl.so
 };
-constexpr uint32_t kCoreAbiVersion = 5;
+constexpr uint32_t kCoreAbiVersion = 6;
 
 }  // namespace fakecann
 

@@ -504,12 +504,13 @@ def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
 
 
 def test_aclnn_out_of_range_message_says_what_its_positions_are(tmp_path, fake_cann_dir):
-    # A direct call skips the NPU lowering (which clamps indices): the emulated op names
-    # the bad index's position, and the handler says what that position is relative to.
+    # A direct call skips the NPU lowering (which clamps indices): the host-emulation
+    # handler checks them as the CPU's does (issue 37), names the bad index's position and
+    # says what that position is relative to.
     case = _as_json(("out of range", F, X, IDX, OUT, False, ""))
     case["plane"] = 10**6  # indices drawn far past the 6x7 plane
     outcome = run_cases("aclnn", [case], tmp_path, str(fake_cann_dir))["out of range"]
     assert outcome["error"] in RUNTIME_ERRORS, outcome
-    assert re.search(r"index \d+ at position \(n=0, c=0, i=0\) is out of range \[0, 42\)",
-                     outcome["message"]), outcome
+    assert re.search(r"OUT_OF_RANGE: max_unpool2d: index \d+ at \(n=0, c=0, i=0\) of indices "
+                     r"is out of range: valid indices are \[0, 42\)", outcome["message"]), outcome
     assert outcome["message"].endswith(f"({POSITIONS_NOTE})"), outcome

@@ -249,6 +249,22 @@ def test_the_lowering_calls_aclnn_where_it_gives_pytorchs_result(emulated, rng, 
     assert_bits_equal(indices, want_i)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_both_ops_are_asked_for_int32_indices_and_widened(emulated, rng, k):
+    # Issue 37 item 2: the 3-D op takes INT32 indices only on Atlas A2/A3, and so does the
+    # 2-D op in CANN 8.0.RC2 (its doc): int64 indices are asked as int32 and widened (exact:
+    # a plane holds at most INT_MAX positions there).
+    x = hard_values(rng, {1: (2, 3, 9), 2: SHAPES[2], 3: SHAPES[3]}[k], "float32")
+    with enable_x64(True):
+        values, indices = jax.jit(lambda x: bind_pool(x, (2,) * k, (2,) * k, (0,) * k,
+                                                      index_dtype="int64"))(x)
+        want = getattr(ju.reference, f"max_pool{k}d_with_indices")(x, 2, index_dtype="int64")
+    assert indices.dtype == np.int64
+    assert_bits_equal(values, want[0])
+    assert_bits_equal(indices, want[1])
+    assert emulated.last_indices_dtype(RUN[max(k, 2)].encode()) == ACL["int32"]
+
+
 @pytest.mark.parametrize("k", [2, 3])
 def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
     # What a user's code reaches: ju.max_pool{k}d_with_indices, jitted, and its gradient
@@ -386,6 +402,52 @@ def test_pools_go_to_aclnn_on_chips_with_them(fake, fake_cann_dir, rng, soc):
             text = _public_pool_against_torch(k, x)
         assert TARGET[max(k, 2)] in text, (soc, k)
         assert fake.call_count(RUN[max(k, 2)].encode()) == runs + 2  # forward, and in grad
+
+
+# --------------------------------------------------------------------------------------
+# What the installed CANN takes: asked of its GetWorkspaceSize at register()
+# --------------------------------------------------------------------------------------
+
+def test_register_asks_the_pool_ops_which_dtypes_they_take(fake, fake_cann_dir):
+    # Three probes per op (float16, bfloat16, float32), every object and executor released.
+    live = fake.baseline()
+    with npu.cpu_emulation(fake_cann_dir):
+        assert [fake.call_count(GWS[k].encode()) for k in (2, 3)] == [3, 3]
+        assert fake.live_objects() == live and fake.bad_destroys() == 0
+        assert [fake.call_count(RUN[k].encode()) for k in (2, 3)] == [0, 0]
+        assert sorted(ju._jax_unpool.cann_pool_dtypes(2)) == ["bfloat16", "float16", "float32"]
+
+
+# CANN 8.0.RC2's aclnnMaxPool2dWithIndices takes FLOAT values and INT32 indices only on
+# Atlas A2 (hiascend.com, canncommercial/80RC22, aclnnMaxPool2dWithIndices: "数据类型仅支持
+# FLOAT"); newer versions take FLOAT16 and BF16 too (hicann/ops-nn).
+LEGACY_ROUTES = [(1, F16, None), (1, F32, npu.MAX_POOL2D_TARGET), (2, F16, None),
+                 (2, BF16, None), (2, F32, npu.MAX_POOL2D_TARGET),
+                 (3, F16, npu.MAX_POOL3D_TARGET), (3, BF16, npu.MAX_POOL3D_TARGET)]
+
+
+@pytest.mark.parametrize("k,dtype,target", LEGACY_ROUTES)
+def test_a_cann_whose_2d_pool_takes_float32_only_keeps_xla_ops_for_the_rest(fake,
+                                                                           fake_cann_dir,
+                                                                           rng, k, dtype,
+                                                                           target):
+    # Issue 37 item 2: such a CANN refuses float16/bfloat16 with 161002 at run time; the
+    # routing asks it first, and keeps XLA's ops for what it refuses.
+    x = hard_values(rng, {1: (2, 3, 9), 2: SHAPES[2], 3: SHAPES[3]}[k], dtype)
+    pool = jax.jit(lambda x: bind_pool(x, (2,) * k, (2,) * k, (0,) * k, index_dtype="int64"))
+    fake.set_pool2d_float_only(1)
+    try:
+        with npu.cpu_emulation(fake_cann_dir), enable_x64(True):
+            text = pool.lower(x).as_text()
+            values, indices = pool(x)
+            want = getattr(ju.reference, f"max_pool{k}d_with_indices")(x, 2,
+                                                                       index_dtype="int64")
+    finally:
+        fake.reset()
+    for t in TARGET.values():
+        assert (t in text) == (t == target), (t, text[:3000])
+    assert_bits_equal(values, want[0])
+    assert_bits_equal(indices, want[1])
 
 
 # --------------------------------------------------------------------------------------

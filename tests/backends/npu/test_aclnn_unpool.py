@@ -9,6 +9,7 @@ and the module checks on teardown that the normal CPU lowering is back.
 """
 
 import ctypes.util
+import json
 import os
 import re
 import subprocess
@@ -370,6 +371,36 @@ def test_out_of_range_indices_are_clamped_into_the_plane(emulated, rng, op):
     assert emulated.call_count((FWD_RUN if op == "forward" else BWD_RUN).encode()) == 1
 
 
+@pytest.mark.parametrize("op", ["forward", "backward"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_direct_call_with_an_index_out_of_its_plane_fails_as_on_the_cpu(emulated, rng, op,
+                                                                          layout):
+    # Issue 37 item 4: a hand-written call of the aclnn target skips the lowering's clamp.
+    # aclnn does not range-check (an out-of-range index is an out-of-bounds access on a
+    # device); the host-emulation handler checks the indices as the CPU handler does, and
+    # says the same, before any aclnn call.
+    last = layout == "NHWC"
+    shape = (1, 4, 4, 2) if last else (1, 2, 4, 4)
+    idx = oracle.random_indices(rng, shape, 16)
+    idx.reshape(-1)[5] = 1000
+    values = random_values(rng, shape, "float32")
+    cpu, aclnn = (("jax_unpool_max_unpool_v2", npu.MAX_UNPOOL2D_TARGET) if op == "forward"
+                  else ("jax_unpool_max_unpool_backward_v2", npu.MAX_UNPOOL2D_BACKWARD_TARGET))
+    messages = []
+    for target, attributes in ((cpu, {"spatial_rank": 2}), (aclnn, {})):
+        f = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, np.float32))
+        with pytest.raises(RUNTIME_ERRORS) as err:
+            jax.block_until_ready(jax.jit(lambda v, i, f=f, a=attributes: f(
+                v, i, channels_last=last, **a))(values, idx))
+        messages.append(str(err.value))
+    assert messages[1] == messages[0]
+    assert messages[1].startswith(
+        f"OUT_OF_RANGE: max_unpool2d{'' if op == 'forward' else '_backward'}: index 1000 at "
+        f"(n=0, c={1 if last else 0}, i={2 if last else 5}) of indices is out of range: "
+        f"valid indices are [0, 16) for an output plane of 4x4")
+    assert emulated.call_count((FWD_GWS if op == "forward" else BWD_GWS).encode()) == 0
+
+
 def test_int32_indices_reach_a_cann_that_takes_only_int64(emulated, rng):
     emulated.set_int64_indices_only(1)  # aclnnMaxUnpool2d before CANN 8.0.0
     x = random_values(rng, SHAPES[4], "float32")
@@ -611,8 +642,13 @@ def opapi_nn_dir(tmp_path_factory):
 
 
 def test_opapi_nn_is_the_fallback(opapi_nn_dir):
+    # In a fresh process: once this one has loaded a CANN, locate() opens no other.
     assert not (opapi_nn_dir / "libopapi.so").exists()
-    assert npu.locate(opapi_nn_dir)["opapi"] == str(opapi_nn_dir / "libopapi_nn.so")
+    spec = {"module": ju._jax_unpool.__file__, "preload": None,
+            "steps": [["probe", str(opapi_nn_dir)]]}
+    proc = fresh_process.run("cann_loads.py", json.dumps(spec))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout)[0]["where"]["opapi"] == str(opapi_nn_dir / "libopapi_nn.so")
 
 
 def test_a_second_runtime_in_one_process_is_refused(emulated, opapi_nn_dir, fake_cann_dir):

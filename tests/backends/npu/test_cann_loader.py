@@ -10,6 +10,7 @@ one loads none.
 import json
 
 import pytest
+from fake_cann.check_fake_cann import build
 from fake_cann.installs import LAYOUTS, install
 from fresh_process import run, run_code
 
@@ -166,3 +167,35 @@ def test_one_directory_per_package_runs_both_ops(installs):
     proc = run_code(RUN_BOTH_OPS, str(cann.runtime / "libascendcl.so"), str(cann.latest))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.split() == [str(cann.files["libnnopbase.so"].resolve())]
+
+
+AFTER_A_LOAD = """
+import sys
+from jax_unpool import npu
+loaded, other = sys.argv[1], sys.argv[2]
+npu.register("cpu", loaded)
+print(npu.is_available(other), npu.is_available(loaded), npu.is_available())
+try:
+    npu.locate(other)
+except RuntimeError as err:
+    print(err)
+maps = open("/proc/self/maps").read()
+print(other in maps, loaded in maps)
+"""
+
+
+def test_probing_another_directory_after_a_load_maps_nothing(fake_cann_dir, tmp_path):
+    # Issue 37 item 5: is_available(library_dir=B) after register(A) opened B's libraries
+    # (and ran their initialisers) in a process that talks to A. A process uses one CANN:
+    # B is compared by file and reported as unavailable, never opened.
+    other = build(tmp_path / "other")
+    proc = run_code(AFTER_A_LOAD, str(fake_cann_dir), str(other))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    files = ", ".join(str(fake_cann_dir / f) for f in ("libascendcl.so", "libnnopbase.so",
+                                                        "libopapi.so"))
+    assert proc.stdout.splitlines() == [
+        "False True True",
+        (f"CANN is already loaded in this process from {files}; library_dir='{other}' does "
+         f"not hold those files, and is not opened: a process uses one CANN runtime (restart "
+         f"it to use another)."),
+        "False True"]
