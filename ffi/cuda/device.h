@@ -11,8 +11,10 @@
 
 #if defined(__CUDACC__)
 #define JU_HD __host__ __device__ __forceinline__
+#define JU_UNROLL _Pragma("unroll")
 #else
 #define JU_HD inline
+#define JU_UNROLL
 #endif
 
 namespace jax_unpool {

@@ -42,6 +42,7 @@ class DeviceLauncher {
   void VisitOffsets(int64_t largest, F&& f) {
     VisitOffsetType(largest, f);
   }
+  bool PlaneKernels() const { return true; }
   void Zero(void* p, size_t bytes) { Fill(p, 0, bytes); }
   void Fill(void* p, int byte, size_t bytes) {
     if (error_ == cudaSuccess) Note(cudaMemsetAsync(p, byte, bytes, stream_));

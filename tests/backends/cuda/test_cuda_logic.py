@@ -129,6 +129,70 @@ def test_pool_equals_the_cpu_kernel(emulation, dtype):
         np.testing.assert_array_equal(indices, expected[1], err_msg=case)
 
 
+PLANE_DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint16", "int64",
+                "float8_e4m3fn"]
+
+
+@pytest.mark.parametrize("dtype", PLANE_DTYPES)
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_compiled_2d_windows_equal_the_cpu_kernel(emulation, size, dtype):
+    # The 2x2 and 3x3 channels-first kernels (PlanePoolWindow): interior and border windows,
+    # strides, padding, dilation, ceil_mode windows of padding only, NaN and ties.
+    rng = seeded("plane", size, dtype)
+    for seed in range(12):
+        stride = tuple(rng.integers(1, 4, 2).tolist())
+        padding = tuple(rng.integers(0, size // 2 + 1, 2).tolist())
+        dilation = tuple(rng.integers(1, 3, 2).tolist())
+        ceil_mode = bool(seed % 2)
+        window = ((size, size), stride, padding, dilation)
+        in_spatial = tuple(rng.integers(size * max(dilation), 12, 2).tolist())
+        n = None if seed % 4 == 3 else int(rng.integers(1, 3))
+        x = pool_values(rng, layout(n, int(rng.integers(1, 4)), in_spatial, False), dtype)
+        index_dtype = (np.int32, np.int64)[seed % 2]
+        path = []
+        values, indices = emulation.pool(x, *window, ceil_mode, index_dtype=index_dtype,
+                                         seed=seed, path=path)
+        expected = cpu_pool(x, window, ceil_mode, 2, False, index_dtype)
+        case = f"window={window} ceil_mode={ceil_mode} x={x.shape}"
+        assert path == [emu.PLANE_2X2 if size == 2 else emu.PLANE_3X3], case
+        np.testing.assert_array_equal(bits(values), bits(expected[0]), err_msg=case)
+        np.testing.assert_array_equal(indices, expected[1], err_msg=case)
+
+
+def test_other_windows_take_the_general_kernel(emulation):
+    # What the compiled kernels do not serve: channels last, 3-D, other window sizes.
+    rng = seeded("general pool")
+    cases = [((2, 2), True, (1, 8, 8, 3)), ((3, 3), True, (1, 8, 8, 3)), ((2,), False, (1, 3, 8)),
+             ((2, 3), False, (1, 3, 8, 8)), ((2, 2, 2), False, (1, 3, 4, 4, 4))]
+    for kernel, last, shape in cases:
+        k = len(kernel)
+        x = rng.standard_normal(shape).astype(np.float32)
+        window = (kernel, kernel, (0,) * k, (1,) * k)
+        path = []
+        values, indices = emulation.pool(x, *window, channels_last=last, path=path)
+        expected = cpu_pool(x, window, False, k, last, np.int32)
+        assert path == [emu.WINDOWS_32], (kernel, last)
+        np.testing.assert_array_equal(values, expected[0])
+        np.testing.assert_array_equal(indices, expected[1])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_32_bit_window_arithmetic_near_its_limit(emulation, k):
+    # A window of 2^30 - 1 taps whose padding covers a small input: its coordinates reach
+    # 1.5 * 2^30 and still fit in int32, so the kernel computes in 32 bits (no 64-bit
+    # division), with the CPU kernel's results.
+    rng = seeded("near the limit", k)
+    x = rng.standard_normal((1, 2, *(5,) * k)).astype(np.float32)
+    kernel, padding, dilation = (2**30 - 1,) * k, (2**29 - 1,) * k, (1,) * k
+    window = (kernel, (1,) * k, padding, dilation)
+    path = []
+    values, indices = emulation.pool(x, *window, index_dtype=np.int64, path=path)
+    expected = cpu_pool(x, window, False, k, False, np.int64)
+    assert path == [emu.WINDOWS_32]
+    np.testing.assert_array_equal(values, expected[0])
+    np.testing.assert_array_equal(indices, expected[1])
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_a_huge_kernel_costs_its_taps_inside_the_input(emulation, k):
     # Each border window visits only its taps inside the input (issue 31 item 4 on the
@@ -137,8 +201,10 @@ def test_a_huge_kernel_costs_its_taps_inside_the_input(emulation, k):
     rng = seeded("huge kernel", "float32")
     x = rng.standard_normal((1, 2, *(5,) * k)).astype(np.float32)
     window = ((2**31 - 1,) * k, (1,) * k, (2**30 - 1,) * k, (1,) * k)
-    values, indices = emulation.pool(x, *window, index_dtype=np.int64)
+    path = []
+    values, indices = emulation.pool(x, *window, index_dtype=np.int64, path=path)
     expected = cpu_pool(x, window, False, k, False, np.int64)
+    assert path == [emu.WINDOWS_64]  # its coordinates pass 2^31: 64-bit arithmetic
     np.testing.assert_array_equal(values, expected[0])
     np.testing.assert_array_equal(indices, expected[1])
     assert values.shape == (1, 2, *(5,) * k)
