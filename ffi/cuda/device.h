@@ -68,6 +68,23 @@ struct Divider<uint64_t> {
   JU_HD uint64_t Mod(uint64_t n) const { return n % divisor; }
 };
 
+// Stores kN values to dst, as one vector store on the device where kN values are 4, 8 or
+// 16 bytes: the caller guarantees dst is aligned to that size.
+template <int kN, typename V>
+JU_HD void StoreRow(V* dst, const V (&row)[kN]) {
+#if defined(__CUDA_ARCH__)
+  constexpr size_t kBytes = kN * sizeof(V);
+  if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
+    using Word = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
+    Word w;
+    memcpy(&w, row, kBytes);
+    *reinterpret_cast<Word*>(dst) = w;
+    return;
+  }
+#endif
+  for (int i = 0; i < kN; ++i) dst[i] = row[i];
+}
+
 // Atomics on global memory. Each kernel writes a location either from one thread only,
 // or through these (max and min commute, so the result is the same whatever the order):
 // that is what makes every kernel's result independent of the schedule.

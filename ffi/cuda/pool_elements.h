@@ -217,8 +217,8 @@ struct PoolWindow {
 };
 
 // The 2-D channels-first pool with a kKH x kKW window known at compile time (2x2 and 3x3,
-// the common ones), in 32-bit arithmetic: the same results as PoolWindow, whose steps it
-// takes with constants -- an interior window is kKH * kKW loads and compares, unrolled.
+// the common ones) and no dilation, in 32-bit arithmetic: the same results as PoolWindow.
+// An interior window is kKH * kKW loads at constant offsets from its first tap's row.
 template <typename Order, typename I, int kKH, int kKW>
 struct PlanePoolWindow {
   using Raw = typename Order::Raw;
@@ -236,28 +236,27 @@ struct PlanePoolWindow {
     const uint32_t plane = out_h_div.Div(rest);
     const int32_t oh = static_cast<int32_t>(rest - plane * out_h_div.divisor);
     const Raw* p = x + plane * in_plane;
-    const int32_t H = w.in[1], W = w.in[2], dh = w.dil[1], dw = w.dil[2];
+    const int32_t H = w.in[1], W = w.in[2];
     const int32_t h0 = oh * w.stride[1] - w.pad[1], w0 = ow * w.stride[2] - w.pad[2];
     Best<Order, int32_t> best{order.Lowest(), order.Decode(order.Lowest()), 0};
-    if (h0 >= 0 && w0 >= 0 && h0 + (kKH - 1) * dh < H && w0 + (kKW - 1) * dw < W) {
-      best.at = h0 * W + w0;
-JU_UNROLL
-      for (int th = 0; th < kKH; ++th) {
-JU_UNROLL
-        for (int tw = 0; tw < kKW; ++tw) {
-          const int32_t tap = (h0 + th * dh) * W + w0 + tw * dw;
-          best.Consider(order, p[tap], tap);
-        }
+    if (h0 >= 0 && w0 >= 0 && h0 + kKH <= H && w0 + kKW <= W) {
+      const int32_t first = h0 * W + w0;
+      const Raw* row = p + first;
+      best.at = first;
+      JU_UNROLL
+      for (int th = 0; th < kKH; ++th, row += W) {
+        JU_UNROLL
+        for (int tw = 0; tw < kKW; ++tw) best.Consider(order, row[tw], first + th * W + tw);
       }
     } else {  // a border window: its taps inside the input, in the same order
       best.at = w.First(1, oh) * W + w.First(2, ow);
-JU_UNROLL
+      JU_UNROLL
       for (int th = 0; th < kKH; ++th) {
-        const int32_t h = h0 + th * dh;
-JU_UNROLL
+        const int32_t h = h0 + th;
+        JU_UNROLL
         for (int tw = 0; tw < kKW; ++tw) {
-          const int32_t x_w = w0 + tw * dw;
-          if (h >= 0 && h < H && x_w >= 0 && x_w < W) best.Consider(order, p[h * W + x_w], h * W + x_w);
+          const int32_t at = h * W + w0 + tw;
+          if (h >= 0 && h < H && w0 + tw >= 0 && w0 + tw < W) best.Consider(order, p[at], at);
         }
       }
     }

@@ -116,10 +116,11 @@ PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
 }
 
 // The window size (kKH x kKW) of the compiled 2-D channels-first kernels (PlanePoolWindow)
-// that a call takes, or 0: 2x2 and 3x3 windows, any stride, padding and dilation, in
-// 32-bit offsets.
+// that a call takes, or 0: 2x2 and 3x3 windows without dilation, any stride and padding,
+// in 32-bit offsets.
 inline int PlaneKernelSize(const PoolLaunch& a, int64_t extent) {
-  if (a.channels_last || a.in[0] != 1 || a.kernel[0] != 1 || extent >= (int64_t{1} << 31))
+  if (a.channels_last || a.in[0] != 1 || a.kernel[0] != 1 || a.dil[1] != 1 || a.dil[2] != 1 ||
+      extent >= (int64_t{1} << 31))
     return 0;
   for (int size : {2, 3})
     if (a.kernel[1] == size && a.kernel[2] == size) return size;

@@ -69,7 +69,9 @@ enum Path {
   kWindowed = 2,
   kWindowedThenGeneral = 3,
   kTiled = 4,
-  kTiledThenGeneral = 5
+  kTiledThenGeneral = 5,
+  kPlaneTiled = 6,  // PlaneTiledScatter
+  kPlaneTiledThenGeneral = 7
 };
 
 // The pool's kernel, as the test reads it back: PoolWindow with 32- or 64-bit arithmetic,
@@ -83,10 +85,16 @@ class EmulatedDevice {
   void Forward(const ForwardLaunch& a) {
     const bool windowed = jax_unpool::cuda::WindowedPassApplies(a.shape, a.window);
     const bool tiled = windowed && jax_unpool::cuda::Tiles(a.shape, a.window);
+    const bool plane = tiled && launch_.PlaneKernels() &&
+                       std::max(a.shape.in_count(), a.shape.out_count()) < (int64_t{1} << 31) &&
+                       jax_unpool::cuda::PlaneTileSize<char>(a.shape.channels_last, a.shape.in,
+                                                             a.window.stride, a.out) != 0;
     jax_unpool::cuda::RunForward(launch_, a);
     const uint32_t flag = *reinterpret_cast<const uint32_t*>(a.workspace);
     if (!windowed) {
       path_ = kGeneral;
+    } else if (plane) {
+      path_ = flag ? kPlaneTiledThenGeneral : kPlaneTiled;
     } else if (tiled) {
       path_ = flag ? kTiledThenGeneral : kTiled;
     } else {

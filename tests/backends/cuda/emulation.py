@@ -29,7 +29,8 @@ LIBRARY = "libcuda_emulation.so"
 # ffi::ErrorCode values (xla/ffi/api/c_api.h): what a failed call reports.
 INVALID_ARGUMENT, OUT_OF_RANGE = 3, 11
 # The forward's path (Path in emulation.cc).
-NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL, TILED, TILED_THEN_GENERAL = range(6)
+(NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL, TILED, TILED_THEN_GENERAL, PLANE_TILED,
+ PLANE_TILED_THEN_GENERAL) = range(8)
 # The pool's kernel (PoolPath in emulation.cc).
 NO_POOL, WINDOWS_32, WINDOWS_64, PLANE_2X2, PLANE_3X3 = range(5)
 
