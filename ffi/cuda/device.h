@@ -72,17 +72,23 @@ struct Divider<uint64_t> {
 // 16 bytes: the caller guarantees dst is aligned to that size.
 template <int kN, typename V>
 JU_HD void StoreRow(V* dst, const V (&row)[kN]) {
-#if defined(__CUDA_ARCH__)
   constexpr size_t kBytes = kN * sizeof(V);
-  if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
-    using Word = std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 8, uint2, uint4>>;
+#if defined(__CUDA_ARCH__)
+  constexpr bool kVector = kBytes == 4 || kBytes == 8 || kBytes == 16;
+#else
+  constexpr bool kVector = false;
+#endif
+  if constexpr (kVector) {
+#if defined(__CUDA_ARCH__)
+    using Word = std::conditional_t<kBytes == 4, uint32_t,
+                                    std::conditional_t<kBytes == 8, uint2, uint4>>;
     Word w;
     memcpy(&w, row, kBytes);
     *reinterpret_cast<Word*>(dst) = w;
-    return;
-  }
 #endif
-  for (int i = 0; i < kN; ++i) dst[i] = row[i];
+  } else {
+    for (int i = 0; i < kN; ++i) dst[i] = row[i];
+  }
 }
 
 // Atomics on global memory. Each kernel writes a location either from one thread only,

@@ -141,9 +141,19 @@ def _max_pool(ctx, x, **params):
 
 # Registered only where this build has the CUDA module; other GPU platforms (rocm) keep
 # the XLA ops.
+def _register(target: str, stages: dict) -> None:
+    """Registers the target's stages (instantiate loads the kernels before XLA runs or
+    captures a call: ffi/cuda/kernel_registry.h); a jaxlib whose CUDA plugin takes only an
+    execute capsule gets that, and the kernels load at the first call."""
+    try:
+        jax.ffi.register_ffi_target(target, stages, platform="CUDA")
+    except Exception:  # noqa: BLE001 -- the plugin's own error type varies by release
+        jax.ffi.register_ffi_target(target, stages["execute"], platform="CUDA")
+
+
 if _jax_unpool_cuda is not None:
-    for _op, _capsule in _jax_unpool_cuda.registrations().items():
-        jax.ffi.register_ffi_target(TARGETS[_op], _capsule, platform="CUDA")
+    for _op, _stages in _jax_unpool_cuda.registrations().items():
+        _register(TARGETS[_op], _stages)
         jax.ffi.register_ffi_target_as_batch_partitionable(TARGETS[_op])
     for _op, _rule in (("max_unpool", _max_unpool),
                        ("max_unpool_backward", _max_unpool_backward), ("max_pool", _max_pool)):
