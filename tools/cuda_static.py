@@ -161,7 +161,7 @@ def report(src: Path, arch: str, pattern: str | None) -> list[dict]:
                     r"Function (\S+):\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage):
                 code = sass.get(name, [])
                 body, fast = loop_figures(code)
-                frame, stores, loads = spill.get(name, (int(stack), 0, 0))
+                _frame, stores, loads = spill.get(name, (int(stack), 0, 0))
                 rows.append({"kernel": name, "file": cubin.stem, "regs": int(regs),
                              "stack": int(stack), "local": int(local), "spill_stores": stores,
                              "spill_loads": loads, "occupancy": occupancy(int(regs)),
