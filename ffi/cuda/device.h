@@ -72,7 +72,7 @@ struct Divider<uint64_t> {
 // 16 bytes: the caller guarantees dst is aligned to that size.
 template <int kN, typename V>
 JU_HD void StoreRow(V* dst, const V (&row)[kN]) {
-  constexpr size_t kBytes = kN * sizeof(V);
+  [[maybe_unused]] constexpr size_t kBytes = kN * sizeof(V);
 #if defined(__CUDA_ARCH__)
   constexpr bool kVector = kBytes == 4 || kBytes == 8 || kBytes == 16;
 #else

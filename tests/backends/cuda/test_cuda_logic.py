@@ -143,6 +143,19 @@ def test_backward_equals_the_cpu_kernel(emulation, dtype):
         np.testing.assert_array_equal(bits(out), bits(expected), err_msg=f"k={k} last={last}")
 
 
+@pytest.mark.parametrize("last", [False, True])
+def test_the_gather_covers_every_element_of_several_tiles(emulation, last):
+    # 4 elements a thread, 256 apart, in tiles of 1024: 4845 elements are 4 full tiles and
+    # a partial one, each element gathered once (numpy's take_along_axis as the oracle).
+    rng = seeded("gather tiles", last)
+    grad = rng.standard_normal((3, 5, 34, 38)).astype(np.float32)
+    idx = rng.integers(0, 34 * 38, (3, 5, 17, 19)).astype(np.int32)
+    expected = np.take_along_axis(grad.reshape(3, 5, -1), idx.reshape(3, 5, -1), axis=2)
+    out = emulation.backward(to_layout(grad, 2, last), to_layout(idx, 2, last),
+                             channels_last=last)
+    np.testing.assert_array_equal(out, to_layout(expected.reshape(idx.shape), 2, last))
+
+
 # --------------------------------------------------------------------------------------
 # The pool
 # --------------------------------------------------------------------------------------
