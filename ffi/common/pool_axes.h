@@ -16,31 +16,36 @@ namespace jax_unpool {
 #define JU_AXES_FN
 #endif
 
-struct PoolAxes {
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
+// T is the arithmetic's type: int64_t everywhere (PoolAxes), except in the CUDA kernels of
+// calls whose every coordinate fits in int32_t (cuda/pool_plan.h): GPUs divide 64-bit
+// integers in a called routine, 32-bit ones inline.
+template <typename T>
+struct BasicPoolAxes {
+  T in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  T kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad[3] = {0, 0, 0}, dil[3] = {1, 1, 1};
 
   // Input coordinate of tap t of window o along axis a (may lie in the padding).
-  JU_AXES_FN int64_t Tap(int a, int64_t o, int64_t t) const {
-    return o * stride[a] - pad[a] + t * dil[a];
-  }
+  JU_AXES_FN T Tap(int a, T o, T t) const { return o * stride[a] - pad[a] + t * dil[a]; }
   // The taps of window o along axis a that land inside the input are [FirstTap, EndTap)
   // (none if FirstTap >= EndTap), computed rather than searched: a window costs its part
   // inside the input, not its kernel size (which may be 2^31 - 1 taps, nearly all padding).
-  JU_AXES_FN int64_t FirstTap(int a, int64_t o) const {
-    const int64_t start = o * stride[a] - pad[a];
-    return start >= 0 ? 0 : (-start + dil[a] - 1) / dil[a];
+  // Per window, in the kernels' loops: no division without dilation, the common case.
+  JU_AXES_FN T FirstTap(int a, T o) const {
+    const T start = o * stride[a] - pad[a];
+    if (start >= 0) return 0;
+    return dil[a] == 1 ? -start : (-start + dil[a] - 1) / dil[a];
   }
-  JU_AXES_FN int64_t EndTap(int a, int64_t o) const {
-    const int64_t start = o * stride[a] - pad[a];
+  JU_AXES_FN T EndTap(int a, T o) const {
+    const T start = o * stride[a] - pad[a];
     if (start >= in[a]) return 0;
-    // Per window, in the kernels' loops: no division without dilation, the common case.
-    const int64_t end = dil[a] == 1 ? in[a] - start : (in[a] - 1 - start) / dil[a] + 1;
+    const T end = dil[a] == 1 ? in[a] - start : (in[a] - 1 - start) / dil[a] + 1;
     return end < kernel[a] ? end : kernel[a];
   }
   // PyTorch's initial argmax coordinate: the first tap inside the input; past the input
   // when a ceil_mode window holds only padding.
-  JU_AXES_FN int64_t First(int a, int64_t o) const { return Tap(a, o, FirstTap(a, o)); }
+  JU_AXES_FN T First(int a, T o) const { return Tap(a, o, FirstTap(a, o)); }
 };
+
+using PoolAxes = BasicPoolAxes<int64_t>;
 
 }  // namespace jax_unpool

@@ -1,11 +1,13 @@
 // The device of the CUDA handlers (call.h): the kernels' entry points (kernels.h) and the
-// CUDA runtime on XLA's stream. Only checked calls wait (CopyToHost).
+// CUDA runtime on XLA's stream, its kernels loaded first. Only checked calls wait
+// (CopyToHost).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <string>
 
+#include "cuda/kernel_registry.h"
 #include "cuda/kernels.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -16,7 +18,11 @@ namespace ffi = xla::ffi;
 
 class CudaDevice {
  public:
-  explicit CudaDevice(cudaStream_t stream) : stream_(stream) {}
+  // Every handler's execute stage starts here: its device's kernels loaded, before any
+  // launch (kernel_registry.h).
+  explicit CudaDevice(cudaStream_t stream) : stream_(stream) {
+    Do([&] { return EnsureKernelsLoaded(stream_); });
+  }
 
   void Forward(const ForwardLaunch& a) { Do([&] { return LaunchForward(stream_, a); }); }
   void Gather(const GatherLaunch& a) { Do([&] { return LaunchGather(stream_, a); }); }

@@ -11,8 +11,10 @@
 
 #if defined(__CUDACC__)
 #define JU_HD __host__ __device__ __forceinline__
+#define JU_UNROLL _Pragma("unroll")
 #else
 #define JU_HD inline
+#define JU_UNROLL
 #endif
 
 namespace jax_unpool {
@@ -65,6 +67,29 @@ struct Divider<uint64_t> {
   JU_HD uint64_t Div(uint64_t n) const { return n / divisor; }
   JU_HD uint64_t Mod(uint64_t n) const { return n % divisor; }
 };
+
+// Stores kN values to dst, as one vector store on the device where kN values are 4, 8 or
+// 16 bytes: the caller guarantees dst is aligned to that size.
+template <int kN, typename V>
+JU_HD void StoreRow(V* dst, const V (&row)[kN]) {
+  [[maybe_unused]] constexpr size_t kBytes = kN * sizeof(V);
+#if defined(__CUDA_ARCH__)
+  constexpr bool kVector = kBytes == 4 || kBytes == 8 || kBytes == 16;
+#else
+  constexpr bool kVector = false;
+#endif
+  if constexpr (kVector) {
+#if defined(__CUDA_ARCH__)
+    using Word = std::conditional_t<kBytes == 4, uint32_t,
+                                    std::conditional_t<kBytes == 8, uint2, uint4>>;
+    Word w;
+    memcpy(&w, row, kBytes);
+    *reinterpret_cast<Word*>(dst) = w;
+#endif
+  } else {
+    for (int i = 0; i < kN; ++i) dst[i] = row[i];
+  }
+}
 
 // Atomics on global memory. Each kernel writes a location either from one thread only,
 // or through these (max and min commute, so the result is the same whatever the order):

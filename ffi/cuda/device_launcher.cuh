@@ -1,5 +1,6 @@
 // The device launcher of the plans (unpool_plan.h): each functor runs as a grid-stride
-// kernel on XLA's stream; nothing synchronises. The first failed launch or memset is kept.
+// kernel on XLA's stream, its grid sized from its occupancy (kernel_registry.h); nothing
+// synchronises. The first failed launch or memset is kept.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/kernel_registry.h"
 #include "cuda/unpool_plan.h"
 
 namespace jax_unpool {
@@ -22,6 +24,18 @@ __global__ void __launch_bounds__(256) RunElements(F f, Index n, const uint32_t*
     f(t);
 }
 
+// RunElements<Index, F>'s entry in the registry, added when the module loads: Run names
+// `registered`, which instantiates it with the kernel.
+template <typename Index, typename F>
+struct Kernel {
+  static KernelEntry entry;
+  static const bool registered;
+};
+template <typename Index, typename F>
+KernelEntry Kernel<Index, F>::entry{reinterpret_cast<const void*>(&RunElements<Index, F>)};
+template <typename Index, typename F>
+const bool Kernel<Index, F>::registered = RegisterKernel(&Kernel<Index, F>::entry);
+
 class DeviceLauncher {
  public:
   explicit DeviceLauncher(cudaStream_t stream) : stream_(stream) {}
@@ -29,19 +43,21 @@ class DeviceLauncher {
   template <typename Index, typename F>
   void Run(Index n, const F& f, const uint32_t* guard) {
     if (n == 0 || error_ != cudaSuccess) return;
-    // A grid of a few waves (an H100 or H200 holds 132 x 8 such blocks at once). A guarded
-    // launch gets fewer blocks: it usually exits at once, and blocks are not free.
-    constexpr uint64_t kThreads = 256, kBlocks = 4096, kGuardedBlocks = 1024;
-    const uint64_t wanted = (static_cast<uint64_t>(n) + kThreads - 1) / kThreads;
-    const unsigned blocks =
-        static_cast<unsigned>(std::min(wanted, guard != nullptr ? kGuardedBlocks : kBlocks));
-    RunElements<<<blocks, kThreads, 0, stream_>>>(f, n, guard);
+    // One wave of resident blocks (occupancy x multiprocessors), each thread striding over
+    // the rest: no partial last wave; fewer blocks where there are fewer elements.
+    static_assert(kThreadsPerBlock == 256, "RunElements is bounded for 256 threads");
+    (void)Kernel<Index, F>::registered;
+    const uint64_t wanted = (static_cast<uint64_t>(n) + kThreadsPerBlock - 1) / kThreadsPerBlock;
+    const unsigned blocks = static_cast<unsigned>(
+        std::min<uint64_t>(wanted, ResidentBlocks(Kernel<Index, F>::entry)));
+    RunElements<<<blocks, kThreadsPerBlock, 0, stream_>>>(f, n, guard);
     Note(cudaGetLastError());
   }
   template <typename F>
   void VisitOffsets(int64_t largest, F&& f) {
     VisitOffsetType(largest, f);
   }
+  bool PlaneKernels() const { return true; }
   void Zero(void* p, size_t bytes) { Fill(p, 0, bytes); }
   void Fill(void* p, int byte, size_t bytes) {
     if (error_ == cudaSuccess) Note(cudaMemsetAsync(p, byte, bytes, stream_));

@@ -3,7 +3,9 @@
 //   MaxUnpoolCuda(+Checked)          jax_unpool_cuda_max_unpool(_checked)_v1
 //   MaxUnpoolBackwardCuda(+Checked)  jax_unpool_cuda_max_unpool_backward(_checked)_v1
 //   MaxPoolCuda                      jax_unpool_cuda_max_pool_v1
-// Semantics and calling conventions: unpool_call.h and pool_call.h.
+// Semantics and calling conventions: unpool_call.h and pool_call.h. LoadCudaKernels is the
+// instantiate stage of every target (kernel_registry.h): it loads the kernels on every
+// device before XLA runs, or captures, any call.
 #pragma once
 
 #include "xla/ffi/api/ffi.h"
@@ -16,6 +18,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolCheckedCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpoolBackwardCheckedCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPoolCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LoadCudaKernels);
 
 }  // namespace cuda
 }  // namespace jax_unpool

@@ -1,5 +1,6 @@
-// The CUDA extension module, _jax_unpool_cuda: hands the CUDA handler capsules to Python
-// (jax_unpool/backends/cuda.py registers them for platform "CUDA"). Built only when CMake
+// The CUDA extension module, _jax_unpool_cuda: hands the CUDA handlers to Python
+// (jax_unpool/backends/cuda.py registers them for platform "CUDA"), each target as its
+// stages: {"instantiate": LoadCudaKernels, "execute": the handler}. Built only when CMake
 // finds a CUDA compiler (JAX_UNPOOL_CUDA); its CUDA runtime is linked statically, so it
 // imports on a machine without a GPU or driver.
 #include <cuda_runtime_api.h>
@@ -10,18 +11,63 @@
 
 #include "common/handler_capsules.h"
 #include "cuda/handlers.h"
+#include "cuda/kernel_registry.h"
 
 namespace nb = nanobind;
 
+namespace jax_unpool {
+namespace cuda {
+namespace {
+
+namespace ffi = xla::ffi;
+
+ffi::Error LoadKernels(ffi::Dictionary) {
+  LoadKernelsOnAllDevices();  // a failure is the execute stage's to report
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+// No device, stream or buffers at this stage; the attributes are the call's.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LoadCudaKernels, LoadKernels, ffi::Ffi::BindInstantiate().Attrs());
+
+}  // namespace cuda
+}  // namespace jax_unpool
+
 NB_MODULE(_jax_unpool_cuda, m) {
+  // Target key -> {"instantiate": capsule, "execute": capsule}.
   m.def("registrations", []() {
-    return jax_unpool::HandlerCapsules({
+    const nb::dict execute = jax_unpool::HandlerCapsules({
         {"max_unpool", jax_unpool::cuda::MaxUnpoolCuda},
         {"max_unpool_checked", jax_unpool::cuda::MaxUnpoolCheckedCuda},
         {"max_unpool_backward", jax_unpool::cuda::MaxUnpoolBackwardCuda},
         {"max_unpool_backward_checked", jax_unpool::cuda::MaxUnpoolBackwardCheckedCuda},
         {"max_pool", jax_unpool::cuda::MaxPoolCuda},
     });
+    const nb::capsule instantiate(reinterpret_cast<void*>(jax_unpool::cuda::LoadCudaKernels));
+    nb::dict stages;
+    for (const auto& [name, handler] : execute) {
+      nb::dict bundle;
+      bundle["instantiate"] = instantiate;
+      bundle["execute"] = handler;
+      stages[name] = bundle;
+    }
+    return stages;
+  });
+  // Loads every kernel on every device now (what the instantiate stage does); returns the
+  // CUDA error's name, "cudaSuccess" when all loaded.
+  m.def("load_kernels", []() {
+    return std::string(cudaGetErrorName(jax_unpool::cuda::LoadKernelsOnAllDevices()));
+  });
+  // The kernels registered, and what the execute stages saw: calls made while their stream
+  // was capturing a CUDA graph, and kernel loads that had to happen inside a capture.
+  m.def("kernel_stats", []() {
+    const jax_unpool::cuda::CaptureStats& s = jax_unpool::cuda::Stats();
+    nb::dict d;
+    d["kernels"] = jax_unpool::cuda::Kernels().size();
+    d["captured_calls"] = s.captured_calls.load();
+    d["loads_in_capture"] = s.loads_in_capture.load();
+    return d;
   });
   // What the module was built with: the CUDA runtime version ("13.0") and the
   // CMAKE_CUDA_ARCHITECTURES its kernels were compiled for.

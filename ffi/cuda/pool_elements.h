@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/pool_axes.h"
 #include "cuda/device.h"
@@ -116,9 +117,14 @@ JU_HD bool Replaces(Key v, Key best) {
   return v > best || v != v;  // v != v is false for the integer keys
 }
 
-// The kernel's view of the pool: PoolAxes (sizes, window, taps) and flat steps.
+// The coordinates' type of a launch: int32_t with 32-bit offsets (the plan takes them only
+// where every coordinate of the call fits, pool_plan.h's WindowFits32), else int64_t.
 template <typename Index>
-struct PoolWindows : PoolAxes {
+using Coord = std::conditional_t<sizeof(Index) == 4, int32_t, int64_t>;
+
+// The kernel's view of the pool: the sizes, window and taps (BasicPoolAxes) and flat steps.
+template <typename Index>
+struct PoolWindows : BasicPoolAxes<Coord<Index>> {
   Index inner = 1;  // C channels last, 1 channels first
   Index in_plane = 1;
   // Flat distance between neighbouring taps along each axis (0 for a window of 1).
@@ -126,12 +132,29 @@ struct PoolWindows : PoolAxes {
   Divider<Index> inner_div, out_div[3];
 };
 
+// Keeps the first maximum in scan order: PyTorch's test, with its position.
+template <typename Order, typename At>
+struct Best {
+  typename Order::Raw raw;
+  typename Order::Key key;
+  At at;
+
+  JU_HD void Consider(const Order& order, typename Order::Raw r, At tap) {
+    const typename Order::Key v = order.Decode(r);
+    if (Replaces(v, key)) {
+      key = v;
+      raw = r;
+      at = tap;
+    }
+  }
+};
+
 // One output element: the first maximum of its window in PyTorch's scan order (row-major
 // over the taps, padding skipped), starting from (Lowest(), the initial argmax).
 template <typename Order, typename I, typename Index>
 struct PoolWindow {
   using Raw = typename Order::Raw;
-  using Key = typename Order::Key;
+  using C = Coord<Index>;
   PoolWindows<Index> w;
   Order order;
   const Raw* x;
@@ -144,66 +167,101 @@ struct PoolWindow {
       rest = w.inner_div.Div(t);
       c = t - rest * w.inner;
     }
-    int64_t o[3];
+    C o[3];
     for (int a = 2; a >= 0; --a) {
       const Index next = w.out_div[a].Div(rest);
-      o[a] = static_cast<int64_t>(rest - next * w.out_div[a].divisor);
+      o[a] = static_cast<C>(rest - next * w.out_div[a].divisor);
       rest = next;
     }
     const Raw* plane = x + rest * w.in_plane * w.inner + c;  // rest: the image or plane
-    Raw best_raw = order.Lowest();
-    Key best = order.Decode(best_raw);
-    int64_t best_at;
+    Best<Order, C> best{order.Lowest(), order.Decode(order.Lowest()), 0};
     bool inside = true;  // every tap inside the input: no bounds to check
-    int64_t start[3];
+    C start[3];
     for (int a = 0; a < 3; ++a) {
       start[a] = o[a] * w.stride[a] - w.pad[a];
       inside = inside && start[a] >= 0 && start[a] + (w.kernel[a] - 1) * w.dil[a] < w.in[a];
     }
     if (inside) {
       const Index first = static_cast<Index>((start[0] * w.in[1] + start[1]) * w.in[2] + start[2]);
-      Index at = first;
-      for (int64_t td = 0; td < w.kernel[0]; ++td) {
-        for (int64_t th = 0; th < w.kernel[1]; ++th) {
+      Best<Order, Index> at{best.raw, best.key, first};
+      for (C td = 0; td < w.kernel[0]; ++td) {
+        for (C th = 0; th < w.kernel[1]; ++th) {
           const Index row = first + static_cast<Index>(td) * w.step[0] +
                             static_cast<Index>(th) * w.step[1];
-          for (int64_t tw = 0; tw < w.kernel[2]; ++tw) {
+          for (C tw = 0; tw < w.kernel[2]; ++tw) {
             const Index tap = row + static_cast<Index>(tw) * w.step[2];
-            Consider(plane[tap * w.inner], tap, best_raw, best, at);
+            at.Consider(order, plane[tap * w.inner], tap);
           }
         }
       }
-      best_at = static_cast<int64_t>(at);
+      best = {at.raw, at.key, static_cast<C>(at.at)};
     } else {
-      best_at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
+      best.at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
       // Only the taps inside the input: a border window costs its part inside.
-      int64_t lo[3], hi[3];
+      C lo[3], hi[3];
       for (int a = 0; a < 3; ++a) lo[a] = w.FirstTap(a, o[a]), hi[a] = w.EndTap(a, o[a]);
-      for (int64_t td = lo[0]; td < hi[0]; ++td) {
-        const int64_t d = w.Tap(0, o[0], td);
-        for (int64_t th = lo[1]; th < hi[1]; ++th) {
-          const int64_t h = w.Tap(1, o[1], th);
-          for (int64_t tw = lo[2]; tw < hi[2]; ++tw) {
-            const int64_t x_w = w.Tap(2, o[2], tw);
-            const int64_t tap = (d * w.in[1] + h) * w.in[2] + x_w;
-            Consider(plane[static_cast<Index>(tap) * w.inner], tap, best_raw, best, best_at);
+      for (C td = lo[0]; td < hi[0]; ++td) {
+        const C d = w.Tap(0, o[0], td);
+        for (C th = lo[1]; th < hi[1]; ++th) {
+          const C h = w.Tap(1, o[1], th);
+          for (C tw = lo[2]; tw < hi[2]; ++tw) {
+            const C tap = (d * w.in[1] + h) * w.in[2] + w.Tap(2, o[2], tw);
+            best.Consider(order, plane[static_cast<Index>(tap) * w.inner], tap);
           }
         }
       }
     }
-    values[t] = best_raw;
-    indices[t] = static_cast<I>(best_at);
+    values[t] = best.raw;
+    indices[t] = static_cast<I>(best.at);
   }
+};
 
- private:
-  template <typename At>
-  JU_HD void Consider(Raw raw, At tap, Raw& best_raw, Key& best, At& best_at) const {
-    const Key v = order.Decode(raw);
-    if (Replaces(v, best)) {
-      best = v;
-      best_raw = raw;
-      best_at = tap;
+// The 2-D channels-first pool with a kKH x kKW window known at compile time (2x2 and 3x3,
+// the common ones) and no dilation, in 32-bit arithmetic: the same results as PoolWindow.
+// An interior window is kKH * kKW loads at constant offsets from its first tap's row.
+template <typename Order, typename I, int kKH, int kKW>
+struct PlanePoolWindow {
+  using Raw = typename Order::Raw;
+  BasicPoolAxes<int32_t> w;  // the H and W axes are used (D: one plane, a window of 1)
+  Divider<uint32_t> out_h_div, out_w_div;
+  uint32_t in_plane = 1;
+  Order order;
+  const Raw* x;
+  Raw* values;
+  I* indices;
+
+  JU_HD void operator()(uint32_t t) const {
+    const uint32_t rest = out_w_div.Div(t);
+    const int32_t ow = static_cast<int32_t>(t - rest * out_w_div.divisor);
+    const uint32_t plane = out_h_div.Div(rest);
+    const int32_t oh = static_cast<int32_t>(rest - plane * out_h_div.divisor);
+    const Raw* p = x + plane * in_plane;
+    const int32_t H = w.in[1], W = w.in[2];
+    const int32_t h0 = oh * w.stride[1] - w.pad[1], w0 = ow * w.stride[2] - w.pad[2];
+    Best<Order, int32_t> best{order.Lowest(), order.Decode(order.Lowest()), 0};
+    if (h0 >= 0 && w0 >= 0 && h0 + kKH <= H && w0 + kKW <= W) {
+      const int32_t first = h0 * W + w0;
+      const Raw* row = p + first;
+      best.at = first;
+      JU_UNROLL
+      for (int th = 0; th < kKH; ++th, row += W) {
+        JU_UNROLL
+        for (int tw = 0; tw < kKW; ++tw) best.Consider(order, row[tw], first + th * W + tw);
+      }
+    } else {  // a border window: its taps inside the input, in the same order
+      best.at = w.First(1, oh) * W + w.First(2, ow);
+      JU_UNROLL
+      for (int th = 0; th < kKH; ++th) {
+        const int32_t h = h0 + th;
+        JU_UNROLL
+        for (int tw = 0; tw < kKW; ++tw) {
+          const int32_t at = h * W + w0 + tw;
+          if (h >= 0 && h < H && w0 + tw >= 0 && w0 + tw < W) best.Consider(order, p[at], at);
+        }
+      }
     }
+    values[t] = best.raw;
+    indices[t] = static_cast<I>(best.at);
   }
 };
 

@@ -57,13 +57,54 @@ void VisitOrder(const PoolLaunch& a, F&& f) {
   }
 }
 
+// The sizes and window in the arithmetic's type T (the caller has checked they fit).
+template <typename T>
+BasicPoolAxes<T> AxesAs(const PoolAxes& a) {
+  BasicPoolAxes<T> b;
+  for (int d = 0; d < 3; ++d) {
+    b.in[d] = static_cast<T>(a.in[d]);
+    b.out[d] = static_cast<T>(a.out[d]);
+    b.kernel[d] = static_cast<T>(a.kernel[d]);
+    b.stride[d] = static_cast<T>(a.stride[d]);
+    b.pad[d] = static_cast<T>(a.pad[d]);
+    b.dil[d] = static_cast<T>(a.dil[d]);
+  }
+  return b;
+}
+
+// Whether every coordinate the kernels compute fits in int32_t: on each axis the furthest
+// reach of a window, (out - 1) * stride + padding + kernel * dilation, plus the input, and
+// the flat position of PyTorch's initial argmax (at most max(in - 1, dilation - 1, the
+// last window's start) per axis). Else the call takes 64-bit offsets and arithmetic, as
+// a window of 2^31 - 1 taps does.
+inline bool WindowFits32(const PoolAxes& a) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  int64_t flat = 0;
+  for (int d = 0; d < 3; ++d) {  // every term below 2^62: no int64 overflow
+    const int64_t reach =
+        (a.out[d] - 1) * a.stride[d] + a.pad[d] + a.kernel[d] * a.dil[d] + a.in[d];
+    if (reach >= kLimit) return false;
+    const int64_t first =
+        std::max({a.in[d] - 1, a.dil[d] - 1, (a.out[d] - 1) * a.stride[d] - a.pad[d]});
+    flat = flat * a.in[d] + first;
+    if (flat >= kLimit) return false;
+  }
+  return true;
+}
+
+// The largest element count or coordinate of a pool: what picks its offsets' type.
+inline int64_t PoolExtent(const PoolLaunch& a) {
+  const int64_t counts = std::max(a.in_count(), a.out_count());
+  return WindowFits32(a) ? counts : std::max<int64_t>(counts, int64_t{1} << 31);
+}
+
 template <typename Index>
 PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
   PoolWindows<Index> w;
   w.inner = static_cast<Index>(a.channels_last ? a.C : 1);
   w.in_plane = static_cast<Index>(a.in[0] * a.in[1] * a.in[2]);
   w.inner_div = Divider<Index>(w.inner);
-  static_cast<PoolAxes&>(w) = a;  // the sizes and window, as launched
+  static_cast<BasicPoolAxes<Coord<Index>>&>(w) = AxesAs<Coord<Index>>(a);
   for (int d = 0; d < 3; ++d) w.out_div[d] = Divider<Index>(static_cast<Index>(a.out[d]));
   // Only used for windows inside the input, where (kernel - 1) * dilation < in.
   const int64_t plane_strides[3] = {a.in[1] * a.in[2], a.in[2], 1};
@@ -74,14 +115,49 @@ PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
   return w;
 }
 
+// The window size (kKH x kKW) of the compiled 2-D channels-first kernels (PlanePoolWindow)
+// that a call takes, or 0: 2x2 and 3x3 windows without dilation, any stride and padding,
+// in 32-bit offsets.
+inline int PlaneKernelSize(const PoolLaunch& a, int64_t extent) {
+  if (a.channels_last || a.in[0] != 1 || a.kernel[0] != 1 || a.dil[1] != 1 || a.dil[2] != 1 ||
+      extent >= (int64_t{1} << 31))
+    return 0;
+  for (int size : {2, 3})
+    if (a.kernel[1] == size && a.kernel[2] == size) return size;
+  return 0;
+}
+
+template <int kSize, typename Order, typename I>
+PlanePoolWindow<Order, I, kSize, kSize> MakePlanePoolWindow(const PoolLaunch& a,
+                                                            const Order& order) {
+  using Raw = typename Order::Raw;
+  PlanePoolWindow<Order, I, kSize, kSize> f{};
+  f.w = AxesAs<int32_t>(a);
+  f.out_h_div = Divider<uint32_t>(static_cast<uint32_t>(a.out[1]));
+  f.out_w_div = Divider<uint32_t>(static_cast<uint32_t>(a.out[2]));
+  f.in_plane = static_cast<uint32_t>(a.in[1] * a.in[2]);
+  f.order = order;
+  f.x = static_cast<const Raw*>(a.x);
+  f.values = static_cast<Raw*>(a.values);
+  f.indices = static_cast<I*>(a.indices);
+  return f;
+}
+
 template <typename Launcher>
 void RunPool(Launcher& launch, const PoolLaunch& a) {
+  const int64_t extent = PoolExtent(a);
   VisitOrder(a, [&](auto order) {
     using Order = decltype(order);
     using Raw = typename Order::Raw;
     VisitIndex(a.index64, [&](auto index) {
       using I = typename decltype(index)::type;
-      launch.VisitOffsets(std::max(a.in_count(), a.out_count()), [&](auto offset) {
+      const uint32_t n = static_cast<uint32_t>(a.out_count());
+      switch (launch.PlaneKernels() ? PlaneKernelSize(a, extent) : 0) {
+        case 2: return launch.Run(n, MakePlanePoolWindow<2, Order, I>(a, order), nullptr);
+        case 3: return launch.Run(n, MakePlanePoolWindow<3, Order, I>(a, order), nullptr);
+        default: break;
+      }
+      launch.VisitOffsets(extent, [&](auto offset) {
         using Index = typename decltype(offset)::type;
         launch.Run(static_cast<Index>(a.out_count()),
                    PoolWindow<Order, I, Index>{MakePoolWindows<Index>(a), order,

@@ -231,6 +231,55 @@ struct OnePassScatter {
 
 template <typename V, typename I, typename Index>
 using TiledScatter = OnePassScatter<V, I, Index, true>;
+
+// TiledScatter of a 2-D channels-first call with a kS x kS box (2x2, 3x3) in 32-bit offsets,
+// the stride known at compile time: no division by it, the index checked against the
+// box's kS * kS positions as they are written, and each row of a 2x2 box one vector store
+// (its first position is even, the result 16-byte aligned: the plan checks).
+template <typename V, typename I, int kS>
+struct PlaneTiledScatter {
+  uint32_t L = 1, Lo = 1, out_w = 1;  // positions per plane, per output plane, per output row
+  Divider<uint32_t> L_div, in_w_div;
+  const V* x;
+  const I* indices;
+  V* out;
+  uint32_t* flag;
+
+  JU_HD void operator()(uint32_t t) const {
+    const uint32_t outer = L_div.Div(t);
+    const uint32_t i = t - outer * L;
+    const uint32_t q_w = i - in_w_div.Div(i) * in_w_div.divisor;
+    // Input (q_h, q_w) -> the box's first output position, kS * (q_h * out_w + q_w).
+    const uint32_t corner = kS * (kS * (i - q_w) + q_w);
+    const V value = x[t];
+    const uint32_t o = Position(indices[t], Lo);  // Lo when outside the plane
+    V* box = out + outer * Lo + corner;
+    bool found = false;
+    JU_UNROLL
+    for (int b = 0; b < kS; ++b) {
+      V row[kS];
+      JU_UNROLL
+      for (int c = 0; c < kS; ++c) {
+        const bool here = corner + b * out_w + c == o;
+        found = found || here;
+        row[c] = here ? value : V(0);
+      }
+      StoreRow<kS>(box + b * out_w, row);
+    }
+    if (!found) *flag = 1;
+  }
+};
+
+// Whether a forward's tiled pass runs as PlaneTiledScatter, and its box size (else 0):
+// channels first, boxes of 2x2 or 3x3 on the last two axes, a 16-byte aligned result.
+template <typename V>
+inline int PlaneTileSize(bool channels_last, const int64_t (&in)[3], const int64_t (&stride)[3],
+                         const void* out) {
+  if (channels_last || in[0] != 1 || stride[0] != 1 || stride[1] != stride[2] ||
+      reinterpret_cast<uintptr_t>(out) % 16 != 0)
+    return 0;
+  return stride[1] == 2 || stride[1] == 3 ? static_cast<int>(stride[1]) : 0;
+}
 template <typename V, typename I, typename Index>
 using WindowedScatter = OnePassScatter<V, I, Index, false>;
 
@@ -283,17 +332,45 @@ struct ResolvePositions {
 // ---------------------------------------------------------------------------------------
 
 // out[outer, i, c] = grad_output[outer, indices[outer, i, c], c]; 0 for an index outside
-// the plane.
+// the plane. Thread t gathers kGatherPerThread elements, kGatherLanes apart in a tile of
+// kGatherLanes * kGatherPerThread (each of its loads coalesced with its block's, when the
+// block has kGatherLanes threads), their loads independent: a warp keeps that many
+// gathers in flight, where one chain of two dependent loads would wait on each.
+constexpr uint32_t kGatherLanes = 256, kGatherPerThread = 4;
+
 template <typename V, typename I, typename Index>
 struct Gather {
   Planes<Index> planes;
+  Index n = 0;  // elements
   const V* grad;
   const I* indices;
   V* out;
 
+  // The threads that gather n elements.
+  static Index Threads(Index n) {
+    const Index tile = kGatherLanes * kGatherPerThread;
+    return (n + tile - 1) / tile * kGatherLanes;
+  }
   JU_HD void operator()(Index t) const {
-    const Index o = Position(indices[t], planes.Lo);
-    out[t] = o != planes.Lo ? grad[planes.OutAt(t, o)] : V(0);
+    const Index lane = t % kGatherLanes;
+    const Index first = (t - lane) * kGatherPerThread + lane;
+    Index o[kGatherPerThread];
+    JU_UNROLL
+    for (uint32_t j = 0; j < kGatherPerThread; ++j) {
+      const Index e = first + j * kGatherLanes;
+      o[j] = e < n ? Position(indices[e], planes.Lo) : planes.Lo;
+    }
+    V v[kGatherPerThread];
+    JU_UNROLL
+    for (uint32_t j = 0; j < kGatherPerThread; ++j) {
+      const Index e = first + j * kGatherLanes;
+      v[j] = o[j] != planes.Lo ? grad[planes.OutAt(e, o[j])] : V(0);
+    }
+    JU_UNROLL
+    for (uint32_t j = 0; j < kGatherPerThread; ++j) {
+      const Index e = first + j * kGatherLanes;
+      if (e < n) out[e] = v[j];
+    }
   }
 };
 

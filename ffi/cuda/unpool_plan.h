@@ -192,6 +192,22 @@ struct ForwardLaunch {
   uint8_t* workspace = nullptr;  // kHeaderBytes, then the positions if any
 };
 
+template <typename V, typename I, int kS>
+PlaneTiledScatter<V, I, kS> MakePlaneTiled(const UnpoolShape& g, const ForwardLaunch& a,
+                                           uint32_t* flag) {
+  PlaneTiledScatter<V, I, kS> f{};
+  f.L = static_cast<uint32_t>(g.L);
+  f.Lo = static_cast<uint32_t>(g.Lo);
+  f.out_w = static_cast<uint32_t>(g.out[2]);
+  f.L_div = Divider<uint32_t>(f.L);
+  f.in_w_div = Divider<uint32_t>(static_cast<uint32_t>(g.in[2]));
+  f.x = static_cast<const V*>(a.x);
+  f.indices = static_cast<const I*>(a.indices);
+  f.out = static_cast<V*>(a.out);
+  f.flag = flag;
+  return f;
+}
+
 template <typename V, typename I, typename Index, typename Launcher>
 void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
   const UnpoolShape& g = a.shape;
@@ -204,7 +220,18 @@ void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
   if (WindowedPassApplies(g, a.window)) {
     launch.Zero(flag, sizeof *flag);
     const Boxes<Index> boxes = MakeBoxes<Index>(g, a.window);
-    if (Tiles(g, a.window)) {
+    const int plane_tile = sizeof(Index) == 4 && launch.PlaneKernels()
+                               ? PlaneTileSize<V>(g.channels_last, g.in, a.window.stride, out)
+                               : 0;
+    if (Tiles(g, a.window) && plane_tile != 0) {
+      if (plane_tile == 2) {
+        launch.Run(static_cast<uint32_t>(g.in_count()), MakePlaneTiled<V, I, 2>(g, a, flag),
+                   nullptr);
+      } else {
+        launch.Run(static_cast<uint32_t>(g.in_count()), MakePlaneTiled<V, I, 3>(g, a, flag),
+                   nullptr);
+      }
+    } else if (Tiles(g, a.window)) {
       launch.Run(static_cast<Index>(g.in_count()),
                  TiledScatter<V, I, Index>{planes, boxes, x, indices, out, flag}, nullptr);
     } else {
@@ -257,8 +284,9 @@ void RunGather(Launcher& launch, const GatherLaunch& a) {
       using I = typename decltype(index)::type;
       launch.VisitOffsets(std::max(g.in_count(), g.out_count()), [&](auto offset) {
         using Index = typename decltype(offset)::type;
-        launch.Run(static_cast<Index>(g.in_count()),
-                   Gather<V, I, Index>{MakePlanes<Index>(g), static_cast<const V*>(a.grad),
+        const Index n = static_cast<Index>(g.in_count());
+        launch.Run(Gather<V, I, Index>::Threads(n),
+                   Gather<V, I, Index>{MakePlanes<Index>(g), n, static_cast<const V*>(a.grad),
                                        static_cast<const I*>(a.indices), static_cast<V*>(a.out)},
                    nullptr);
       });

@@ -46,6 +46,12 @@ TARGETS = {
 }
 STABLE_TARGETS = tuple(TARGETS.values())
 CHECK_INDICES_ENV = "JAX_UNPOOL_CUDA_CHECK_INDICES"
+# The ops whose CUDA kernels serve the GPU; the others keep XLA's ops. Each op goes to the
+# faster of the two, as the GPU benchmark measures it (benchmarks/gpu.py prints a
+# "routing"): all three until a GPU says otherwise. JAX_UNPOOL_CUDA_OPS (comma-separated
+# op names, empty for none), read at import, overrides it: how the benchmark measures each.
+CUDA_OPS = ("max_unpool", "max_unpool_backward", "max_pool")
+CUDA_OPS_ENV = "JAX_UNPOOL_CUDA_OPS"
 HEADER_BYTES = 16  # kHeaderBytes in ffi/cuda/unpool_plan.h
 _UINT32_MAX = 2**32 - 1
 
@@ -62,6 +68,19 @@ def check_indices() -> bool:
         raise ValueError(f"jax_unpool: environment variable {CHECK_INDICES_ENV} must be '1', "
                          f"'0' or unset, got {value!r}")
     return value == "1"
+
+
+def routed_ops() -> tuple[str, ...]:
+    """The ops the CUDA kernels serve: ``CUDA_OPS``, or ``JAX_UNPOOL_CUDA_OPS`` where set."""
+    value = os.environ.get(CUDA_OPS_ENV)
+    if value is None:
+        return CUDA_OPS
+    ops = tuple(op for op in (v.strip() for v in value.split(",")) if op)
+    unknown = sorted(set(ops) - set(CUDA_OPS))
+    if unknown:
+        raise ValueError(f"jax_unpool: environment variable {CUDA_OPS_ENV} must name ops among "
+                         f"{', '.join(CUDA_OPS)} (comma-separated), got {value!r}")
+    return ops
 
 
 def position_bytes(width: int, plane, out_plane) -> int:
@@ -141,11 +160,23 @@ def _max_pool(ctx, x, **params):
 
 # Registered only where this build has the CUDA module; other GPU platforms (rocm) keep
 # the XLA ops.
+def _register(target: str, stages: dict) -> None:
+    """Registers the target's stages (instantiate loads the kernels before XLA runs or
+    captures a call: ffi/cuda/kernel_registry.h); a jaxlib whose CUDA plugin takes only an
+    execute capsule gets that, and the kernels load at the first call."""
+    try:
+        jax.ffi.register_ffi_target(target, stages, platform="CUDA")
+    except Exception:  # noqa: BLE001 -- the plugin's own error type varies by release
+        jax.ffi.register_ffi_target(target, stages["execute"], platform="CUDA")
+
+
 if _jax_unpool_cuda is not None:
-    for _op, _capsule in _jax_unpool_cuda.registrations().items():
-        jax.ffi.register_ffi_target(TARGETS[_op], _capsule, platform="CUDA")
+    for _op, _stages in _jax_unpool_cuda.registrations().items():
+        _register(TARGETS[_op], _stages)
         jax.ffi.register_ffi_target_as_batch_partitionable(TARGETS[_op])
-    for _op, _rule in (("max_unpool", _max_unpool),
-                       ("max_unpool_backward", _max_unpool_backward), ("max_pool", _max_pool)):
-        registry.register(_op, registry.Lowering(_rule, "cuda", f"CUDA kernel {TARGETS[_op]}"),
+    _rules = {"max_unpool": _max_unpool, "max_unpool_backward": _max_unpool_backward,
+              "max_pool": _max_pool}
+    for _op in routed_ops():
+        registry.register(_op, registry.Lowering(_rules[_op], "cuda",
+                                                 f"CUDA kernel {TARGETS[_op]}"),
                           platform="cuda")

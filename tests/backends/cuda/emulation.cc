@@ -44,6 +44,8 @@ class LoopLauncher {
       jax_unpool::cuda::VisitOffsetType(largest, f);
     }
   }
+  // The compiled 2-D pool kernels take 32-bit offsets only.
+  bool PlaneKernels() const { return !wide_offsets; }
 
   template <typename Index, typename F>
   void Run(Index n, const F& f, const uint32_t* guard) {
@@ -67,8 +69,14 @@ enum Path {
   kWindowed = 2,
   kWindowedThenGeneral = 3,
   kTiled = 4,
-  kTiledThenGeneral = 5
+  kTiledThenGeneral = 5,
+  kPlaneTiled = 6,  // PlaneTiledScatter
+  kPlaneTiledThenGeneral = 7
 };
+
+// The pool's kernel, as the test reads it back: PoolWindow with 32- or 64-bit arithmetic,
+// or PlanePoolWindow of a 2x2 or 3x3 window.
+enum PoolPath { kNoPool = 0, kWindows32 = 1, kWindows64 = 2, kPlane2x2 = 3, kPlane3x3 = 4 };
 
 class EmulatedDevice {
  public:
@@ -77,10 +85,16 @@ class EmulatedDevice {
   void Forward(const ForwardLaunch& a) {
     const bool windowed = jax_unpool::cuda::WindowedPassApplies(a.shape, a.window);
     const bool tiled = windowed && jax_unpool::cuda::Tiles(a.shape, a.window);
+    const bool plane = tiled && launch_.PlaneKernels() &&
+                       std::max(a.shape.in_count(), a.shape.out_count()) < (int64_t{1} << 31) &&
+                       jax_unpool::cuda::PlaneTileSize<char>(a.shape.channels_last, a.shape.in,
+                                                             a.window.stride, a.out) != 0;
     jax_unpool::cuda::RunForward(launch_, a);
     const uint32_t flag = *reinterpret_cast<const uint32_t*>(a.workspace);
     if (!windowed) {
       path_ = kGeneral;
+    } else if (plane) {
+      path_ = flag ? kPlaneTiledThenGeneral : kPlaneTiled;
     } else if (tiled) {
       path_ = flag ? kTiledThenGeneral : kTiled;
     } else {
@@ -89,17 +103,28 @@ class EmulatedDevice {
   }
   void Gather(const GatherLaunch& a) { jax_unpool::cuda::RunGather(launch_, a); }
   void FindFirstBad(const FirstBadLaunch& a) { jax_unpool::cuda::RunFindFirstBad(launch_, a); }
-  void Pool(const PoolLaunch& a) { jax_unpool::cuda::RunPool(launch_, a); }
+  void Pool(const PoolLaunch& a) {
+    const int64_t extent = jax_unpool::cuda::PoolExtent(a);
+    const int plane = launch_.PlaneKernels() ? jax_unpool::cuda::PlaneKernelSize(a, extent) : 0;
+    if (plane != 0) {
+      pool_path_ = plane == 2 ? kPlane2x2 : kPlane3x3;
+    } else {
+      pool_path_ = wide_offsets || extent >= (int64_t{1} << 31) ? kWindows64 : kWindows32;
+    }
+    jax_unpool::cuda::RunPool(launch_, a);
+  }
   void Zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
   void CopyToHost(void* host, const void* device, size_t bytes) {
     std::memcpy(host, device, bytes);
   }
   ffi::Error Status(const char*) const { return ffi::Error::Success(); }
   Path path() const { return path_; }
+  PoolPath pool_path() const { return pool_path_; }
 
  private:
   LoopLauncher launch_;
   Path path_ = kNothing;
+  PoolPath pool_path_ = kNoPool;
 };
 
 // XLA runs host code with subnormals flushed (MXCSR's FTZ and DAZ); the GPU kernels are
@@ -208,10 +233,10 @@ int ju_backward(Buffer grad, Buffer indices, Buffer out, Buffer workspace, int c
   return Report(e, message, message_size);
 }
 
-// The pool handler; window attributes of k entries each.
+// The pool handler; window attributes of k entries each. `path` receives the PoolPath.
 int ju_pool(Buffer x, Buffer values, Buffer indices, int channels_last, const int64_t* kernel,
             const int64_t* stride, const int64_t* padding, const int64_t* dilation, int64_t k,
-            int ceil_mode, uint64_t seed, char* message, int64_t message_size) {
+            int ceil_mode, uint64_t seed, int* path, char* message, int64_t message_size) {
   const ExactFloats exact;
   const XLA_FFI_Buffer xb = Wrap(x), vb = Wrap(values), ib = Wrap(indices);
   EmulatedDevice device(seed);
@@ -219,6 +244,7 @@ int ju_pool(Buffer x, Buffer values, Buffer indices, int channels_last, const in
       device, ffi::AnyBuffer(&xb), ffi::AnyBuffer(&vb), ffi::AnyBuffer(&ib), channels_last != 0,
       SpanOf(kernel, k), SpanOf(stride, k), SpanOf(padding, k), SpanOf(dilation, k),
       ceil_mode != 0);
+  *path = device.pool_path();
   return Report(e, message, message_size);
 }
 

@@ -29,7 +29,10 @@ LIBRARY = "libcuda_emulation.so"
 # ffi::ErrorCode values (xla/ffi/api/c_api.h): what a failed call reports.
 INVALID_ARGUMENT, OUT_OF_RANGE = 3, 11
 # The forward's path (Path in emulation.cc).
-NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL, TILED, TILED_THEN_GENERAL = range(6)
+(NOTHING, GENERAL, WINDOWED, WINDOWED_THEN_GENERAL, TILED, TILED_THEN_GENERAL, PLANE_TILED,
+ PLANE_TILED_THEN_GENERAL) = range(8)
+# The pool's kernel (PoolPath in emulation.cc).
+NO_POOL, WINDOWS_32, WINDOWS_64, PLANE_2X2, PLANE_3X3 = range(5)
 
 
 class HandlerError(Exception):
@@ -96,7 +99,7 @@ class Emulation:
         lib.ju_backward.argtypes = [buffer, buffer, buffer, buffer, ctypes.c_int, i64, u64, text,
                                     i64]
         lib.ju_pool.argtypes = [buffer, buffer, buffer, ctypes.c_int, longs, longs, longs, longs,
-                                i64, ctypes.c_int, u64, text, i64]
+                                i64, ctypes.c_int, u64, ctypes.POINTER(ctypes.c_int), text, i64]
         lib.ju_set_wide_offsets.argtypes = [ctypes.c_int]
         lib.ju_position_bytes.argtypes = [i64, i64, i64]
         lib.ju_position_bytes.restype = i64
@@ -153,8 +156,9 @@ class Emulation:
         return out
 
     def pool(self, x, kernel, stride, padding, dilation, ceil_mode=False, *,
-             channels_last=False, index_dtype=np.int32, out_shape=None, seed=0):
-        """The pool handler; `out_shape` defaults to PyTorch's output size."""
+             channels_last=False, index_dtype=np.int32, out_shape=None, seed=0, path=None):
+        """The pool handler; `out_shape` defaults to PyTorch's output size. `path`, a list,
+        receives the kernel taken (WINDOWS_32 ... PLANE_3X3)."""
         x = np.ascontiguousarray(x)
         k = len(kernel)
         if out_shape is None:
@@ -165,11 +169,14 @@ class Emulation:
             out_shape = (*x.shape[:s], *sizes, *x.shape[s + k:])
         values = self._result(out_shape, x.dtype)
         indices = self._result(out_shape, index_dtype)
-        message = ctypes.create_string_buffer(4096)
+        message, taken = ctypes.create_string_buffer(4096), ctypes.c_int(-1)
         code = self._lib.ju_pool(_buffer(x), _buffer(values), _buffer(indices), int(channels_last),
                                  _longs(kernel), _longs(stride), _longs(padding), _longs(dilation),
-                                 k, int(ceil_mode), seed, message, len(message))
+                                 k, int(ceil_mode), seed, ctypes.byref(taken), message,
+                                 len(message))
         self._check(code, message)
+        if path is not None:
+            path.append(taken.value)
         return values, indices
 
     def wide_offsets(self, wide: bool) -> None:

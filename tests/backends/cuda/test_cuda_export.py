@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import pytest
@@ -173,3 +176,39 @@ def test_the_pool_keeps_xla_ops_for_dtypes_it_does_not_order():
     x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.int4)
     text = export(lambda x: ju.max_pool2d_with_indices(x, 2), x).mlir_module()
     assert custom_calls(text) == []
+
+
+ROUTING_STEP = """
+import re, sys, jax, jax.numpy as jnp, jax_unpool as ju
+def step(x):
+    def loss(x):
+        values, indices = ju.max_pool2d_with_indices(x, 2)
+        return ju.max_unpool2d(values, indices, 2).sum()
+    return jax.grad(loss)(x)
+x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+text = jax.export.export(jax.jit(step), platforms=("cuda",),
+                         disabled_checks=ju.export_safety_checks())(x).mlir_module()
+print(sorted(set(re.findall(r"stablehlo\\.custom_call @(jax_unpool\\w+)\\(", text))))
+"""
+
+
+@pytest.mark.parametrize("ops,expected", [
+    ("max_pool", ["jax_unpool_cuda_max_pool_v1"]),
+    ("max_unpool,max_unpool_backward", ["jax_unpool_cuda_max_unpool_backward_v1",
+                                        "jax_unpool_cuda_max_unpool_v1"]),
+    ("", []),
+])
+def test_only_the_routed_ops_take_the_cuda_kernels(ops, expected):
+    proc = subprocess.run([sys.executable, "-c", ROUTING_STEP], capture_output=True, text=True,
+                          env=fresh_process.child_env(**{cuda.CUDA_OPS_ENV: ops}), timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == repr(expected)
+
+
+def test_an_unknown_routed_op_is_refused(monkeypatch):
+    monkeypatch.setenv(cuda.CUDA_OPS_ENV, "max_pool,max_unpoool")
+    with pytest.raises(ValueError, match="JAX_UNPOOL_CUDA_OPS must name ops among max_unpool, "
+                                         "max_unpool_backward, max_pool"):
+        cuda.routed_ops()
+

@@ -25,10 +25,12 @@ from cases import (
     cpu_pool,
     cpu_unpool,
     forward_case,
+    indices_in_boxes,
     layout,
     out_shape_of,
     pool_geometry,
     pool_values,
+    random_values,
     seeded,
     to_layout,
 )
@@ -66,20 +68,52 @@ def test_each_forward_path_is_taken_and_equals_the_cpu_kernel(emulation):
     tiled, odd, overlapping = np.asarray(tiled), np.asarray(odd), np.asarray(overlapping)
     outside = tiled.copy()
     outside[1, 2, 3, 3] = 0  # far outside its box: the last position points at the first
+    _, tiled3 = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 12, 12)), 3)
+    tiled3 = np.asarray(tiled3)
     hint = ((2, 2), (2, 2), (0, 0))
-    cases = [(tiled, (8, 8), hint, emu.TILED),
-             (tiled, (8, 8), None, emu.TILED),  # the hint inferred from the sizes
-             (outside, (8, 8), hint, emu.TILED_THEN_GENERAL),
-             (odd, (9, 9), hint, emu.WINDOWED),  # a row and a column that no box covers
-             (overlapping, (9, 9), ((3, 3), (2, 2), (0, 0)), emu.WINDOWED),
-             (outside, (9, 9), hint, emu.WINDOWED_THEN_GENERAL),
-             (odd, (9, 9), None, emu.GENERAL)]  # 9 is no multiple of 4: no hint inferred
+    cases = [(tiled, (8, 8), hint, False, emu.PLANE_TILED),  # channels first, 2x2 boxes
+             (tiled, (8, 8), None, False, emu.PLANE_TILED),  # the hint inferred from the sizes
+             (outside, (8, 8), hint, False, emu.PLANE_TILED_THEN_GENERAL),
+             (tiled3, (12, 12), None, False, emu.PLANE_TILED),  # 3x3 boxes
+             (tiled, (8, 8), hint, True, emu.TILED),  # channels last
+             (outside, (8, 8), hint, True, emu.TILED_THEN_GENERAL),
+             (odd, (9, 9), hint, False, emu.WINDOWED),  # a row and a column that no box covers
+             (overlapping, (9, 9), ((3, 3), (2, 2), (0, 0)), False, emu.WINDOWED),
+             (outside, (9, 9), hint, False, emu.WINDOWED_THEN_GENERAL),
+             (odd, (9, 9), None, False, emu.GENERAL)]  # 9 is no multiple of 4: no hint inferred
     paths = []
-    for idx, out_spatial, window, _ in cases:
-        out, taken = emulation.forward(x, idx, (2, 3, *out_spatial), window=window)
-        np.testing.assert_array_equal(out, cpu_unpool(x, idx, out_spatial, 2, False))
+    for idx, out_spatial, window, last, _ in cases:
+        values, idx = to_layout(x, 2, last), to_layout(idx, 2, last)
+        out, taken = emulation.forward(values, idx, out_shape_of(values, out_spatial, 2, last),
+                                       channels_last=last, window=window)
+        np.testing.assert_array_equal(out, cpu_unpool(values, idx, out_spatial, 2, last))
         paths.append(taken)
     assert paths == [case[-1] for case in cases]
+
+
+@pytest.mark.parametrize("dtype", UNPOOL_DTYPES)
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_compiled_tiled_boxes_equal_the_cpu_kernel(emulation, size, dtype):
+    # PlaneTiledScatter (2x2 and 3x3 boxes, vector stores of 2x2 rows on the GPU) for every
+    # value width, indices anywhere in their box or (one in three cases) some outside it.
+    rng = seeded("plane tiled", size, dtype)
+    for seed in range(6):
+        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+        spatial = tuple(rng.integers(1, 6, 2).tolist())
+        out_spatial = (spatial[0] * size, spatial[1] * size)
+        window = ((size, size), (size, size), (0, 0))
+        idx = indices_in_boxes(rng, (n, c), spatial, out_spatial, window)
+        if seed % 3 == 2:  # some indices anywhere: the general pass recomputes the result
+            idx = np.where(rng.random(idx.shape) < 0.2,
+                           rng.integers(0, out_spatial[0] * out_spatial[1], idx.shape), idx)
+        x = random_values(rng, (n, c, *spatial), dtype)
+        idx = idx.astype((np.int32, np.int64)[seed % 2])
+        out, path = emulation.forward(x, idx, (n, c, *out_spatial), window=window, seed=seed)
+        in_box = seed % 3 != 2  # else: some outside (by chance maybe none)
+        assert path == emu.PLANE_TILED if in_box else path in (emu.PLANE_TILED,
+                                                                emu.PLANE_TILED_THEN_GENERAL)
+        np.testing.assert_array_equal(bits(out), bits(cpu_unpool(x, idx, out_spatial, 2, False)),
+                                      err_msg=f"x={x.shape} seed={seed}")
 
 
 def test_duplicates_anywhere_take_the_largest_input_position(emulation):
@@ -109,6 +143,19 @@ def test_backward_equals_the_cpu_kernel(emulation, dtype):
         np.testing.assert_array_equal(bits(out), bits(expected), err_msg=f"k={k} last={last}")
 
 
+@pytest.mark.parametrize("last", [False, True])
+def test_the_gather_covers_every_element_of_several_tiles(emulation, last):
+    # 4 elements a thread, 256 apart, in tiles of 1024: 4845 elements are 4 full tiles and
+    # a partial one, each element gathered once (numpy's take_along_axis as the oracle).
+    rng = seeded("gather tiles", last)
+    grad = rng.standard_normal((3, 5, 34, 38)).astype(np.float32)
+    idx = rng.integers(0, 34 * 38, (3, 5, 17, 19)).astype(np.int32)
+    expected = np.take_along_axis(grad.reshape(3, 5, -1), idx.reshape(3, 5, -1), axis=2)
+    out = emulation.backward(to_layout(grad, 2, last), to_layout(idx, 2, last),
+                             channels_last=last)
+    np.testing.assert_array_equal(out, to_layout(expected.reshape(idx.shape), 2, last))
+
+
 # --------------------------------------------------------------------------------------
 # The pool
 # --------------------------------------------------------------------------------------
@@ -129,6 +176,72 @@ def test_pool_equals_the_cpu_kernel(emulation, dtype):
         np.testing.assert_array_equal(indices, expected[1], err_msg=case)
 
 
+PLANE_DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint16", "int64",
+                "float8_e4m3fn"]
+
+
+@pytest.mark.parametrize("dtype", PLANE_DTYPES)
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_compiled_2d_windows_equal_the_cpu_kernel(emulation, size, dtype):
+    # The 2x2 and 3x3 channels-first kernels (PlanePoolWindow): interior and border windows,
+    # strides, padding, ceil_mode windows, NaN and ties.
+    rng = seeded("plane", size, dtype)
+    for seed in range(12):
+        stride = tuple(rng.integers(1, 4, 2).tolist())
+        padding = tuple(rng.integers(0, size // 2 + 1, 2).tolist())
+        dilation = (1, 1)
+        ceil_mode = bool(seed % 2)
+        window = ((size, size), stride, padding, dilation)
+        in_spatial = tuple(rng.integers(size, 12, 2).tolist())
+        n = None if seed % 4 == 3 else int(rng.integers(1, 3))
+        x = pool_values(rng, layout(n, int(rng.integers(1, 4)), in_spatial, False), dtype)
+        index_dtype = (np.int32, np.int64)[seed % 2]
+        path = []
+        values, indices = emulation.pool(x, *window, ceil_mode, index_dtype=index_dtype,
+                                         seed=seed, path=path)
+        expected = cpu_pool(x, window, ceil_mode, 2, False, index_dtype)
+        case = f"window={window} ceil_mode={ceil_mode} x={x.shape}"
+        assert path == [emu.PLANE_2X2 if size == 2 else emu.PLANE_3X3], case
+        np.testing.assert_array_equal(bits(values), bits(expected[0]), err_msg=case)
+        np.testing.assert_array_equal(indices, expected[1], err_msg=case)
+
+
+def test_other_windows_take_the_general_kernel(emulation):
+    # What the compiled kernels do not serve: channels last, 1-D, 3-D, other window sizes,
+    # dilation.
+    rng = seeded("general pool")
+    cases = [((2, 2), True, (1, 8, 8, 3), 1), ((3, 3), True, (1, 8, 8, 3), 1),
+             ((2,), False, (1, 3, 8), 1), ((2, 3), False, (1, 3, 8, 8), 1),
+             ((2, 2, 2), False, (1, 3, 4, 4, 4), 1), ((2, 2), False, (1, 3, 8, 8), 2)]
+    for kernel, last, shape, dilation in cases:
+        k = len(kernel)
+        x = rng.standard_normal(shape).astype(np.float32)
+        window = (kernel, kernel, (0,) * k, (dilation,) * k)
+        path = []
+        values, indices = emulation.pool(x, *window, channels_last=last, path=path)
+        expected = cpu_pool(x, window, False, k, last, np.int32)
+        assert path == [emu.WINDOWS_32], (kernel, last)
+        np.testing.assert_array_equal(values, expected[0])
+        np.testing.assert_array_equal(indices, expected[1])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_32_bit_window_arithmetic_near_its_limit(emulation, k):
+    # A window of 2^30 - 1 taps whose padding covers a small input: its coordinates reach
+    # 1.5 * 2^30 and still fit in int32, so the kernel computes in 32 bits (no 64-bit
+    # division), with the CPU kernel's results.
+    rng = seeded("near the limit", k)
+    x = rng.standard_normal((1, 2, *(5,) * k)).astype(np.float32)
+    kernel, padding, dilation = (2**30 - 1,) * k, (2**29 - 1,) * k, (1,) * k
+    window = (kernel, (1,) * k, padding, dilation)
+    path = []
+    values, indices = emulation.pool(x, *window, index_dtype=np.int64, path=path)
+    expected = cpu_pool(x, window, False, k, False, np.int64)
+    assert path == [emu.WINDOWS_32]
+    np.testing.assert_array_equal(values, expected[0])
+    np.testing.assert_array_equal(indices, expected[1])
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_a_huge_kernel_costs_its_taps_inside_the_input(emulation, k):
     # Each border window visits only its taps inside the input (issue 31 item 4 on the
@@ -137,8 +250,10 @@ def test_a_huge_kernel_costs_its_taps_inside_the_input(emulation, k):
     rng = seeded("huge kernel", "float32")
     x = rng.standard_normal((1, 2, *(5,) * k)).astype(np.float32)
     window = ((2**31 - 1,) * k, (1,) * k, (2**30 - 1,) * k, (1,) * k)
-    values, indices = emulation.pool(x, *window, index_dtype=np.int64)
+    path = []
+    values, indices = emulation.pool(x, *window, index_dtype=np.int64, path=path)
     expected = cpu_pool(x, window, False, k, False, np.int64)
+    assert path == [emu.WINDOWS_64]  # its coordinates pass 2^31: 64-bit arithmetic
     np.testing.assert_array_equal(values, expected[0])
     np.testing.assert_array_equal(indices, expected[1])
     assert values.shape == (1, 2, *(5,) * k)
