@@ -62,29 +62,64 @@ def as_array(fn: str, name: str, value: Any) -> jax.Array:
                         f"or nested sequences of numbers), got {received(value)}") from error
 
 
+def passed_dtype(value: Any) -> np.dtype | None:
+    """The dtype of `value` as the caller passed it, before jax converts it (with x64 off,
+    jax makes 64-bit dtypes 32-bit): a numpy array's or scalar's, nested sequences' as
+    numpy reads them. None for jax arrays and tracers (their dtype is what was passed) and
+    for what numpy cannot read as numbers."""
+    if isinstance(value, jax.Array):
+        return None
+    try:
+        dtype = np.asarray(value).dtype  # free for numpy arrays
+    except (TypeError, ValueError, OverflowError):
+        return None
+    # Objects, strings and raw bytes are no numbers (ml_dtypes' kind is "V" too).
+    return None if dtype.kind in "OSU" or dtype.name.startswith("void") else dtype
+
+
+def canonical(dtype: Any) -> np.dtype:
+    """The dtype jax gives an array of `dtype`: a 64-bit one is 32-bit with x64 off."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def dtype_text(dtype: Any, passed: Any = None) -> str:
+    """A dtype for messages: the one the caller passed (`passed`, where known), and what
+    jax made of it (`dtype`) where that differs, with the reason when it is x64 being off."""
+    dtype = np.dtype(dtype)
+    if passed is None or np.dtype(passed) == dtype:
+        return dtype.name
+    passed = np.dtype(passed)
+    x64_off = canonical(np.int64) != np.int64
+    why = ", as jax_enable_x64 is off" if x64_off and canonical(passed) == dtype else ""
+    return f"{passed.name} (jax made it {dtype.name}{why})"
+
+
 def as_indices(fn: str, indices: Any) -> jax.Array:
-    """`indices` as a jax array. With x64 off, jnp.asarray wraps host int64 values into
-    int32 (2**32 + 3 becomes 3), so values outside int32 are refused before that."""
-    if not isinstance(indices, jax.Array) and jax.dtypes.canonicalize_dtype(np.int64) != np.int64:
-        try:
-            host = np.asarray(indices)
-        except (TypeError, ValueError, OverflowError):
-            host = None  # not an array of numbers: as_array says so below
-        if host is not None and host.dtype == np.int64:
-            info = np.iinfo(np.int32)
-            outside = np.argwhere((host < info.min) | (host > info.max))
-            if outside.size:
-                pos = tuple(int(p) for p in outside[0])
-                raise ValueError(
-                    f"{fn}: indices must lie in int32's range with jax_enable_x64 off, got "
-                    f"{host[pos]} at position {pos}; enable x64 for int64 indices "
-                    "(jax.config.update('jax_enable_x64', True))")
-    return as_array(fn, "indices", indices)
+    """`indices` as a jax array of int32 or int64, or a TypeError naming the dtype that
+    was passed. With x64 off, jnp.asarray wraps host int64 values into int32 (2**32 + 3
+    becomes 3), so values outside int32 are refused before that."""
+    passed = passed_dtype(indices)
+    if passed == np.int64 and canonical(np.int64) != np.int64:
+        host = np.asarray(indices)
+        info = np.iinfo(np.int32)
+        outside = np.argwhere((host < info.min) | (host > info.max))
+        if outside.size:
+            pos = tuple(int(p) for p in outside[0])
+            raise ValueError(
+                f"{fn}: indices must lie in int32's range with jax_enable_x64 off, got "
+                f"{host[pos]} at position {pos}; enable x64 for int64 indices "
+                "(jax.config.update('jax_enable_x64', True))")
+    array = as_array(fn, "indices", indices)
+    check_index_dtype(fn, "indices", array.dtype, passed)
+    return array
 
 
-def check_index_dtype(fn: str, name: str, dtype: Any) -> None:
+def check_index_dtype(fn: str, name: str, dtype: Any, passed: Any = None) -> None:
+    """int32 or int64; else a TypeError naming the dtype that was passed (`passed`, where
+    known) and the cast that fixes it."""
     if np.dtype(dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise TypeError(f"{fn}: {name} must be int32 or int64, got {np.dtype(dtype).name}")
+        raise TypeError(f"{fn}: {name} must be int32 or int64, got "
+                        f"{dtype_text(dtype, passed)}; cast them: {name}.astype(jnp.int32)")
 
 
 def _dims(sizes: Sequence) -> tuple:

@@ -41,18 +41,20 @@ def checked(fn: str, k: int, x, kernel_size, stride, padding, dilation, ceil_mod
             data_format, index_dtype) -> tuple[jax.Array, PoolGeometry]:
     """The public pools' arguments checked as PyTorch checks them (errors name `fn`):
     x as an array and its window's geometry."""
+    passed = _args.passed_dtype(x)
     x = _args.as_array(fn, "x", x)
     window = _geometry.pool_window(fn, k, kernel_size, stride, padding, dilation, ceil_mode)
     last = _geometry.channels_last(fn, data_format, k)
     g = _geometry.pool_geometry(fn, tuple(x.shape), *window, bool(ceil_mode), last,
                                 _geometry.index_dtype(fn, index_dtype, stacklevel=5))
-    _check_real(fn, x.dtype)
+    _check_real(fn, x.dtype, passed)
     return x, g
 
 
-def _check_real(fn: str, dtype) -> None:
+def _check_real(fn: str, dtype, passed=None) -> None:
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got {dtype}")
+        raise TypeError(f"{fn}: x must have a real dtype (max needs an order), got "
+                        f"{_args.dtype_text(dtype, passed)}")
 
 
 def _max_pool(fn: str, k: int, x, *args) -> tuple[jax.Array, jax.Array]:

@@ -99,6 +99,7 @@ def unpool_operands(fn: str, k: int, x: Any, indices: Any, kernel_size: Any, str
 def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices: Any,
                              output_size: Any, data_format: str):
     """max_unpool{k}d_backward's arguments checked: (grad_output, indices, channels_last)."""
+    passed = _args.passed_dtype(grad_output)
     grad_output, indices = _args.as_array(fn, "grad_output", grad_output), \
         _args.as_indices(fn, indices)
     # A tuple shape: a class such as np.float32 has .shape and .dtype attributes too.
@@ -117,8 +118,8 @@ def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices:
     x_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
     if np.dtype(grad_output.dtype) != x_dtype:
         raise TypeError(
-            f"{fn}: grad_output must have the dtype of x, {x_dtype.name}, got "
-            f"{np.dtype(grad_output.dtype).name}")
+            f"{fn}: grad_output must have the dtype of x, {_args.dtype_text(x_dtype, x.dtype)}"
+            f", got {_args.dtype_text(grad_output.dtype, passed)}")
     size = _geometry.output_spatial(fn, output_size, len(x.shape), last, k)
     grad_size = _geometry.spatial_dims(grad_output.shape, last, k)
     if size != grad_size:
@@ -171,9 +172,11 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
     Returns:
       ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
       Positions no index names are zero. Among duplicated indices in a plane the element
-      with the largest flat input position wins, deterministically, on CPU and wherever
-      the jnp reference runs (GPU, TPU); on an Ascend NPU through aclnn the result is
-      deterministic but which duplicate wins is unspecified (CANN names no winner).
+      with the largest flat input position wins, deterministically, on CPU, on NVIDIA
+      GPUs (the CUDA kernels) and wherever the jnp reference runs (other GPUs, TPU), as
+      PyTorch's CPU kernel does on one thread (on several its winner is unspecified);
+      on an Ascend NPU through aclnn the result is deterministic but which duplicate
+      wins is unspecified (CANN names no winner).
 
     Raises:
       ValueError: at trace time, for a bad rank, shape or size (each message names the

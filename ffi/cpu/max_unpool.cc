@@ -2,7 +2,7 @@
 // the plane of the k spatial dims (k = 1, 2, 3).
 // Each plane is zero-filled and scattered in one pass while it is in cache; inside a
 // plane positions go in flat order, so among duplicated indices the largest input
-// position wins, deterministically (PyTorch CPU's sequential behaviour). Every run of
+// position wins, deterministically (PyTorch's CPU kernel on one thread). Every run of
 // indices is range-checked (IndexRange) just before it is used: a bad one fails the call.
 #include <algorithm>
 #include <cstdint>

@@ -4,8 +4,9 @@ The encoder max-pools with indices; the decoder max-unpools with them (SegNet's 
 the decoder puts features back where the encoder found its maxima). It runs on the base
 install (jax, numpy, jax_unpool) and uses well-kept libraries when they are installed
 (``pip install '.[demo]'``): optax's Adam (else the same update written out here) and a
-tqdm or rich progress bar (else a line per tenth of the run). The picture is a PNG written
-with the standard library. The notebook (notebooks/segnet_unpool.ipynb) builds the same
+tqdm or rich progress bar (else a line per tenth of the run). The picture is a PNG drawn
+and written with numpy and the standard library (:mod:`jax_unpool.cli.picture`). The
+notebook (notebooks/segnet_unpool.ipynb) builds the same
 model with Flax NNX layers.
 
 The task: each image holds a few discs and triangles, brighter or darker than a noisy,
@@ -16,10 +17,9 @@ background and discs and triangles share intensities: the model must use shape.
 
 from __future__ import annotations
 
-import struct
+import itertools
 import time
-import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -27,10 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_unpool import max_pool2d_with_indices, max_unpool2d
-
-CLASSES = ("background", "disc", "triangle")
-# Mask colours of the picture, one RGB triple per class.
-PALETTE = np.array([[30, 30, 30], [230, 90, 60], [70, 160, 230]], np.uint8)
+from jax_unpool.cli import options, picture
+from jax_unpool.cli.picture import CLASSES
 
 Params = list[dict[str, jax.Array]]
 
@@ -39,20 +37,19 @@ Params = list[dict[str, jax.Array]]
 # ----------------------------------------------------------------------------------------
 
 
-def make_dataset(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` images ``(count, size, size, 1)`` float32 and masks ``(count, size, size)``.
+def generate(size: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Images ``(size, size, 1)`` float32 and their masks ``(size, size)`` int32, one
+    after another, without end: training draws as many as it needs, holding one batch.
 
     Shapes are placed one after another; a later shape covers an earlier one.
     """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    images = np.empty((count, size, size, 1), np.float32)
-    masks = np.zeros((count, size, size), np.int32)
-    for n in range(count):
+    while True:
         # Shaded background: a random linear ramp plus pixel noise.
         gy, gx = rng.uniform(-0.5, 0.5, 2) / size
         image = 0.5 + gy * (yy - size / 2) + gx * (xx - size / 2)
-        mask = masks[n]
+        mask = np.zeros((size, size), np.int32)
         for _ in range(rng.integers(1, 4)):
             radius = rng.uniform(0.12, 0.25) * size
             cy, cx = rng.uniform(radius, size - radius, 2)
@@ -66,8 +63,15 @@ def make_dataset(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarr
                 label = 2
             image[inside] = 0.5 + rng.choice([-1.0, 1.0]) * rng.uniform(0.2, 0.4)
             mask[inside] = label
-        images[n, ..., 0] = image + rng.normal(0.0, 0.06, image.shape)
-    return images, masks
+        noisy = image + rng.normal(0.0, 0.06, image.shape)
+        yield noisy.astype(np.float32)[..., None], mask
+
+
+def make_dataset(count: int, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``count`` images ``(count, size, size, 1)`` and masks ``(count, size,
+    size)`` of `generate`."""
+    images, masks = zip(*itertools.islice(generate(size, seed), count))
+    return np.stack(images), np.stack(masks)
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,20 +199,26 @@ def train(steps: int, size: int, batch: int, seed: int, width: int = 24, lr: flo
     opt, _ = optimizer(lr, steps)
     train_step = make_train_step(opt)
     opt_state = opt.init(params)
-    images, masks = make_dataset(steps * batch, size, seed)
+    data = generate(size, seed)
     losses = []
     bar = progress(range(steps)) if progress else range(steps)
-    for step in bar:
-        sl = slice(step * batch, (step + 1) * batch)
-        params, opt_state, loss = train_step(params, opt_state, images[sl], masks[sl])
+    for _ in bar:
+        images, masks = map(np.stack, zip(*itertools.islice(data, batch)))
+        params, opt_state, loss = train_step(params, opt_state, images, masks)
         losses.append(float(loss))
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     return params, losses
 
 
+def predict_in_batches(params: Params, images: np.ndarray, batch: int) -> np.ndarray:
+    """`predict`, `batch` images at a time: the model's memory is a training batch's."""
+    return np.concatenate([np.asarray(predict(params, images[i:i + batch]))
+                           for i in range(0, len(images), batch)])
+
+
 # ----------------------------------------------------------------------------------------
-# Progress (a library when installed) and picture
+# Progress (a library when installed)
 # ----------------------------------------------------------------------------------------
 
 def _lines(iterable: Iterable[int], total: int) -> Iterable[int]:
@@ -235,39 +245,6 @@ def progress_bar(iterable: Iterable[int], total: int) -> Iterable[int]:
     return track(iterable, total=total, description="training")
 
 
-def picture(images: np.ndarray, masks: np.ndarray, predicted: np.ndarray,
-            scale: int = 4) -> np.ndarray:
-    """One row per example: input, true mask, predicted mask; RGB uint8, enlarged."""
-    gray = np.clip(images[..., 0], 0.0, 1.0)
-    gap = np.full((gray.shape[1], 2, 3), 255, np.uint8)
-    rows = []
-    for g, m, p in zip(gray, masks, predicted):
-        rgb = np.repeat((g * 255).astype(np.uint8)[..., None], 3, axis=-1)
-        rows.append(np.concatenate([rgb, gap, PALETTE[m], gap, PALETTE[p]], axis=1))
-        rows.append(np.full((2, rows[-1].shape[1], 3), 255, np.uint8))
-    grid = np.concatenate(rows[:-1], axis=0)
-    return grid.repeat(scale, axis=0).repeat(scale, axis=1)
-
-
-def save_png(path: str, rgb: np.ndarray) -> None:
-    """Writes `rgb` (H, W, 3) uint8 as a PNG (the W3C PNG specification's IHDR, IDAT and
-    IEND chunks: 8-bit RGB, no interlace, filter type 0 on every row); no imaging library
-    is needed."""
-    rgb = np.ascontiguousarray(rgb, np.uint8)
-    height, width, _ = rgb.shape
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data)))
-
-    # Each row starts with its filter type, 0 (none).
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), rgb.reshape(height, -1)], axis=1)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-                + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
-
-
 # ----------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------
@@ -276,19 +253,45 @@ def save_png(path: str, rgb: np.ndarray) -> None:
 # (jax.random.PRNGKey takes int64 seeds, numpy's generators non-negative ones).
 HELD_OUT_SEED_OFFSET = 1_000_003
 MAX_SEED = np.iinfo(np.int64).max - HELD_OUT_SEED_OFFSET
+MAX_STEPS = 1_000_000  # days of training on a laptop; the losses are kept in a list
 DEFAULT_STEPS = 800
+TEST_COUNT = 256
 BEATS_TRIVIAL_BY = 0.05
+# memory_needed's terms, in bytes: about 1.6 times the peak resident memory measured for
+# each (356 MB for the smallest run; 31 to 39 bytes per activation unit, 1,900 to 2,500
+# per width squared, 18 per held-out pixel).
+MEMORY_BASE = 512 << 20
+MEMORY_PER_ACTIVATION = 64  # per image pixel and channel of the first layer in a batch
+MEMORY_PER_WEIGHT = 3000  # per width squared: weights, gradients, Adam's moments
+MEMORY_PER_TEST_PIXEL = 24  # per held-out pixel: images, masks and their stacking
 
 
-def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0) -> None:
-    """ValueError for options the model cannot run with."""
+def memory_needed(size: int, batch: int, width: int, test_count: int = TEST_COUNT) -> int:
+    """Bytes a run needs at most, about (measured, with a margin): a training step's
+    activations and their gradients, the parameters with Adam's state, the held-out
+    images, and what jax itself takes."""
+    pixels = size * size
+    return (MEMORY_BASE + MEMORY_PER_ACTIVATION * batch * pixels * width
+            + MEMORY_PER_WEIGHT * width * width + MEMORY_PER_TEST_PIXEL * test_count * pixels)
+
+
+def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0,
+                  test_count: int = TEST_COUNT) -> None:
+    """ValueError for options the model cannot run with, or this machine's memory."""
     if size < 16 or size % 4:
         raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {size}")
     if min(steps, batch, width) < 1:
         raise ValueError(f"demo: steps, batch and width must be positive, got {steps}, "
                          f"{batch}, {width}")
+    if steps > MAX_STEPS:
+        raise ValueError(f"demo: steps must be at most {MAX_STEPS}, got {steps}")
     if not 0 <= seed <= MAX_SEED:
         raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {seed}")
+    needed, available = memory_needed(size, batch, width, test_count), options.memory_bytes()
+    if needed > available:
+        raise ValueError(f"demo: size {size}, batch {batch} and width {width} need about "
+                         f"{options.gib(needed)} of memory, more than this machine's "
+                         f"{options.gib(available)}")
 
 
 def beats_trivial(model_iou: float, trivial_iou: float) -> bool:
@@ -299,17 +302,21 @@ def beats_trivial(model_iou: float, trivial_iou: float) -> bool:
 
 
 def run(steps: int = DEFAULT_STEPS, size: int = 32, batch: int = 16, seed: int = 0,
-        out: str = "unpool_demo.png", width: int = 24, test_count: int = 256,
-        show: int = 4) -> dict[str, float]:
-    """Train, evaluate on a held-out generated set, print the results, write the picture."""
-    check_options(steps, size, batch, width, seed)
+        out: str | options.Output = "unpool_demo.png", width: int = 24,
+        test_count: int = TEST_COUNT, show: int = 4) -> dict[str, float]:
+    """Train, evaluate on a held-out generated set, print the results, write the picture
+    to `out` (a path, or an `Output` the command line opened), which is opened, and its
+    first bytes written, before training."""
+    check_options(steps, size, batch, width, seed, test_count)
+    if isinstance(out, str):
+        out = options.Output(out, picture.PNG_SIGNATURE)
     start = time.perf_counter()
     print(f"optimiser: {optimizer(5e-3, steps)[1]}")
     params, losses = train(steps, size, batch, seed, width,
                            progress=lambda it: progress_bar(it, steps))
     # A different seed: the test images were never seen in training.
     test_images, test_masks = make_dataset(test_count, size, seed + HELD_OUT_SEED_OFFSET)
-    predicted = np.asarray(predict(params, test_images))
+    predicted = predict_in_batches(params, test_images, batch)
     model_iou = mean_iou(predicted, test_masks)
     # The trivial predictor: every pixel is background, the most frequent class.
     trivial_iou = mean_iou(np.zeros_like(test_masks), test_masks)
@@ -321,7 +328,8 @@ def run(steps: int = DEFAULT_STEPS, size: int = 32, batch: int = 16, seed: int =
     if not beats_trivial(model_iou, trivial_iou):
         print(f"note: the model does not beat the trivial predictor: it has not learnt the "
               f"shapes yet; train longer (--steps, default {DEFAULT_STEPS})")
-    save_png(out, picture(test_images[:show], test_masks[:show], predicted[:show]))
-    print(f"wrote {out} (columns: input, true mask, prediction) in "
+    rgb = picture.picture(test_images[:show], test_masks[:show], predicted[:show])
+    out.finish(picture.png(rgb)[len(picture.PNG_SIGNATURE):])
+    print(f"wrote {out.path} (columns: input, true mask, prediction) in "
           f"{time.perf_counter() - start:.1f} s")
     return {"loss": float(np.mean(tail)), "iou": model_iou, "trivial_iou": trivial_iou}

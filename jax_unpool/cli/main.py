@@ -119,12 +119,20 @@ def bench(argv: Sequence[str]) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from jax_unpool.cli import demo as demo_module
+    from jax_unpool.cli import picture
+
+    parser = args.command_parser
     try:
         demo_module.check_options(args.steps, args.size, args.batch, args.width, args.seed)
     except ValueError as error:  # a bad option value: report it the argparse way
-        args.command_parser.error(str(error))
-    demo_module.run(steps=args.steps, size=args.size, batch=args.batch, seed=args.seed,
-                    out=args.out, width=args.width)
+        parser.error(str(error))
+    out = options.open_output(parser, "--out", args.out, picture.PNG_SIGNATURE)
+    try:
+        demo_module.run(steps=args.steps, size=args.size, batch=args.batch, seed=args.seed,
+                        out=out, width=args.width)
+    except options.OutputError as error:  # e.g. the disk filled up during training
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

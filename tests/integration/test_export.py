@@ -1,7 +1,8 @@
 """jax.export of a jitted forward + gradient step: the FFI targets it records are the
 stable, versioned ones; with `export_safety_checks()` it serializes, and a fresh process
 that imports jax_unpool runs it with identical results; the CUDA lowering of a
-multi-platform export uses the jnp reference, never the CPU targets. An artifact
+multi-platform export uses the CUDA targets or, without the CUDA module, the jnp
+reference, never the CPU targets; the stable targets are the same on every build. An artifact
 exported by the release before the `_v2` targets (calling the 2-D `_v1` ones for every
 rank) still runs, and so does one exported when the pools were XLA ops; the pools' own
 target round-trips through every rank and layout."""
@@ -9,6 +10,7 @@ target round-trips through every rank and layout."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -83,6 +85,53 @@ def test_safety_checks_name_the_stable_targets():
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
                                               for t in (*STABLE_TARGETS, POOL_TARGET,
                                                         *V1_TARGETS, *aclnn, *cuda)}
+
+
+def test_the_stable_targets_are_the_same_without_the_cuda_module():
+    # The names belong to the release (docs/export.md): a build without the CUDA module
+    # lists the CUDA targets too, and its ("cpu", "cuda") export calls the CPU target in
+    # the CPU branch and none of ours in the CUDA branch (the jnp reference).
+    script = (
+        "import json, re, sys\n"
+        "sys.modules['jax_unpool._jax_unpool_cuda'] = None  # as a build without CUDA\n"
+        "import jax, jax.numpy as jnp\n"
+        "import jax_unpool as ju\n"
+        "from jax_unpool import backends\n"
+        "from jax_unpool.backends import cuda\n"
+        "x = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.float32)\n"
+        "i = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.int32)\n"
+        "text = jax.export.export(jax.jit(lambda x, i: ju.max_unpool2d(x, i, 2)),\n"
+        "                         platforms=('cpu', 'cuda'),\n"
+        "                         disabled_checks=ju.export_safety_checks())(x, i).mlir_module()\n"
+        "print(json.dumps({'cuda_module': cuda.available(),\n"
+        "                  'stable': backends.stable_targets(),\n"
+        "                  'called': re.findall(r'custom_call @(\\w+)', text)}))\n")
+    done = fresh_process.run_code(script)
+    assert done.returncode == 0, done.stderr
+    child = json.loads(done.stdout)
+    assert child["cuda_module"] is False
+    assert tuple(child["stable"]) == ju.backends.stable_targets()
+    assert {f"jax_unpool_cuda_{op}_v1" for op in ("max_unpool", "max_unpool_backward",
+                                                  "max_pool")} <= set(child["stable"])
+    assert child["called"] == ["jax_unpool_max_unpool_v2"]
+
+
+def expand_braces(name: str) -> list[str]:
+    """The names a shell would make of `name`: "a{1,2}b" is a1b and a2b."""
+    found = re.search(r"\{([^{}]*)\}", name)
+    if not found:
+        return [name]
+    return [n for alternative in found.group(1).split(",")
+            for n in expand_braces(name[:found.start()] + alternative + name[found.end():])]
+
+
+def test_the_docs_table_lists_every_stable_target():
+    page = (fresh_process.REPO / "docs" / "export.md").read_text()
+    table = page.split("## Stable FFI targets", 1)[1].split("\n## ", 1)[0]
+    listed = {name for cell in re.findall(r"^\| (.*?) \|", table, re.MULTILINE)
+              for pattern in re.findall(r"`(jax_unpool_[\w{},]+)`", cell)
+              for name in expand_braces(pattern)}
+    assert listed == set(ju.backends.stable_targets())
 
 
 def test_export_without_the_safety_checks_is_refused(operands):

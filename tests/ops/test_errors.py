@@ -176,6 +176,51 @@ def test_host_int64_indices_outside_int32_are_refused_with_x64_off(entry, host, 
         HOST_INDEX_ENTRIES[entry](host(idx))
 
 
+X64_OFF = ", as jax_enable_x64 is off"
+CAST = r"; cast them: indices\.astype\(jnp\.int32\)$"
+
+
+@pytest.mark.parametrize("entry", list(HOST_INDEX_ENTRIES))
+@pytest.mark.parametrize("indices,x64,got", [
+    (np.zeros((1, 2, 2, 2), np.uint64), False, rf"uint64 \(jax made it uint32{X64_OFF}\)"),
+    (np.zeros((1, 2, 2, 2), np.float64), False, rf"float64 \(jax made it float32{X64_OFF}\)"),
+    (np.zeros((1, 2, 2, 2)).tolist(), False, rf"float64 \(jax made it float32{X64_OFF}\)"),
+    (np.zeros((1, 2, 2, 2), np.float64), True, "float64"),
+    (np.zeros((1, 2, 2, 2), np.float16), False, "float16"),
+    (jnp.zeros((1, 2, 2, 2)), False, "float32"),  # a jax array: what jax holds is what came
+], ids=["uint64", "float64", "float list", "float64 x64", "float16", "jax float32"])
+def test_index_dtype_error_names_the_dtype_passed_and_the_cast(entry, indices, x64, got):
+    fn = entry.split(".")[-1]
+    with enable_x64(x64), pytest.raises(
+            TypeError, match=rf"^{fn}: indices must be int32 or int64, got {got}{CAST}"):
+        HOST_INDEX_ENTRIES[entry](indices)
+
+
+def test_the_suggested_cast_is_a_fix():
+    indices = np.array([[[[0.0, 1.0], [2.0, 3.0]]]])
+    with pytest.raises(TypeError, match=r"cast them: indices\.astype\(jnp\.int32\)"):
+        ju.max_unpool2d(X[:1, :1], indices, 2)
+    out = ju.max_unpool2d(X[:1, :1], indices.astype(jnp.int32), 2)
+    expected = np.zeros((1, 1, 4, 4), np.float32)
+    expected.reshape(-1)[:4] = 1  # flat positions 0 to 3 of the 4x4 plane: its first row
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_pool_dtype_error_names_the_dtype_passed():
+    with pytest.raises(TypeError, match=r"^max_pool2d_with_indices: x must have a real dtype "
+                                        r"\(max needs an order\), got complex128 \(jax made "
+                                        rf"it complex64{X64_OFF}\)$"):
+        ju.max_pool2d_with_indices(np.ones((1, 1, 2, 2), np.complex128), 2)
+
+
+def test_backward_dtype_mismatch_names_the_dtypes_passed():
+    x = jax.ShapeDtypeStruct((1, 2, 2, 2), np.float64)
+    with pytest.raises(TypeError, match=r"^max_unpool2d_backward: grad_output must have the "
+                                        rf"dtype of x, float64 \(jax made it float32{X64_OFF}\)"
+                                        rf", got int64 \(jax made it int32{X64_OFF}\)$"):
+        ju.max_unpool2d_backward(np.ones((1, 2, 3, 3), np.int64), x, IDX, (3, 3))
+
+
 @pytest.mark.parametrize("entry", ["api", "reference", "primitive", "vmap"])
 def test_a_result_past_xla_array_size_is_refused_at_trace_time(entry):
     # jaxlib aborts the whole process on such a result, so the call runs in a child.

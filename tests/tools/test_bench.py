@@ -3,11 +3,15 @@ verdicts it promises. Timings are never asserted: this is a smoke test of the to
 
 import json
 import mmap
+import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fresh_process import child_env
 
 import jax_unpool as ju
 from jax_unpool.cli.bench import cli, measure, step, targets, unpool
@@ -177,3 +181,32 @@ def test_segnet_step_is_the_same_with_jax_unpool_and_the_xla_reference(fmt):
     for a, b, w in zip(ours_ws, ref_ws, ws):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
         assert not np.array_equal(a, w)  # the step did update every weight
+
+
+def test_a_dtype_torch_cannot_run_leaves_out_its_torch_column_with_a_note(tmp_path):
+    # As a user runs it: every value dtype the ops take is measured for ours and XLA's;
+    # where torch cannot run a row (no integer gradients, no unsigned gathers on CPU, no
+    # float8 tensors from numpy), that row has no torch time and the report says why.
+    path = tmp_path / "r.json"
+    exotic = ["int8", "bool", "uint16", "uint64", "float8_e4m3fn"]
+    done = subprocess.run(
+        [sys.executable, "-m", "jax_unpool", "bench", "--quick", "--shapes", "1x3x4x4",
+         "--dtypes", *exotic, "float32", "--sections", "unpool", "pool", "--json", str(path)],
+        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=900,
+        check=False)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(path.read_text())["rows"]
+    assert {r["dtype"] for r in rows} == {*exotic, "float32"}
+    assert all(r["jax_unpool_ms"] > 0 and r["xla_ms"] > 0 for r in rows)
+    torch_rows = [r for r in rows if r["layout"] == "channels_first"]  # torch's layout
+    for r in torch_rows:
+        assert (r["torch_ms"] is None) == (r["torch_skipped"] is not None), r
+    assert all(r["torch_ms"] > 0 for r in torch_rows if r["dtype"] == "float32")
+    assert all(r["torch_skipped"] for r in torch_rows if r["dtype"] == "float8_e4m3fn")
+    assert all(r["torch_skipped"] for r in torch_rows
+               if r["op"] == "forward+grad" and r["dtype"] != "float32")
+    notes = done.stdout.split("no torch column where torch cannot run the dtype:\n")[1]
+    for r in torch_rows:
+        if r["torch_skipped"]:
+            assert re.search(rf"^  {r['dtype']}: .*{r['section']} {re.escape(r['op'])}.* "
+                             rf"\({re.escape(r['torch_skipped'])}\)$", notes, re.MULTILINE), r

@@ -82,10 +82,11 @@ def test_demo_trains_and_writes_a_png(tmp_path):
     assert loss and iou, result.stdout
     assert "optimiser: optax.adam" in result.stdout  # optax is in the test extra
     assert 0 < float(loss.group(1)) < 10
-    # Decoded by matplotlib: 4 examples of 16x16 pixels, each
-    # shown as input | mask | prediction with 2-pixel gaps, enlarged 4 times.
+    # Decoded by matplotlib: 4 examples of 16x16 pixels, each shown as input | mask |
+    # prediction with 2-pixel gaps, enlarged 4 times; the column labels above and the
+    # legend below, each in a band of 7-pixel letters with 3 white pixels above and below.
     pixels = image.imread(out)
-    assert pixels.shape == ((4 * 16 + 3 * 2) * 4, (3 * 16 + 2 * 2) * 4, 3)
+    assert pixels.shape == ((4 * 16 + 3 * 2) * 4 + 2 * 13, (3 * 16 + 2 * 2) * 4, 3)
 
 
 def test_demo_rejects_a_size_the_poolings_cannot_halve(tmp_path):
@@ -127,3 +128,91 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
                          re.MULTILINE), before
         assert re.search(rf"^  {op} +aclnn( +XLA FFI \(CUDA\))?$", after, re.MULTILINE), after
     assert after.rstrip().endswith("CANN (Ascend NPU toolkit): found")
+
+
+# Bad input, as a user types it: each is one line of usage error (exit status 2) before
+# any work starts -- no training, no benchmark, no traceback, no file touched.
+
+def assert_usage_error(result, command: str, message: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if "error" in line.lower()]
+    assert errors == [lines[-1]], result.stderr  # one line, the last: no traceback above
+    assert lines[-1].startswith(f"python -m jax_unpool {command}: error: "), result.stderr
+    assert message in lines[-1], (message, lines[-1])
+    assert result.stdout == ""  # nothing ran: the demo prints its optimiser first
+
+
+def bad_paths(tmp_path):
+    (tmp_path / "dangling-directory").symlink_to(tmp_path / "gone")
+    (tmp_path / "dangling-file.png").symlink_to(tmp_path / "gone" / "x.png")
+    long_name = "x" * 296 + ".png"  # 300 characters: past every file system's 255
+    return {
+        "empty": ("", "an empty path cannot be written"),
+        "dangling directory": ("dangling-directory/x.png",
+                               "cannot write 'dangling-directory/x.png': no directory"),
+        "dangling symlink": ("dangling-file.png",
+                             "cannot write 'dangling-file.png': No such file or directory"),
+        "300 characters": (long_name, f"cannot write '{long_name}': File name too long"),
+        "full device": ("/dev/full", "cannot write '/dev/full': No space left on device"),
+        "directory": (str(tmp_path), f"'{tmp_path}' is a directory, not a file"),
+    }
+
+
+@pytest.mark.parametrize("case", ["empty", "dangling directory", "dangling symlink",
+                                  "300 characters", "full device", "directory"])
+def test_demo_refuses_an_output_it_cannot_write_before_training(case, tmp_path):
+    path, message = bad_paths(tmp_path)[case]
+    if path == "/dev/full" and not os.path.exists(path):
+        pytest.skip("no /dev/full on this system")
+    result = run_cli("demo", "--out", path, cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "demo", f"argument --out: {message}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling-directory",
+                                                          "dangling-file.png"]
+
+
+@pytest.mark.parametrize("case", ["empty", "dangling symlink", "300 characters",
+                                  "full device"])
+def test_bench_refuses_a_json_path_it_cannot_write_before_the_run(case, tmp_path):
+    path, message = bad_paths(tmp_path)[case]
+    if path == "/dev/full" and not os.path.exists(path):
+        pytest.skip("no /dev/full on this system")
+    result = run_cli("bench", "--quick", "--json", path, cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "bench", f"argument --json: {message}")
+
+
+def test_bench_leaves_the_json_file_alone_until_every_option_parses(tmp_path):
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"results": "of an earlier run"}')
+    result = run_cli("bench", "--json", str(keep), "--reps", "0", cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "bench", "argument --reps: '0' is not a positive int")
+    assert keep.read_text() == '{"results": "of an earlier run"}'
+
+
+@pytest.mark.parametrize("args,message", [
+    # (3, 3, 100000, 100000) weights: jaxlib aborted the process (SIGABRT) drawing them
+    (["--width", "100000"], "demo: size 32, batch 16 and width 100000 need about"),
+    (["--size", "100000"], "demo: size 100000, batch 16 and width 24 need about"),
+    (["--batch", str(10**9)], f"demo: size 32, batch {10**9} and width 24 need about"),
+    (["--steps", str(10**10)], f"demo: steps must be at most 1000000, got {10**10}"),
+], ids=["width", "size", "batch", "steps"])
+def test_demo_refuses_sizes_past_the_machine_before_training(args, message, tmp_path):
+    result = run_cli("demo", *args, cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "demo", message)
+    if "need about" in message:
+        assert re.search(r"GiB of memory, more than this machine's \d+\.\d GiB$",
+                         result.stderr.strip())
+    assert list(tmp_path.iterdir()) == []  # not even the picture's file was tried
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--shapes", "100000x100000x100000x100000"],
+     "--shapes 100000x100000x100000x100000 in float32 needs about"),
+    (["--shapes", "1x1x50000x50000", "--index-dtypes", "int64", "--sections", "unpool"],
+     "--shapes 1x1x50000x50000 in float32 needs about"),
+], ids=["4-D", "2-D"])
+def test_bench_refuses_shapes_past_the_machine_before_the_run(args, message, tmp_path):
+    result = run_cli("bench", "--dtypes", "float32", "--json", "r.json", *args, cwd=tmp_path,
+                     timeout=120)
+    assert_usage_error(result, "bench", message)
+    assert list(tmp_path.iterdir()) == []

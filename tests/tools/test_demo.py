@@ -14,7 +14,7 @@ import pytest
 from fresh_process import child_env
 from matplotlib import image
 
-from jax_unpool.cli import demo
+from jax_unpool.cli import demo, picture
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_dataset_is_determined_by_the_seed():
 
 def test_picture_is_a_png_read_back_by_matplotlib(tmp_path):
     rgb = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
-    demo.save_png(str(tmp_path / "x.png"), rgb)
+    picture.save_png(str(tmp_path / "x.png"), rgb)
     pixels = image.imread(tmp_path / "x.png")  # floats in [0, 1]
     np.testing.assert_array_equal(np.round(pixels * 255), rgb)
 
@@ -59,7 +59,7 @@ def test_the_picture_needs_no_imaging_library(tmp_path, monkeypatch):
     rgb = np.random.default_rng(1).integers(0, 256, (3, 9, 3), dtype=np.uint8)
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
-        demo.save_png(str(tmp_path / "x.png"), rgb)
+        picture.save_png(str(tmp_path / "x.png"), rgb)
     np.testing.assert_array_equal(np.round(image.imread(tmp_path / "x.png") * 255), rgb)
 
 
@@ -93,7 +93,9 @@ def test_demo_runs_without_any_optional_library(tmp_path):
     assert "optimiser: Adam (jax_unpool.cli.demo)" in out
     assert "training: step 10/10" in out
     assert "wrote p.png (columns: input, true mask, prediction)" in out
-    shape = ((4 * 16 + 3 * 2) * 4, (3 * 16 + 2 * 2) * 4, 3)  # 4 examples, 3 columns, 4x
+    # 4 examples, 3 columns, 4x; a band of 7-pixel letters, 3 pixels of white above and
+    # below, for the labels above and the legend below
+    shape = ((4 * 16 + 3 * 2) * 4 + 2 * 13, (3 * 16 + 2 * 2) * 4, 3)
     assert image.imread(tmp_path / "p.png").shape == shape
 
 
@@ -136,15 +138,81 @@ def test_the_documented_seed_dependent_numbers_are_what_the_demo_prints(tmp_path
 
 
 def test_the_documented_picture_shows_the_held_out_images_and_their_masks():
-    # docs/demo.png is the picture of a default run: its input and true-mask columns are
-    # the first four held-out images (the same on every CPU), its prediction column is in
-    # the palette's colours.
+    # docs/demo.png is the picture of a default run: its labels, legend, input and
+    # true-mask columns are those of the first four held-out images (the same on every
+    # CPU), its prediction column is in the palette's colours.
     images, masks = demo.make_dataset(4, 32, 0 + demo.HELD_OUT_SEED_OFFSET)
-    expected = demo.picture(images, masks, masks)
+    expected = picture.picture(images, masks, masks)
     shown = np.round(image.imread(ROOT / "docs" / "demo.png") * 255).astype(np.uint8)
     assert shown.shape == expected.shape
+    band = picture.band_height(2)  # 32 pixels enlarged 4 times: letters enlarged twice
     first_two = (32 + 2 + 32 + 2) * 4
     np.testing.assert_array_equal(shown[:, :first_two], expected[:, :first_two])
-    rows = [slice(n * 34 * 4, (n * 34 + 32) * 4) for n in range(4)]
+    np.testing.assert_array_equal(shown[:band], expected[:band])
+    np.testing.assert_array_equal(shown[-band:], expected[-band:])
+    rows = [slice(band + n * 34 * 4, band + (n * 34 + 32) * 4) for n in range(4)]
     predicted = np.concatenate([shown[r, first_two:] for r in rows]).reshape(-1, 3)
-    assert {tuple(c) for c in np.unique(predicted, axis=0)} <= {tuple(c) for c in demo.PALETTE}
+    assert {tuple(c) for c in np.unique(predicted, axis=0)} <= {tuple(c)
+                                                               for c in picture.PALETTE}
+
+
+def trimmed(mask: np.ndarray) -> np.ndarray:
+    """`mask` without its empty outer rows and columns."""
+    ys, xs = np.nonzero(mask)
+    return mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+
+
+def test_the_picture_labels_its_columns_and_names_the_mask_colours():
+    images, masks = demo.make_dataset(2, 32, 1)
+    rgb = picture.picture(images, masks, masks)  # 4 times enlarged: 128-pixel columns
+    s = 2  # "prediction", 10 letters of 6 pixels, fits twice enlarged in 128 pixels
+    band = (7 + 6) * s
+    assert rgb.shape == (band + (2 * 32 + 2) * 4 + band, (3 * 32 + 2 * 2) * 4, 3)
+    header, legend = rgb[:band], rgb[-band:]
+    assert set(np.unique(header)) == {0, 255}  # black letters on white
+    for n, label in enumerate(("input", "true mask", "prediction")):
+        ink = header[:, n * (128 + 8):n * (128 + 8) + 128, 0] == 0
+        # The label's letters, enlarged s times, centred in its column (within a font
+        # pixel: an "I" has a blank column on either side).
+        np.testing.assert_array_equal(
+            trimmed(ink), trimmed(picture.text_pixels(label).repeat(s, 0).repeat(s, 1)))
+        xs = np.nonzero(ink.any(axis=0))[0]
+        assert abs(xs.min() - (128 - xs.max() - 1)) <= s, label
+    # The legend: a 5x7 swatch (enlarged) of each class's colour, left to right.
+    swatches = []
+    for colour in picture.PALETTE:
+        ys, xs = np.nonzero((legend == colour).all(axis=-1))
+        assert (np.ptp(ys) + 1, np.ptp(xs) + 1) == (7 * s, 5 * s)
+        swatches.append(xs.min())
+    assert swatches == sorted(swatches)
+
+
+def test_text_pixels_spell_with_the_font():
+    # "IT": I, a column of space, T; hand-drawn.
+    expected = [".###..#####",
+                "..#.....#..",
+                "..#.....#..",
+                "..#.....#..",
+                "..#.....#..",
+                "..#.....#..",
+                ".###....#.."]
+    np.testing.assert_array_equal(picture.text_pixels("it"),
+                                  [[c == "#" for c in row] for row in expected])
+
+
+@pytest.mark.parametrize("size,batch,width", [(128, 16, 24), (16, 1, 512)],
+                         ids=["activations", "weights"])
+def test_the_memory_estimate_bounds_what_a_run_takes(size, batch, width, tmp_path):
+    # The peak resident memory of a child process that trains, evaluates and draws as
+    # `run` does (two steps: every step takes the same memory).
+    script = (
+        "import resource\n"
+        "from jax_unpool.cli import demo, picture\n"
+        f"params, _ = demo.train(2, {size}, {batch}, 0, {width})\n"
+        f"images, masks = demo.make_dataset(demo.TEST_COUNT, {size}, 1)\n"
+        f"predicted = demo.predict_in_batches(params, images, {batch})\n"
+        "picture.picture(images[:4], masks[:4], predicted[:4])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env(),
+                          capture_output=True, text=True, timeout=600, check=True)
+    assert int(done.stdout) <= demo.memory_needed(size, batch, width)

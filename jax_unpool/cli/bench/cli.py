@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import sys
@@ -54,12 +55,17 @@ import numpy as np
 
 from jax_unpool import _args
 from jax_unpool.cli import options
-from jax_unpool.cli.bench import layout, measure, pool, step, targets, unpool
+from jax_unpool.cli.bench import layout, measure, pool, step, table, targets, unpool
 
 # The sections, in the order they run and report. A section is a module with NAME,
 # TARGETS, rows(settings), targets(rows) and report(rows, judged) (docs/performance.md,
 # "Adding a section").
 SECTIONS = {section.NAME: section for section in (unpool, layout, pool, step)}
+# memory_needed's terms, about 1.5 times the peak resident memory measured: 1.1 GB for
+# the tiny shape (jax, the bandwidth's buffers), and per byte of an unpooled element's
+# value and index 2.4 (2-D pool, float32) to 4.6 (1-D unpool and pool) bytes more.
+MEMORY_BASE = 3 << 29
+MEMORY_PER_BYTE = 7
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -96,8 +102,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one tiny shape per rank, 2 samples, too few to judge "
                         "the targets (about 20 s of CPU time)")
-    p.add_argument("--json", metavar="PATH", type=options.file_for_writing,
-                   help="also write the rows and targets as JSON (the file is created first)")
+    p.add_argument("--json", metavar="PATH", type=options.writable_file,
+                   help="also write the rows and targets as JSON (the file is opened, not "
+                        "emptied, once the options are checked, and written at the end)")
     p.add_argument("--reps", type=options.positive_int,
                    help=f"samples per median (default 7; 2 with --quick; targets are judged "
                         f"from {targets.SAMPLES_TO_JUDGE})")
@@ -107,7 +114,9 @@ def parser() -> argparse.ArgumentParser:
                    help="pooled shapes, channels first, 1-D to 3-D (default: the four large "
                         "2-D ones, 1x3x4x4, 64x256x2048 and 16x64x16x16x16)")
     p.add_argument("--dtypes", nargs="+", type=_value_dtype,
-                   help="value dtypes (default float32 bfloat16; float32 with --quick)")
+                   help="value dtypes (default float32 bfloat16; float32 with --quick); "
+                        "where torch cannot run one (int8 gradients, unsigned gathers, "
+                        "float8), its torch column is left out and the report says why")
     p.add_argument("--index-dtypes", nargs="+", choices=["int32", "int64"],
                    help="index dtypes (default int32 int64; int32 with --quick)")
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS),
@@ -131,17 +140,55 @@ def machine() -> dict[str, Any]:
             "numpy": np.__version__, "torch": getattr(torch, "__version__", None)}
 
 
+def shapes(args: argparse.Namespace) -> list[tuple[int, ...]]:
+    return args.shapes or list(measure.QUICK_SHAPES if args.quick else
+                               (*measure.LARGE_SHAPES, measure.TINY_SHAPE, *measure.RANK_SHAPES))
+
+
+def dtypes(args: argparse.Namespace) -> list[str]:
+    return args.dtypes or (["float32"] if args.quick else ["float32", "bfloat16"])
+
+
+def index_dtypes(args: argparse.Namespace) -> list[str]:
+    return args.index_dtypes or (["int32"] if args.quick else ["int32", "int64"])
+
+
+def memory_needed(shape: Sequence[int], dtype: str) -> int:
+    """Bytes a row of `shape` and `dtype` needs at most, about (measured, with a margin):
+    its arrays (values, int64 indices, the unpooled result 2**k times larger), each in
+    several copies (every contender reads its own), and the bandwidth's buffers."""
+    unpooled = math.prod(shape) * 2 ** (len(shape) - 2)
+    return MEMORY_BASE + MEMORY_PER_BYTE * unpooled * (np.dtype(jnp.dtype(dtype)).itemsize + 8)
+
+
+def check_sizes(args: argparse.Namespace) -> None:
+    """A ValueError for a shape the run could not hold in this machine's memory, or whose
+    unpooled plane int32 indices cannot address (the pool section's are int32)."""
+    available = options.memory_bytes()
+    for shape in shapes(args):
+        for dtype in dtypes(args):
+            needed = memory_needed(shape, dtype)
+            if needed > available:
+                raise ValueError(
+                    f"--shapes {table.name(shape)} in {dtype} needs about "
+                    f"{options.gib(needed)} of memory, more than this machine's "
+                    f"{options.gib(available)}")
+        plane = math.prod(shape[2:]) * 2 ** (len(shape) - 2)
+        if plane > _args.INT32_MAX and ("pool" in args.sections or
+                                        "int32" in index_dtypes(args)):
+            raise ValueError(
+                f"--shapes {table.name(shape)}: its unpooled planes of {plane} positions are "
+                f"more than int32 indices address ({_args.INT32_MAX}); run it with "
+                "--index-dtypes int64 and without the pool section")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     reps = args.reps if args.reps is not None else (2 if args.quick else 7)
     warmup = 1 if args.quick else args.warmup
     threads = len(os.sched_getaffinity(0))  # the cores XLA's CPU client uses too
     load_before = os.getloadavg()
-    default_shapes = (measure.QUICK_SHAPES if args.quick else
-                      (*measure.LARGE_SHAPES, measure.TINY_SHAPE, *measure.RANK_SHAPES))
     settings = measure.Settings(
-        shapes=args.shapes or list(default_shapes),
-        dtypes=args.dtypes or (["float32"] if args.quick else ["float32", "bfloat16"]),
-        index_dtypes=args.index_dtypes or (["int32"] if args.quick else ["int32", "int64"]),
+        shapes=shapes(args), dtypes=dtypes(args), index_dtypes=index_dtypes(args),
         reps=reps, warmup=warmup, quick=args.quick,
         torch=None if args.no_torch else measure.load_torch(threads),
         bandwidth=measure.bandwidth(threads, measure.BANDWIDTH_BYTES >> (6 if args.quick else 0),
@@ -176,12 +223,35 @@ def report(result: dict) -> str:
         rows = [r for r in result["rows"] if r["section"] == name]
         if rows:
             lines += ["", *section.report(rows, judged)]
-    lines += ["", *targets.report(result["targets"], reps)]
+    lines += ["", *targets.report(result["targets"], reps), *torch_notes(result["rows"])]
     return "\n".join(lines)
 
 
+def torch_notes(rows: list[dict]) -> list[str]:
+    """Where torch could not run a row: a line per dtype and torch's reason, naming the
+    rows."""
+    skipped: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        if r.get("torch_skipped"):
+            skipped.setdefault((r["dtype"], r["torch_skipped"]), set()).add(
+                f"{r['section']} {r['op']}")
+    if not skipped:
+        return []
+    return ["", "no torch column where torch cannot run the dtype:",
+            *(f"  {dtype}: {', '.join(sorted(ops))} ({why})"
+              for (dtype, why), ops in sorted(skipped.items()))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        check_sizes(args)
+    except ValueError as error:
+        p.error(str(error))
+    # Opened now, once every option is checked, so that a path that cannot be written is a
+    # usage error before the run rather than a traceback after it.
+    out = args.json and options.open_output(p, "--json", args.json, b"{")
     result = run(args)
     m = result["machine"]
     load = ", ".join(f"{a:.2f}" for a in m["load_average_before"])
@@ -190,7 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"median of {result['settings']['reps']} samples; load average {load} before, "
           f"{after} after\n")
     print(report(result))
-    if args.json:
-        with args.json:
-            json.dump(result, args.json, indent=1)
+    if out:
+        try:
+            out.finish(json.dumps(result, indent=1)[1:].encode())  # after the "{"
+        except options.OutputError as error:
+            print(f"{p.prog}: error: {error}", file=sys.stderr)
+            return 1
     return 0

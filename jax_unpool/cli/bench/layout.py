@@ -67,12 +67,12 @@ def targets(rows: list[dict]) -> dict[str, float | None]:
 
 
 def report(rows: list[dict], judged: bool) -> list[str]:
-    head = (f"{'op':<9}{'shape':<20}{'dtype':<10}{'index':<7}{'NCHW':>9}{'NHWC':>9}"
+    head = (f"{'op':<9}{'shape':<20}{'dtype':<{table.DTYPE}}{'index':<7}{'NCHW':>9}{'NHWC':>9}"
             f"{'NHWC/NCHW':>11}")
     lines = ["layout: jax_unpool in NHWC against NCHW (milliseconds per call)",
              head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['op']:<9}{table.name(r['shape']):<20}{r['dtype']:<10}"
+        lines.append(f"{r['op']:<9}{table.name(r['shape']):<20}{r['dtype']:<{table.DTYPE}}"
                      f"{r['index_dtype']:<7}{table.ms(r['nchw_ms']):>9}"
                      f"{table.ms(r['nhwc_ms']):>9}{table.ratio(r['nhwc_vs_nchw'], judged):>11}")
     return lines

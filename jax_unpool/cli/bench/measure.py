@@ -135,6 +135,19 @@ def load_torch(threads: int):
     return torch
 
 
+def torch_call(make: Callable[[], Callable[[], Any]]) -> tuple[Callable[[], Any] | None,
+                                                               str | None]:
+    """A torch contender: the call `make` builds, tried once, and None; or, where torch
+    cannot run it (a dtype its CPU kernels or torch.from_numpy lack: integer gradients,
+    unsigned gathers, float8), None and torch's reason, for the report's note."""
+    try:
+        call = make()
+        call()
+    except (RuntimeError, TypeError) as error:  # NotImplementedError is a RuntimeError
+        return None, str(error).strip().splitlines()[0].split(". ")[0]
+    return call, None
+
+
 def to_torch(torch, a: np.ndarray):
     """A torch copy of a numpy array; bfloat16 (ml_dtypes) goes over as its bits."""
     if a.dtype == jnp.bfloat16:

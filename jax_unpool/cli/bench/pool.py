@@ -68,21 +68,28 @@ def _configuration(shape, dtype, settings: Settings, last: bool) -> list[dict]:
            "xla": call(jax.jit(lambda x: xla_p(x, KERNEL, data_format=fmt)), *inputs(x_np))}
     grad = {"jax_unpool": call(with_grad(ours_p), *inputs(x_np, ct_np)),
             "xla": call(with_grad(xla_p), *inputs(x_np, ct_np))}
+    skipped = {}  # op -> why torch has no column
     if torch is not None and not last:
         t_pool = getattr(torch.nn.functional, torch_name)
-        tx, tct = measure.to_torch(torch, x_np), measure.to_torch(torch, ct_np)
-        tx_grad = tx.clone().requires_grad_(True)
 
-        def torch_grad():
-            out, _ = t_pool(tx_grad, KERNEL, return_indices=True)
-            return torch.autograd.grad(out, tx_grad, tct)
+        def forward():
+            tx = measure.to_torch(torch, x_np)
+            return lambda: t_pool(tx, KERNEL, return_indices=True)
 
-        try:
-            torch_grad()
-            fwd["torch"] = lambda: t_pool(tx, KERNEL, return_indices=True)
-            grad["torch"] = torch_grad
-        except RuntimeError:  # a value dtype torch's CPU kernel lacks
-            pass
+        def forward_and_grad():
+            tx_grad = measure.to_torch(torch, x_np).requires_grad_(True)
+            tct = measure.to_torch(torch, ct_np)
+
+            def torch_grad():
+                out, _ = t_pool(tx_grad, KERNEL, return_indices=True)
+                return torch.autograd.grad(out, tx_grad, tct)
+            return torch_grad
+
+        for calls, op, make in ((fwd, "forward", forward),
+                                (grad, "forward+grad", forward_and_grad)):
+            call, skipped[op] = measure.torch_call(make)
+            if call is not None:
+                calls["torch"] = call
     sys_fwd, sys_grad = {}, {}
     t_fwd = measure.times(fwd, settings.reps, settings.warmup, sys_fwd)
     t_grad = measure.times(grad, settings.reps, settings.warmup, sys_grad)
@@ -100,6 +107,7 @@ def _configuration(shape, dtype, settings: Settings, last: bool) -> list[dict]:
                            2 * x_bytes + 2 * out_bytes + 2 * idx_bytes, bw, sys_grad)]
     for r in rows:
         r["vs_torch"] = measure.ratio(r["jax_unpool_ms"], r["torch_ms"])
+        r["torch_skipped"] = skipped.get(r["op"])
     return rows
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+DTYPE = 15  # the dtype column's width: the longest name, float8_e4m3fnuz, and a space
+
 
 def name(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
@@ -30,13 +32,13 @@ def ratio(v: float | None, judged: bool) -> str:
 
 def op_table(rows: list[dict], first: str, judged: bool,
              label: Callable[[dict], str] = lambda r: r["op"]) -> list[str]:
-    head = (f"{'op':<19}{first:<20}{'dtype':<10}{'index':<7}{'ours':>9}{'xla':>9}"
+    head = (f"{'op':<19}{first:<20}{'dtype':<{DTYPE}}{'index':<7}{'ours':>9}{'xla':>9}"
             f"{'torch':>9}{'roof':>9}{'xla/ours':>9}{'torch/ours':>11}{'GB/s':>7}"
             f"{'xla':>7}{'torch':>7}{'of bw':>7}{'sys':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{label(r):<19}{name(r['shape']):<20}{r['dtype']:<10}"
+            f"{label(r):<19}{name(r['shape']):<20}{r['dtype']:<{DTYPE}}"
             f"{r['index_dtype']:<7}{ms(r['jax_unpool_ms']):>9}{ms(r['xla_ms']):>9}"
             f"{ms(r['torch_ms']):>9}{ms(r['roofline_ms']):>9}"
             f"{ratio(r['speedup_vs_xla'], judged):>9}"

@@ -89,17 +89,23 @@ def _configuration(shape, dtype, index_dtype, settings: Settings) -> list[dict]:
                               *inputs(g_np, i_np)),
            "xla": call(jax.jit(lambda g, i: xla_b(g, x_struct, i, out_spatial)),
                        *inputs(g_np, i_np))}
+    skipped = {}  # op -> why torch has no column
     if torch is not None:
-        tx, tg = measure.to_torch(torch, x_np), measure.to_torch(torch, g_np)
         ti = torch.from_numpy(i_np.astype(np.int64))  # torch's index type
         t_unpool = getattr(torch.nn.functional, torch_name)
-        try:
-            t_unpool(tx, ti, KERNEL)
-            fwd["torch"] = lambda: t_unpool(tx, ti, KERNEL)
-        except RuntimeError:  # a value dtype torch's CPU kernel lacks: no torch column
-            pass
-        ti_planes, tg_planes = ti.view(n, c, -1), tg.view(n, c, -1)
-        bwd["torch"] = lambda: torch.gather(tg_planes, 2, ti_planes).view(shape)
+
+        def forward():
+            tx = measure.to_torch(torch, x_np)
+            return lambda: t_unpool(tx, ti, KERNEL)
+
+        def backward():
+            tg_planes, ti_planes = measure.to_torch(torch, g_np).view(n, c, -1), ti.view(n, c, -1)
+            return lambda: torch.gather(tg_planes, 2, ti_planes).view(shape)
+
+        for calls, op, make in ((fwd, "forward", forward), (bwd, "backward", backward)):
+            call, skipped[op] = measure.torch_call(make)
+            if call is not None:
+                calls["torch"] = call
 
     sys_fwd, sys_bwd = {}, {}
     t_fwd = measure.times(fwd, settings.reps, settings.warmup, sys_fwd)
@@ -109,7 +115,8 @@ def _configuration(shape, dtype, index_dtype, settings: Settings) -> list[dict]:
     common = {"section": NAME, "rank": k, "shape": list(shape),
               "output_shape": list(out_shape), "dtype": dtype, "index_dtype": index_dtype,
               "layout": "channels_first"}
-    return [measure.op_row(common, op, t, nbytes, settings.bandwidth, sys_ms)
+    return [{**measure.op_row(common, op, t, nbytes, settings.bandwidth, sys_ms),
+             "torch_skipped": skipped.get(op)}
             for op, t, sys_ms, nbytes in (("forward", t_fwd, sys_fwd, small + big),
                                           ("backward", t_bwd, sys_bwd, big + small))]
 
