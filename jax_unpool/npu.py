@@ -75,25 +75,26 @@ clamp fused with the conversion) and again in the device handlers (aclnnClamp on
 stream into scratch memory, before the unpool operator: a direct `jax.ffi.ffi_call` is
 safe too, with no host round trip). In-range indices give the same results as without.
 With JAX_UNPOOL_NPU_CHECK_INDICES=1 when a function is lowered, the unpools lower to the
-`*_CHECKED_TARGET`s instead, which fail the call with the CPU kernels' OUT_OF_RANGE
-message (the bad value and its (n, c, i)): aclnnMin and aclnnMax on the device, then a
-stream synchronisation and a 16-byte copy to the host per call, so they are opt-in. In
-host-emulation mode the handlers check the indices in host memory, both targets alike.
-(Where the NPU lowering runs XLA's ops instead -- shapes aclnn refuses, a chip or CANN
-without the operator -- an out-of-range index is dropped by the forward and reads 0 in
-the backward, as on GPU.) The forward's indices are converted to int64 (CANN before 8.0.0
-took only INT64 there), as are the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64
-only). Both pool operators are asked for int32 indices, widened to int64 when asked for. On a device each call checks
-that the calling thread's ACL context is on XLA's device of the call, runs on XLA's
-stream with XLA's scratch memory as its workspace (else one cached block per device and
-stream), and channels-last calls are split along N and C per device. Shapes aclnn refuses --
-an empty input, or an output plane smaller than the input plane (only possible with
-duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
-reference, which gives the same result. With a CANN without the (optional) 3-D ops,
-channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
-with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
-without them, and for every pool they would not compute as PyTorch does for finite
-input, the pools keep their XLA ops.
+checked targets instead (MAX_UNPOOL2D_CHECKED_TARGET and its three siblings), which fail
+the call with the CPU kernels' OUT_OF_RANGE message (the bad value and its (n, c, i)):
+aclnnMin and aclnnMax on the device, then a stream synchronisation and a 16-byte copy to
+the host per call, so they are opt-in. In host-emulation mode the handlers check the
+indices in host memory, both targets alike. (Where the NPU lowering runs XLA's ops
+instead -- shapes aclnn refuses, a chip or CANN without the operator -- an out-of-range
+index is dropped by the forward and reads 0 in the backward, as on GPU.) The forward's
+indices are converted to int64 (CANN before 8.0.0 took only INT64 there), as are the 3-D
+backward's (aclnnMaxUnpool3dBackward takes INT64 only). Both pool operators are asked for
+int32 indices, widened to int64 when asked for. On a device each call checks that the
+calling thread's ACL context is on XLA's device of the call, runs on XLA's stream with
+XLA's scratch memory as its workspace (else one cached block per device and stream), and
+channels-last calls are split along N and C per device. Shapes aclnn refuses -- an empty
+input, or an output plane smaller than the input plane (only possible with duplicated
+indices; the 3-D backward refuses it too) -- are lowered to the jnp reference, which
+gives the same result. With a CANN without the (optional) 3-D ops, channels-first 3-D
+runs on the 2-D ops' view too (a direct call of the 3-D targets fails with
+FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
+without them, and for every pool they would not compute as PyTorch does for finite input,
+the pools keep their XLA ops.
 """
 
 from __future__ import annotations
@@ -145,11 +146,14 @@ MAX_UNPOOL3D_BACKWARD_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_TARGET
 MAX_POOL2D_TARGET = _backend.MAX_POOL2D_TARGET
 #: FFI target of aclnnMaxPool3dWithArgmax.
 MAX_POOL3D_TARGET = _backend.MAX_POOL3D_TARGET
-#: The unpool targets with checked indices (JAX_UNPOOL_NPU_CHECK_INDICES=1): the same
-#: calling conventions; an index outside its plane fails the call (OUT_OF_RANGE).
+#: FFI target of aclnnMaxUnpool2d with checked indices (JAX_UNPOOL_NPU_CHECK_INDICES=1):
+#: MAX_UNPOOL2D_TARGET's calling convention; an index outside its plane fails the call.
 MAX_UNPOOL2D_CHECKED_TARGET = _backend.MAX_UNPOOL2D_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool2dBackward with checked indices.
 MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET = _backend.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool3d with checked indices.
 MAX_UNPOOL3D_CHECKED_TARGET = _backend.MAX_UNPOOL3D_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool3dBackward with checked indices.
 MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET
 
 _lock = threading.Lock()
@@ -265,7 +269,8 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
     MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET,
-    MAX_UNPOOL3D_BACKWARD_TARGET, their four *_CHECKED_TARGETs, MAX_POOL2D_TARGET and
+    MAX_UNPOOL3D_BACKWARD_TARGET, the same four with checked indices
+    (MAX_UNPOOL2D_CHECKED_TARGET, ...), MAX_POOL2D_TARGET and
     MAX_POOL3D_TARGET with the platform's plugin and the primitives' lowerings for it.
     Returns where CANN was loaded from.
 

@@ -218,8 +218,9 @@ ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* fun
 // successive calls share their stream's blocks with no sync and no allocation; a call that
 // needs more grows a block once, after the stream has drained (the old block may still be
 // in use by queued kernels). A lease holds the block from the allocation to the call's
-// last launch, so that no other thread grows (frees) it in between. A call takes its
-// slots in the order of DeviceMemory::Slot, so two threads never wait on each other.
+// last launch, so that no other thread grows (frees) it in between. A call holds at most
+// one kWorkspace lease at a time, taken after its other slots and held over no other
+// acquisition, so two threads never wait on each other in a cycle.
 class WorkspaceCache {
  public:
   struct Lease {
