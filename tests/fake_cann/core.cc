@@ -45,7 +45,17 @@ struct aclScalar {
   unsigned char value[8] = {};  // the element_size(dtype) bytes aclCreateScalar copied
 };
 
-enum class Op { kForward, kBackward, kForward3d, kBackward3d, kPool2d, kPool3d, kClamp, kMax, kMin };
+enum class Op {
+  kForward,
+  kBackward,
+  kForward3d,
+  kBackward3d,
+  kPool2d,
+  kPool3d,
+  kClamp,
+  kMax,
+  kMin,
+};
 
 struct aclOpExecutor {
   Op op = Op::kForward;
@@ -1268,8 +1278,9 @@ Failure check_math_tensors(Op op, const aclTensor &self, const aclTensor &out) {
 
 // Copies the live tensors and scalars among `tensors` and `scalars` (null scalars are
 // skipped: "none"); "" when all are live, else why the first is not.
+using ScalarArg = std::pair<const char *, const aclScalar *>;
 std::string copy_live_math_args(const std::vector<TensorArg> &tensors,
-                                const std::vector<std::pair<const char *, const aclScalar *>> &scalars,
+                                const std::vector<ScalarArg> &scalars,
                                 std::vector<aclTensor> *tensor_copies,
                                 std::vector<const aclScalar *> *scalar_copies) {
   if (std::string bad = copy_live_args(tensors, {}, {}, tensor_copies, nullptr); !bad.empty())
@@ -1375,7 +1386,8 @@ void run_math(const aclOpExecutor &e) {
   const aclTensor &self = e.tensors[0], &out = e.tensors[1];
   const int64_t n = numel(self.view);
   if (e.op == Op::kClamp) {
-    for (int64_t i = 0; i < n; ++i) write_int(out, i, std::min(std::max(read_int(self, i), e.lo), e.hi));
+    for (int64_t i = 0; i < n; ++i)
+      write_int(out, i, std::min(std::max(read_int(self, i), e.lo), e.hi));
     return;
   }
   if (n == 0) return;  // the real ops return before any kernel
