@@ -34,11 +34,19 @@ NB_MODULE(_jax_unpool, m) {
         {"max_unpool2d", jax_unpool::npu::MaxUnpool2dAclnnDevice},
         {"max_unpool2d_backward", jax_unpool::npu::MaxUnpool2dBackwardAclnnDevice},
         {"max_unpool2d_host", jax_unpool::npu::MaxUnpool2dAclnnHost},
+        {"max_unpool2d_checked", jax_unpool::npu::MaxUnpool2dAclnnDeviceChecked},
+        {"max_unpool2d_checked_host", jax_unpool::npu::MaxUnpool2dAclnnHost},
         {"max_unpool2d_backward_host", jax_unpool::npu::MaxUnpool2dBackwardAclnnHost},
+        {"max_unpool2d_backward_checked", jax_unpool::npu::MaxUnpool2dBackwardAclnnDeviceChecked},
+        {"max_unpool2d_backward_checked_host", jax_unpool::npu::MaxUnpool2dBackwardAclnnHost},
         {"max_unpool3d", jax_unpool::npu::MaxUnpool3dAclnnDevice},
         {"max_unpool3d_backward", jax_unpool::npu::MaxUnpool3dBackwardAclnnDevice},
         {"max_unpool3d_host", jax_unpool::npu::MaxUnpool3dAclnnHost},
+        {"max_unpool3d_checked", jax_unpool::npu::MaxUnpool3dAclnnDeviceChecked},
+        {"max_unpool3d_checked_host", jax_unpool::npu::MaxUnpool3dAclnnHost},
         {"max_unpool3d_backward_host", jax_unpool::npu::MaxUnpool3dBackwardAclnnHost},
+        {"max_unpool3d_backward_checked", jax_unpool::npu::MaxUnpool3dBackwardAclnnDeviceChecked},
+        {"max_unpool3d_backward_checked_host", jax_unpool::npu::MaxUnpool3dBackwardAclnnHost},
         {"max_pool2d", jax_unpool::npu::MaxPool2dAclnnDevice},
         {"max_pool2d_host", jax_unpool::npu::MaxPool2dAclnnHost},
         {"max_pool3d", jax_unpool::npu::MaxPool3dAclnnDevice},
@@ -49,11 +57,16 @@ NB_MODULE(_jax_unpool, m) {
         nb::arg("host"));
   m.def("probe_cann", &jax_unpool::cann::ProbeCannOrThrow, nb::arg("library_dir"));
   // The unpool ops whose entry points (both) the loaded CANN has: max_unpool2d,
-  // max_unpool2d_backward, max_unpool3d, max_unpool3d_backward; [] when none is loaded.
+  // max_unpool2d_backward, max_unpool3d, max_unpool3d_backward; [] when none is loaded,
+  // and on a device where it lacks aclnnClamp or aclCreateScalar (the device handlers
+  // refuse every call they could not make safe: npu/index_safety.h).
   m.def("cann_ops", []() {
     const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
     nb::list ops;
-    if (cann == nullptr) return ops;
+    if (cann == nullptr ||
+        !(cann->host || (cann->clamp_get_workspace_size && cann->clamp && cann->create_scalar))) {
+      return ops;  // see cann_index_safety
+    }
     const std::pair<const char*, bool> all[] = {
         {"max_unpool2d", cann->max_unpool2d_get_workspace_size && cann->max_unpool2d},
         {"max_unpool2d_backward",
@@ -65,6 +78,14 @@ NB_MODULE(_jax_unpool, m) {
       if (present) ops.append(name);
     }
     return ops;
+  });
+  // Whether the loaded CANN lets the device unpool handlers keep indices inside their
+  // plane (aclnnClamp and aclCreateScalar; npu/index_safety.h); True in host-emulation
+  // mode, where they check host memory; False when none is loaded.
+  m.def("cann_index_safety", []() {
+    const jax_unpool::cann::CannLibrary* cann = jax_unpool::cann::LoadedCann();
+    return cann != nullptr && (cann->host || (cann->clamp_get_workspace_size && cann->clamp &&
+                                              cann->create_scalar));
   });
   // The chip's SoC name as the loaded CANN's aclrtGetSocName() gives it (e.g.
   // "Ascend910B1"); None when no CANN is loaded, it lacks the function or names no chip.

@@ -67,23 +67,34 @@ status as a run-time error. The loader requires the aclnnMaxUnpool2dBackward ent
 without the forward ones, register() warns and the forward unpools lower to the jnp
 reference.
 
-In the NPU lowering the indices are clamped into the output plane (CANN does not check
-them, and its kernels would write or read out of bounds) and the forward's are converted
-to int64 (CANN before 8.0.0 took only INT64 there), as are the 3-D backward's
-(aclnnMaxUnpool3dBackward takes INT64 only). A direct call of an unpool target is checked
-like the CPU's in host-emulation mode (OUT_OF_RANGE); on a device its indices reach CANN
-unchecked (reading them would take a blocking copy per call). Both pool operators are
-asked for int32 indices, widened to int64 when asked for. On a device each call checks
-that the calling thread's ACL context is on XLA's device of the call, runs on XLA's
-stream with XLA's scratch memory as its workspace (else one cached block per device and
-stream), and channels-last calls are split along N and C per device. Shapes aclnn refuses --
-an empty input, or an output plane smaller than the input plane (only possible with
-duplicated indices; the 3-D backward refuses it too) -- are lowered to the jnp
-reference, which gives the same result. With a CANN without the (optional) 3-D ops,
-channels-first 3-D runs on the 2-D ops' view too (a direct call of the 3-D targets fails
-with FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
-without them, and for every pool they would not compute as PyTorch does for finite
-input, the pools keep their XLA ops.
+Indices: CANN's unpool operators do not range-check them (their kernels would write or
+read out of bounds), so every index CANN gets is inside its plane, whoever calls the
+targets. By default an index outside lands on the plane's nearest end -- index < 0 on
+position 0, index >= the plane's size on its last position -- in the NPU lowering (a
+clamp fused with the conversion) and again in the device handlers (aclnnClamp on XLA's
+stream into scratch memory, before the unpool operator: a direct `jax.ffi.ffi_call` is
+safe too, with no host round trip). In-range indices give the same results as without.
+With JAX_UNPOOL_NPU_CHECK_INDICES=1 when a function is lowered, the unpools lower to the
+checked targets instead (MAX_UNPOOL2D_CHECKED_TARGET and its three siblings), which fail
+the call with the CPU kernels' OUT_OF_RANGE message (the bad value and its (n, c, i)):
+aclnnMin and aclnnMax on the device, then a stream synchronisation and a 16-byte copy to
+the host per call, so they are opt-in. In host-emulation mode the handlers check the
+indices in host memory, both targets alike. (Where the NPU lowering runs XLA's ops
+instead -- shapes aclnn refuses, a chip or CANN without the operator -- an out-of-range
+index is dropped by the forward and reads 0 in the backward, as on GPU.) The forward's
+indices are converted to int64 (CANN before 8.0.0 took only INT64 there), as are the 3-D
+backward's (aclnnMaxUnpool3dBackward takes INT64 only). Both pool operators are asked for
+int32 indices, widened to int64 when asked for. On a device each call checks that the
+calling thread's ACL context is on XLA's device of the call, runs on XLA's stream with
+XLA's scratch memory as its workspace (else one cached block per device and stream), and
+channels-last calls are split along N and C per device. Shapes aclnn refuses -- an empty
+input, or an output plane smaller than the input plane (only possible with duplicated
+indices; the 3-D backward refuses it too) -- are lowered to the jnp reference, which
+gives the same result. With a CANN without the (optional) 3-D ops, channels-first 3-D
+runs on the 2-D ops' view too (a direct call of the 3-D targets fails with
+FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
+without them, and for every pool they would not compute as PyTorch does for finite input,
+the pools keep their XLA ops.
 """
 
 from __future__ import annotations
@@ -105,9 +116,13 @@ from jax_unpool.backends import npu_chips, registry
 __all__ = [
     "MAX_POOL2D_TARGET",
     "MAX_POOL3D_TARGET",
+    "MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET",
     "MAX_UNPOOL2D_BACKWARD_TARGET",
+    "MAX_UNPOOL2D_CHECKED_TARGET",
     "MAX_UNPOOL2D_TARGET",
+    "MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET",
     "MAX_UNPOOL3D_BACKWARD_TARGET",
+    "MAX_UNPOOL3D_CHECKED_TARGET",
     "MAX_UNPOOL3D_TARGET",
     "cpu_emulation",
     "cpu_emulation_active",
@@ -131,6 +146,15 @@ MAX_UNPOOL3D_BACKWARD_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_TARGET
 MAX_POOL2D_TARGET = _backend.MAX_POOL2D_TARGET
 #: FFI target of aclnnMaxPool3dWithArgmax.
 MAX_POOL3D_TARGET = _backend.MAX_POOL3D_TARGET
+#: FFI target of aclnnMaxUnpool2d with checked indices (JAX_UNPOOL_NPU_CHECK_INDICES=1):
+#: MAX_UNPOOL2D_TARGET's calling convention; an index outside its plane fails the call.
+MAX_UNPOOL2D_CHECKED_TARGET = _backend.MAX_UNPOOL2D_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool2dBackward with checked indices.
+MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET = _backend.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool3d with checked indices.
+MAX_UNPOOL3D_CHECKED_TARGET = _backend.MAX_UNPOOL3D_CHECKED_TARGET
+#: FFI target of aclnnMaxUnpool3dBackward with checked indices.
+MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET
 
 _lock = threading.Lock()
 _targets_registered: set[str] = set()  # platforms
@@ -245,9 +269,10 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
     MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET,
-    MAX_UNPOOL3D_BACKWARD_TARGET, MAX_POOL2D_TARGET and MAX_POOL3D_TARGET with the
-    platform's plugin and the primitives' lowerings for it. Returns where CANN was loaded
-    from.
+    MAX_UNPOOL3D_BACKWARD_TARGET, the same four with checked indices
+    (MAX_UNPOOL2D_CHECKED_TARGET, ...), MAX_POOL2D_TARGET and
+    MAX_POOL3D_TARGET with the platform's plugin and the primitives' lowerings for it.
+    Returns where CANN was loaded from.
 
     The pools' forward goes through aclnnMaxPool2dWithIndices / aclnnMaxPool3dWithArgmax
     where the loaded CANN and the chip have them and they give PyTorch's result for
@@ -278,7 +303,9 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     product has (or none) is a RuntimeWarning, and every op runs XLA's ops. If the op
     library has no aclnnMaxUnpool2d entry points on a chip that should have them, a
     RuntimeWarning says so and the forward unpools lower to the jnp reference
-    (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn.
+    (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn. On a
+    device, a CANN without aclnnClamp (its ops-math package) cannot keep indices inside
+    their plane: a RuntimeWarning says so, and every unpool runs XLA's ops.
 
     Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
     `library_dir` that is not None, a str or a str os.PathLike (bytes are refused), or an
@@ -318,6 +345,13 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"operators' docs list (Atlas A2/A3: Ascend910B1..4, Ascend910_93*; Ascend "
                 f"950: Ascend950*), so on platform {platform!r} every op runs XLA's ops, "
                 f"none aclnn.", RuntimeWarning, stacklevel=2)
+        elif chip.unpool_ops and not _jax_unpool.cann_index_safety():
+            warnings.warn(
+                f"jax_unpool.npu.register: the loaded CANN ({where['opapi']}) has no "
+                f"aclnnClamp (CANN's ops-math package, libopapi_math.so), with which the "
+                f"aclnn unpool handlers keep indices inside their plane (CANN's unpool "
+                f"operators do not check them), so on platform {platform!r} every unpool "
+                f"runs XLA's ops.", RuntimeWarning, stacklevel=2)
         elif "max_unpool2d" in chip.unpool_ops and "max_unpool2d" not in _jax_unpool.cann_ops():
             warnings.warn(
                 f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "common/value_types.h"
@@ -97,6 +98,7 @@ AclObjects::~AclObjects() {
   // a CANN-internal problem, not a leak we could fix.
   for (aclTensor* t : tensors_) cann_.destroy_tensor(t);
   for (aclIntArray* a : arrays_) cann_.destroy_int_array(a);
+  for (aclScalar* a : scalars_) cann_.destroy_scalar(a);
 }
 
 aclTensor* AclObjects::Tensor(const TensorView& v) {
@@ -118,6 +120,16 @@ aclIntArray* AclObjects::IntArray(const std::vector<int64_t>& values) {
     return nullptr;
   }
   arrays_.push_back(a);
+  return a;
+}
+
+aclScalar* AclObjects::Scalar(const void* value, aclDataType dtype) {
+  aclScalar* a = cann_.create_scalar(const_cast<void*>(value), dtype);
+  if (a == nullptr) {
+    if (failure_.empty()) failure_ = "aclCreateScalar failed: " + cann_.RecentErrorMessage();
+    return nullptr;
+  }
+  scalars_.push_back(a);
   return a;
 }
 
@@ -201,12 +213,14 @@ ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* fun
                               std::to_string(error) + ": " + cann.RecentErrorMessage());
 }
 
-// Device memory for the workspaces of device-mode calls that get no XLA scratch memory:
-// one block per (device, stream), kept for the process. Kernels of one stream run in
-// order, so successive calls share their stream's block with no sync and no allocation;
-// a call that needs more grows the block once, after the stream has drained (the old
-// block may still be in use by queued kernels). A lease holds the block from the
-// allocation to the launch, so that no other thread grows (frees) it in between.
+// Device memory for device-mode calls that get no XLA scratch memory: one block per
+// (device, stream, slot), kept for the process. Kernels of one stream run in order, so
+// successive calls share their stream's blocks with no sync and no allocation; a call that
+// needs more grows a block once, after the stream has drained (the old block may still be
+// in use by queued kernels). A lease holds the block from the allocation to the call's
+// last launch, so that no other thread grows (frees) it in between. A call holds at most
+// one kWorkspace lease at a time, taken after its other slots and held over no other
+// acquisition, so two threads never wait on each other in a cycle.
 class WorkspaceCache {
  public:
   struct Lease {
@@ -216,13 +230,13 @@ class WorkspaceCache {
     std::unique_lock<std::mutex> hold;
   };
 
-  Lease Acquire(const CannLibrary& cann, aclrtStream stream, uint64_t bytes) {
+  Lease Acquire(const CannLibrary& cann, aclrtStream stream, uint64_t bytes, int slot) {
     int32_t device = -1;  // the context's device: a stream's address alone may be reused
     if (cann.get_device == nullptr || cann.get_device(&device) != 0) device = -1;
     Block* block;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      std::unique_ptr<Block>& b = blocks_[{device, stream}];
+      std::unique_ptr<Block>& b = blocks_[{device, stream, slot}];
       if (!b) b = std::make_unique<Block>();
       block = b.get();
     }
@@ -234,7 +248,7 @@ class WorkspaceCache {
       const uint64_t doubled = std::max(bytes, 2 * block->bytes);
       if (block->data != nullptr) {
         if ((lease.error = cann.synchronize_stream(stream)) != 0) {
-          lease.failed = "aclrtSynchronizeStream (before growing the cached workspace)";
+          lease.failed = "aclrtSynchronizeStream (before growing a cached block)";
           return lease;
         }
         cann.rt_free(block->data);
@@ -249,7 +263,9 @@ class WorkspaceCache {
         }
         block->data = nullptr;
         if (size == bytes) {
-          lease.failed = "aclrtMalloc of the workspace";
+          lease.failed = slot == DeviceMemory::kWorkspace ? "aclrtMalloc of the workspace"
+                         : slot == DeviceMemory::kIndices ? "aclrtMalloc of the safe indices"
+                                                          : "aclrtMalloc of the check's result";
           return lease;
         }
       }
@@ -265,7 +281,7 @@ class WorkspaceCache {
     uint64_t bytes = 0;
   };
   std::mutex mutex_;
-  std::map<std::pair<int32_t, aclrtStream>, std::unique_ptr<Block>> blocks_;
+  std::map<std::tuple<int32_t, aclrtStream, int>, std::unique_ptr<Block>> blocks_;
 };
 
 WorkspaceCache& Workspaces() {
@@ -285,6 +301,17 @@ ffi::Error NotRun(const CannLibrary& cann, const char* get_workspace_size_name,
 
 }  // namespace
 
+ffi::Error DeviceMemory::Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
+                                  uint64_t bytes, Slot slot) {
+  if (launch.scratch) data_ = launch.scratch(bytes);
+  if (data_ != nullptr) return ffi::Error::Success();
+  WorkspaceCache::Lease lease = Workspaces().Acquire(cann, launch.stream, bytes, slot);
+  if (lease.data == nullptr) return RuntimeError(cann, op, lease.failed, lease.error);
+  data_ = lease.data;
+  hold_ = std::move(lease.hold);
+  return ffi::Error::Success();
+}
+
 ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
                        const char* get_workspace_size_name, aclnnStatus status,
                        uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
@@ -294,18 +321,17 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
   // Declared before the launch: freed after the final sync (host mode), held over the
   // launch (device mode).
   RtMemory rt_memory(cann);
-  WorkspaceCache::Lease lease;
+  DeviceMemory device_memory;
   void* workspace = nullptr;
   if (workspace_size > 0) {
-    if (launch.scratch) workspace = launch.scratch(workspace_size);
-    if (workspace == nullptr && launch.device) {
-      lease = Workspaces().Acquire(cann, launch.stream, workspace_size);
-      if (lease.data == nullptr) {
-        return NotRun(cann, get_workspace_size_name,
-                      RuntimeError(cann, op, lease.failed, lease.error));
+    if (launch.device) {
+      if (ffi::Error e = device_memory.Allocate(cann, launch, op, workspace_size,
+                                                DeviceMemory::kWorkspace);
+          !e.success()) {
+        return NotRun(cann, get_workspace_size_name, std::move(e));
       }
-      workspace = lease.data;
-    } else if (workspace == nullptr) {
+      workspace = device_memory.data();
+    } else {
       if (const aclError e = rt_memory.Allocate(workspace_size); e != 0) {
         return NotRun(cann, get_workspace_size_name,
                       RuntimeError(cann, op, "aclrtMalloc of the workspace", e));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,8 +71,8 @@ TensorView ContiguousView(ffi::AnyBuffer buffer, aclDataType dtype);
 // (all strides 0): a tensor whose data is never read needs no memory of its own.
 TensorView BroadcastFirstElement(const TensorView& shape, const TensorView& memory);
 
-// Creates aclTensor/aclIntArray objects and destroys every one of them when it goes out
-// of scope, on success and error paths alike.
+// Creates aclTensor/aclIntArray/aclScalar objects and destroys every one of them when it
+// goes out of scope, on success and error paths alike.
 class AclObjects {
  public:
   explicit AclObjects(const CannLibrary& cann) : cann_(cann) {}
@@ -81,6 +82,8 @@ class AclObjects {
 
   aclTensor* Tensor(const TensorView& view);  // nullptr on failure, see error()
   aclIntArray* IntArray(const std::vector<int64_t>& values);
+  // The value of `dtype` at `value` (CANN copies it); needs cann.create_scalar.
+  aclScalar* Scalar(const void* value, aclDataType dtype);
 
   // The first creation failure, as the error of `op`; Success if none.
   ffi::Error error(const char* op) const;
@@ -89,6 +92,7 @@ class AclObjects {
   const CannLibrary& cann_;
   std::vector<aclTensor*> tensors_;
   std::vector<aclIntArray*> arrays_;
+  std::vector<aclScalar*> scalars_;
   std::string failure_;
 };
 
@@ -115,13 +119,31 @@ struct Launch {
   // has none.
   std::function<void*(uint64_t bytes)> scratch;
   // Device mode (OnDevice): the buffers are device memory. Without scratch memory the
-  // workspace comes from the WorkspaceCache (kept per device and stream, no sync per
+  // workspace comes from a block kept per device and stream (DeviceMemory; no sync per
   // call). Host-emulation mode (OnHost): the buffers are host memory -- the handlers
   // check the indices there -- and the workspace is aclrtMalloc'ed and freed after
   // aclrtSynchronizeStream, per call.
   bool device = false;
   // Device mode: XLA's device ordinal of the call, when the plugin's FFI gives it.
   std::optional<int32_t> device_ordinal;
+};
+
+// Device memory of a device-mode call that must stay valid until the call's kernels have
+// run (a workspace, the safe indices, the check's result): XLA's scratch memory, else the
+// block kept for the call's device, stream and slot, grown as needed and held (no other
+// thread may grow it) until this object goes away -- after the call's last launch. Kernels
+// of one stream run in order, so successive calls share a slot's block with no sync.
+class DeviceMemory {
+ public:
+  enum Slot { kWorkspace, kIndices, kCheck };
+  // `bytes` > 0. An error names `op` and the function that failed.
+  ffi::Error Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
+                      uint64_t bytes, Slot slot);
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  std::unique_lock<std::mutex> hold_;
 };
 
 // The second phase: given GetWorkspaceSize's status, workspace size and executor,

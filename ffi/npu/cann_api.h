@@ -1,6 +1,7 @@
 // The slice of the CANN C API the aclnn handlers use, declared from the public headers'
 // signatures (aclnn/acl_meta.h, acl/acl_base.h, aclnnop/aclnn_max_unpool{2,3}d*.h,
-// aclnnop/aclnn_max_pool2d_with_indices.h, aclnnop/aclnn_max_pool3d_with_argmax.h) so that
+// aclnnop/aclnn_max_pool2d_with_indices.h, aclnnop/aclnn_max_pool3d_with_argmax.h,
+// aclnnop/aclnn_clamp.h, aclnnop/aclnn_max.h, aclnnop/aclnn_min.h) so that
 // the package builds without a CANN toolkit: the functions are resolved with dlsym at run
 // time (cann_library.cc). The enums are C enums in CANN, hence int-sized here.
 #pragma once
@@ -19,6 +20,7 @@ using aclFormat = int32_t;
 
 struct aclTensor;  // opaque, owned by CANN
 struct aclIntArray;
+struct aclScalar;
 struct aclOpExecutor;
 
 // aclDataType values.
@@ -83,12 +85,21 @@ using DestroyTensorFn = aclnnStatus (*)(const aclTensor* tensor);
 using CreateIntArrayFn = aclIntArray* (*)(const int64_t* value, uint64_t size);
 using DestroyIntArrayFn = aclnnStatus (*)(const aclIntArray* array);
 using DestroyExecutorFn = aclnnStatus (*)(aclOpExecutor* executor);
+// A host-side scalar: CANN copies the value of `data_type` at `value` (acl_meta.h).
+using CreateScalarFn = aclScalar* (*)(void* value, aclDataType data_type);
+using DestroyScalarFn = aclnnStatus (*)(const aclScalar* scalar);
 
 // libascendcl.so
 using GetRecentErrMsgFn = const char* (*)();
 using SynchronizeStreamFn = aclError (*)(aclrtStream stream);
 using RtMallocFn = aclError (*)(void** dev_ptr, size_t size, int policy);
 using RtFreeFn = aclError (*)(void* dev_ptr);
+// Synchronous copy; `kind` is an aclrtMemcpyKind (a C enum: HOST_TO_HOST 0, HOST_TO_DEVICE
+// 1, DEVICE_TO_HOST 2, DEVICE_TO_DEVICE 3). It does not wait for any stream: synchronise
+// the one whose kernels write `src` first.
+using MemcpyFn = aclError (*)(void* dst, size_t dest_max, const void* src, size_t count,
+                              int kind);
+constexpr int ACL_MEMCPY_DEVICE_TO_HOST = 2;
 using aclrtContext = void*;
 using GetCurrentContextFn = aclError (*)(aclrtContext* context);
 // The device of the calling thread's current context (acl_rt.h: "获取当前正在使用的Device的
@@ -129,6 +140,18 @@ using MaxPoolGetWorkspaceSizeFn = aclnnStatus (*)(
     const aclTensor* self, const aclIntArray* kernel_size, const aclIntArray* stride,
     const aclIntArray* padding, const aclIntArray* dilation, bool ceil_mode, aclTensor* out,
     aclTensor* indices, uint64_t* workspace_size, aclOpExecutor** executor);
+// ops-math (libopapi_math.so, libopapi.so or libaclnn_math.so; `@domain aclnn_math` in
+// hicann/ops-math's headers): aclnnClamp, out = min(max(self, clipValueMin), clipValueMax)
+// (conversion/clip_by_value_v2/op_api/aclnn_clamp.cpp), and aclnnMax / aclnnMin, the
+// largest / smallest element of self into a 0-d out (math/reduce_max, reduce_min).
+using ClampGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self,
+                                                const aclScalar* clip_value_min,
+                                                const aclScalar* clip_value_max, aclTensor* out,
+                                                uint64_t* workspace_size,
+                                                aclOpExecutor** executor);
+using ReduceAllGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self, aclTensor* out,
+                                                    uint64_t* workspace_size,
+                                                    aclOpExecutor** executor);
 using AclnnRunFn = aclnnStatus (*)(void* workspace, uint64_t workspace_size,
                                    aclOpExecutor* executor, aclrtStream stream);
 

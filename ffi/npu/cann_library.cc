@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -16,16 +17,24 @@ namespace {
 
 constexpr const char* kAscendcl = "libascendcl.so";
 constexpr const char* kNnopbase = "libnnopbase.so";
-// The aclnn op libraries ("providers"), in the order tried; exactly one is opened. CANN 9.x
+// The aclnn op libraries ("providers"), in the order tried; exactly one is opened (with its
+// ops-math library, below). CANN 9.x
 // splits ops by domain (the MaxUnpool2d ops are in libopapi_nn.so) and documents that the
 // deprecated all-in-one libopapi.so must not be used together with the split libraries;
 // CANN 8.x installs made with --feature have the libaclnn_ops_{train,infer}.so pair.
 // Custom op packages (libcust_opapi.so) are not looked for: they live elsewhere
 // (vendors/*/op_api/lib) and would override the official MaxUnpool2d ops.
-const std::vector<std::vector<std::string>> kProviders = {
-    {"libopapi_nn.so"},
-    {"libopapi.so"},
-    {"libaclnn_ops_train.so", "libaclnn_ops_infer.so"},
+// Each provider's ops-math library ("" where the provider holds every domain): aclnnClamp,
+// aclnnMax and aclnnMin are `@domain aclnn_math` (hicann/ops-math's headers), opened only
+// from the provider's own directory, where present.
+struct Provider {
+  std::vector<std::string> libraries;
+  std::string math;
+};
+const std::vector<Provider> kProviders = {
+    {{"libopapi_nn.so"}, "libopapi_math.so"},
+    {{"libopapi.so"}, ""},
+    {{"libaclnn_ops_train.so", "libaclnn_ops_infer.so"}, "libaclnn_math.so"},
 };
 constexpr const char* kProvidersText =
     "libopapi_nn.so, libopapi.so or libaclnn_ops_train.so + libaclnn_ops_infer.so";
@@ -83,6 +92,15 @@ std::string LoadedPathOf(void* symbol) {
   return info.dli_fname;
 }
 
+// The path a dlopen handle's object was loaded from, as loaded.
+std::string HandlePath(void* handle) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr) {
+    return "";
+  }
+  return map->l_name;
+}
+
 // The resolved path of the file that defines `symbol`.
 std::string FileOf(void* symbol) {
   const std::string path = LoadedPathOf(symbol);
@@ -106,10 +124,11 @@ bool Resolve(void* handle, const char* name, Fn* fn) {
   return true;
 }
 
-// Opens the runtime, libnnopbase and one provider (full paths under `dir`, or bare names
-// for the loader's search when `dir` is empty) and resolves every symbol the handlers use.
-// On failure returns nullopt and says why in *why.
-std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::string>& provider,
+// Opens the runtime, libnnopbase and one provider with its ops-math library where there
+// is one (full paths under `dir`, or bare names for the loader's search when `dir` is
+// empty) and resolves every symbol the handlers use. On failure returns nullopt and says
+// why in *why.
+std::optional<CannLibrary> Open(const std::string& dir, const Provider& provider,
                                 std::string* why) {
   auto path = [&](const std::string& name) { return dir.empty() ? name : dir + "/" + name; };
   // RTLD_LOCAL: CANN's symbols stay out of the global namespace (other copies, e.g.
@@ -127,13 +146,22 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
     return std::nullopt;
   }
   std::vector<void*> ops;
-  for (const std::string& name : provider) {
+  for (const std::string& name : provider.libraries) {
     void* h = dlopen(path(name).c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       *why = DlError();
       return std::nullopt;
     }
     ops.push_back(h);
+  }
+  // Optional: a CANN without it still serves everything but the device unpools. Never
+  // from another install: from the directory the provider was loaded from.
+  std::vector<void*> math_ops = ops;
+  if (const std::string loaded = HandlePath(ops[0]); !provider.math.empty() && !loaded.empty()) {
+    const std::string math = DirOf(loaded) + "/" + provider.math;
+    if (IsFile(math)) {
+      if (void* h = dlopen(math.c_str(), RTLD_NOW | RTLD_LOCAL)) math_ops.push_back(h);
+    }
   }
 
   CannLibrary lib;
@@ -150,11 +178,21 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   auto need_aclnn = [&](const char* name, auto* fn) {
     if (!find_aclnn(name, fn)) missing.push_back(name);
   };
+  auto find_math = [&](const char* name, auto* fn) {
+    for (void* h : math_ops) {
+      if (Resolve(h, name, fn)) return;
+    }
+  };
   need(nnop, "aclCreateTensor", &lib.create_tensor);
   need(nnop, "aclDestroyTensor", &lib.destroy_tensor);
   need(nnop, "aclCreateIntArray", &lib.create_int_array);
   need(nnop, "aclDestroyIntArray", &lib.destroy_int_array);
   Resolve(nnop, "aclDestroyAclOpExecutor", &lib.destroy_executor);
+  if (!Resolve(nnop, "aclCreateScalar", &lib.create_scalar) ||
+      !Resolve(nnop, "aclDestroyScalar", &lib.destroy_scalar)) {
+    lib.create_scalar = nullptr;  // one without the other is of no use
+    lib.destroy_scalar = nullptr;
+  }
   need(acl, "aclGetRecentErrMsg", &lib.get_recent_err_msg);
   need(acl, "aclrtSynchronizeStream", &lib.synchronize_stream);
   need(acl, "aclrtMalloc", &lib.rt_malloc);
@@ -162,6 +200,7 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   need(acl, "aclrtGetCurrentContext", &lib.get_current_context);
   Resolve(acl, "aclrtGetSocName", &lib.get_soc_name);
   Resolve(acl, "aclrtGetDevice", &lib.get_device);
+  Resolve(acl, "aclrtMemcpy", &lib.rt_memcpy);
   need_aclnn("aclnnMaxUnpool2dBackwardGetWorkspaceSize",
              &lib.max_unpool2d_backward_get_workspace_size);
   need_aclnn("aclnnMaxUnpool2dBackward", &lib.max_unpool2d_backward);
@@ -179,6 +218,12 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
   find_aclnn("aclnnMaxPool3dWithArgmaxGetWorkspaceSize",
              &lib.max_pool3d_with_argmax_get_workspace_size);
   find_aclnn("aclnnMaxPool3dWithArgmax", &lib.max_pool3d_with_argmax);
+  find_math("aclnnClampGetWorkspaceSize", &lib.clamp_get_workspace_size);
+  find_math("aclnnClamp", &lib.clamp);
+  find_math("aclnnMaxGetWorkspaceSize", &lib.reduce_max_get_workspace_size);
+  find_math("aclnnMax", &lib.reduce_max);
+  find_math("aclnnMinGetWorkspaceSize", &lib.reduce_min_get_workspace_size);
+  find_math("aclnnMin", &lib.reduce_min);
   if (!missing.empty()) {
     *why = "missing symbols: " + Join(missing, ", ");
     return std::nullopt;
@@ -198,7 +243,13 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
                    reinterpret_cast<void*>(lib.max_pool2d_with_indices_get_workspace_size),
                    reinterpret_cast<void*>(lib.max_pool2d_with_indices),
                    reinterpret_cast<void*>(lib.max_pool3d_with_argmax_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax)}) {
+                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax),
+                   reinterpret_cast<void*>(lib.clamp_get_workspace_size),
+                   reinterpret_cast<void*>(lib.clamp),
+                   reinterpret_cast<void*>(lib.reduce_max_get_workspace_size),
+                   reinterpret_cast<void*>(lib.reduce_max),
+                   reinterpret_cast<void*>(lib.reduce_min_get_workspace_size),
+                   reinterpret_cast<void*>(lib.reduce_min)}) {
     if (fn == nullptr) continue;  // an optional symbol this CANN lacks
     std::string file = FileOf(fn);
     bool seen = false;
@@ -211,17 +262,19 @@ std::optional<CannLibrary> Open(const std::string& dir, const std::vector<std::s
 
 // The provider to open from `dir`: one already loaded in the process (when `reuse`),
 // else the first whose files are all in `dir`; nullptr if none is.
-const std::vector<std::string>* ChooseProvider(const std::string& dir, bool reuse) {
+const Provider* ChooseProvider(const std::string& dir, bool reuse) {
   if (reuse) {
-    for (const auto& provider : kProviders) {
+    for (const Provider& provider : kProviders) {
       bool loaded = true;
-      for (const std::string& name : provider) loaded = loaded && IsLoaded(name);
+      for (const std::string& name : provider.libraries) loaded = loaded && IsLoaded(name);
       if (loaded) return &provider;
     }
   }
-  for (const auto& provider : kProviders) {
+  for (const Provider& provider : kProviders) {
     bool present = true;
-    for (const std::string& name : provider) present = present && IsFile(dir + "/" + name);
+    for (const std::string& name : provider.libraries) {
+      present = present && IsFile(dir + "/" + name);
+    }
     if (present) return &provider;
   }
   return nullptr;
@@ -237,7 +290,7 @@ std::optional<CannLibrary> OpenDir(const std::string& dir, bool reuse, std::stri
   for (const char* name : {kAscendcl, kNnopbase}) {
     if (!IsFile(dir + "/" + name)) absent.push_back(name);
   }
-  const std::vector<std::string>* provider = ChooseProvider(dir, reuse);
+  const Provider* provider = ChooseProvider(dir, reuse);
   if (provider == nullptr) absent.push_back(kProvidersText);
   if (!absent.empty()) {
     *why = "no " + Join(absent, ", no ");

@@ -19,7 +19,11 @@
 // (all from one directory, never mixed across installs). Exactly one op library
 // ("provider") is opened: one already loaded in the process, else the first present of
 // libopapi_nn.so (CANN 9.x split packages), libopapi.so (CANN <= 8),
-// libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider).
+// libaclnn_ops_train.so + libaclnn_ops_infer.so (8.x --feature installs, one provider);
+// with it, where present in the same directory, its ops-math library (libopapi_math.so,
+// libaclnn_math.so; libopapi.so holds every domain itself), for aclnnClamp, aclnnMax and
+// aclnnMin, with which the device handlers make or check indices safe (optional: without
+// aclnnClamp the device unpool handlers refuse every call).
 // It must have the aclnnMaxUnpool2dBackward* entry points (every product that has any of
 // the four unpool ops has these); aclnnMaxUnpool2d*, the aclnnMaxUnpool3d* ones and the
 // pools (aclnnMaxPool2dWithIndices*, aclnnMaxPool3dWithArgmax*) are optional (the
@@ -56,10 +60,13 @@ struct CannLibrary {
   CreateIntArrayFn create_int_array = nullptr;
   DestroyIntArrayFn destroy_int_array = nullptr;
   DestroyExecutorFn destroy_executor = nullptr;  // optional: older CANN lacks it
+  CreateScalarFn create_scalar = nullptr;        // optional, with destroy_scalar
+  DestroyScalarFn destroy_scalar = nullptr;
   GetRecentErrMsgFn get_recent_err_msg = nullptr;
   SynchronizeStreamFn synchronize_stream = nullptr;
   RtMallocFn rt_malloc = nullptr;
   RtFreeFn rt_free = nullptr;
+  MemcpyFn rt_memcpy = nullptr;  // optional: only the checked device targets need it
   GetCurrentContextFn get_current_context = nullptr;
   GetSocNameFn get_soc_name = nullptr;  // optional: without it the chip is unknown
   GetDeviceFn get_device = nullptr;      // optional: without it the device is not checked
@@ -78,6 +85,14 @@ struct CannLibrary {
   AclnnRunFn max_pool2d_with_indices = nullptr;
   MaxPoolGetWorkspaceSizeFn max_pool3d_with_argmax_get_workspace_size = nullptr;
   AclnnRunFn max_pool3d_with_argmax = nullptr;
+  // Optional, from the provider or its ops-math library: aclnnClamp makes a device call's
+  // indices safe; aclnnMax and aclnnMin check them (the checked targets).
+  ClampGetWorkspaceSizeFn clamp_get_workspace_size = nullptr;
+  AclnnRunFn clamp = nullptr;
+  ReduceAllGetWorkspaceSizeFn reduce_max_get_workspace_size = nullptr;
+  AclnnRunFn reduce_max = nullptr;
+  ReduceAllGetWorkspaceSizeFn reduce_min_get_workspace_size = nullptr;
+  AclnnRunFn reduce_min = nullptr;
 
   // aclGetRecentErrMsg(), or a note that it had none.
   std::string RecentErrorMessage() const;

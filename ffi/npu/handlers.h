@@ -4,7 +4,9 @@
 // (N, C, D, H, W) buffers.
 // The pools (MaxPool2d*, MaxPool3d*): x -> (values, indices), with the window attributes
 // kernel_size, stride, padding, dilation (k elements each), ceil_mode and channels_last.
-// *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory.
+// *Device: for a PJRT plugin platform (e.g. "ascend"): XLA's stream, XLA scratch memory;
+// the unpools' indices clamped into their plane there. *DeviceChecked (unpools): the same,
+// but an index outside its plane fails the call (OUT_OF_RANGE) -- a stream sync per call.
 // *Host: host-emulation mode on the CPU platform: host memory, no stream (the CPU
 // platform has none to give), for testing against an emulated CANN.
 #pragma once
@@ -17,12 +19,16 @@
 namespace jax_unpool::npu {
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnDeviceChecked);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDeviceChecked);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dAclnnDeviceChecked);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDeviceChecked);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool2dAclnnDevice);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxPool2dAclnnHost);

@@ -11,16 +11,19 @@
 // PlanesView); the 3-D ones refuse any attribute and take channels-first buffers as they
 // are, contiguous as aclnn wants outRef: (N, C, D, H, W), or (C, D, H, W), which aclnn
 // reads as (N, D, H, W) -- the same scatter, one volume per leading index.
+// Every index the unpool op gets is inside its plane (index_safety.h): checked on the host
+// in host-emulation mode; on a device clamped there (the default targets) or checked there
+// (the *Checked targets, OUT_OF_RANGE).
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "common/buffer_checks.h"
-#include "common/out_of_range.h"
 #include "common/plane_geometry.h"
 #include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
+#include "npu/index_safety.h"
 
 namespace jax_unpool::npu {
 namespace {
@@ -129,42 +132,12 @@ ffi::Error ReadLayout(const char* op, const AttributeNames& attrs, bool* out) {
   return RefuseAttributes(op, attrs);
 }
 
-// OUT_OF_RANGE for the first index (in flat order) outside its plane, as the CPU handlers
-// say it; Success if there is none. Reads the indices: host memory only.
-template <typename I>
-ffi::Error FirstIndexOutOfRange(const char* op, const PlaneGeometry& g, const I* indices,
-                                int64_t count) {
-  for (int64_t flat = 0; flat < count; ++flat) {
-    const int64_t v = static_cast<int64_t>(indices[flat]);
-    if (v < 0 || v >= g.Lo) return OutOfRangeError(op, g, BadIndexAt(g, flat, v));
-  }
-  return ffi::Error::Success();
-}
-
-// Host-emulation mode: the indices are host memory, so they are checked as the CPU
-// handlers check them, before aclnn, which does not range-check (an out-of-range index
-// would be an out-of-bounds access on a device). The device handlers cannot read them
-// without a blocking copy per call; there the NPU lowering clamps them into the plane.
-ffi::Error CheckIndicesOnHost(const char* op, bool forward, const ffi::AnyBuffer& values,
-                              const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
-                              bool channels_last, int k) {
-  const PlaneGeometry g =
-      ReadGeometry(forward ? values.dimensions() : indices.dimensions(),
-                   forward ? out.dimensions() : values.dimensions(), channels_last, k);
-  const int64_t count = static_cast<int64_t>(indices.element_count());
-  if (indices.element_type() == ffi::DataType::S32) {
-    return FirstIndexOutOfRange(op, g, static_cast<const int32_t*>(indices.untyped_data()),
-                                count);
-  }
-  return FirstIndexOutOfRange(op, g, static_cast<const int64_t*>(indices.untyped_data()),
-                              count);
-}
-
-// values: the forward's x or the backward's grad_output.
+// values: the forward's x or the backward's grad_output. `checked`: on a device, an index
+// outside its plane fails the call instead of being clamped.
 template <typename Target, typename Layout>
-ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer values,
-                          ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                          const Layout& layout) {
+ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
+                          ffi::AnyBuffer values, ffi::AnyBuffer indices,
+                          ffi::Result<ffi::AnyBuffer> out, const Layout& layout) {
   bool channels_last = false;
   if (ffi::Error e = ReadLayout(t.op, layout, &channels_last); !e.success()) return e;
   auto cann = RequireCann(t.op, launch);
@@ -181,10 +154,10 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
   }
 
   const bool forward = t.forward();
-  ffi::Error checked = forward
+  ffi::Error buffers = forward
                            ? CheckForwardBuffers(t.op, values, indices, *out, channels_last, t.k)
                            : CheckBackwardBuffers(t.op, values, indices, *out, channels_last, t.k);
-  if (!checked.success()) return checked;
+  if (!buffers.success()) return buffers;
   if (t.int64_indices_only && indices.element_type() != ffi::DataType::S64) {
     return ffi::Error::InvalidArgument(std::string(t.op) + ": " + t.run_name +
                                        " takes int64 indices only, got " +
@@ -194,14 +167,20 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
   const auto value_type = ValuesTypeOrAnswer(t.op, t.aclnn_op, t.run_name,
                                              forward ? "x" : "grad_output", values, *out, &answer);
   if (!value_type) return answer;
-  if (!launch.device) {
-    if (ffi::Error e = CheckIndicesOnHost(t.op, forward, values, indices, *out, channels_last,
-                                          t.k);
-        !e.success()) {
-      return e;
-    }
-  }
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
+  const PlaneGeometry planes = IndexPlanes(forward, values, indices, *out, channels_last, t.k);
+  DeviceMemory safe;  // the clamped indices, held until the launch
+  void* index_data = indices.untyped_data();
+  ffi::Error safety;
+  if (!launch.device) {
+    safety = CheckIndicesOnHost(t.op, planes, indices);
+  } else if (checked) {
+    safety = CheckIndicesOnDevice(lib, launch, t.op, planes, indices, *index_type);
+  } else {
+    safety = ClampIndices(lib, launch, t.op, planes, indices, *index_type, &safe);
+    index_data = safe.data();
+  }
+  if (!safety.success()) return safety;
 
   AclObjects objects(lib);
   const TensorView values_view = PlanesView(values, channels_last, *value_type, t.k);
@@ -220,7 +199,9 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
     // tests/fake_cann) reject for an input.
     tensors.self = objects.Tensor(BroadcastFirstElement(out_view, values_view));
   }
-  tensors.indices = objects.Tensor(PlanesView(indices, channels_last, *index_type, t.k));
+  TensorView index_view = PlanesView(indices, channels_last, *index_type, t.k);
+  index_view.data = index_data;
+  tensors.indices = objects.Tensor(index_view);
   tensors.out = objects.Tensor(out_view);
   // outputSize: the plane the indices address.
   tensors.arrays = MakeUnpoolArrays(objects, forward ? out_view : values_view, t.k);
@@ -235,21 +216,41 @@ ffi::Error MaxUnpoolAclnn(const Target& t, const Launch& launch, ffi::AnyBuffer 
                            t.k);
 }
 
+template <const auto& target, bool checked>
+ffi::Error OnDeviceWith(void* stream, std::optional<int32_t> device_ordinal,
+                        ffi::ScratchAllocator& scratch, ffi::AnyBuffer values,
+                        ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                        const LayoutAttribute<target.k>& layout) {
+  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
+    return MaxUnpoolAclnn(target, checked, launch, values, indices, out, layout);
+  });
+}
+
 template <const auto& target>
 ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
                         ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                         LayoutAttribute<target.k> layout) {
-  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
-    return MaxUnpoolAclnn(target, launch, values, indices, out, layout);
-  });
+  return OnDeviceWith<target, false>(stream, device_ordinal, scratch, values, indices, out,
+                                     layout);
 }
 
+template <const auto& target>
+ffi::Error OnDeviceCheckedImpl(void* stream, std::optional<int32_t> device_ordinal,
+                               ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
+                               ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
+                               LayoutAttribute<target.k> layout) {
+  return OnDeviceWith<target, true>(stream, device_ordinal, scratch, values, indices, out,
+                                    layout);
+}
+
+// Host memory: the indices are checked on the host whichever target (checked or not)
+// this handler is registered for.
 template <const auto& target>
 ffi::Error OnHostImpl(ffi::AnyBuffer values, ffi::AnyBuffer indices,
                       ffi::Result<ffi::AnyBuffer> out, LayoutAttribute<target.k> layout) {
   return OnHost([&](const Launch& launch) {
-    return MaxUnpoolAclnn(target, launch, values, indices, out, layout);
+    return MaxUnpoolAclnn(target, true, launch, values, indices, out, layout);
   });
 }
 
@@ -273,19 +274,30 @@ auto HostBinding() { return WithBuffers(ffi::Ffi::Bind()); }
 }  // namespace
 
 // The 2-D targets take channels_last; the 3-D ones bind every attribute to refuse it.
+// *DeviceChecked: the same calling convention as *Device, checked indices.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice, OnDeviceImpl<kMaxUnpool2d>,
+                              DeviceBinding().Attr<bool>("channels_last"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDeviceChecked, OnDeviceCheckedImpl<kMaxUnpool2d>,
                               DeviceBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost, OnHostImpl<kMaxUnpool2d>,
                               HostBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice, OnDeviceImpl<kMaxUnpool2dBackward>,
                               DeviceBinding().Attr<bool>("channels_last"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDeviceChecked,
+                              OnDeviceCheckedImpl<kMaxUnpool2dBackward>,
+                              DeviceBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost, OnHostImpl<kMaxUnpool2dBackward>,
                               HostBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, OnDeviceImpl<kMaxUnpool3d>,
                               DeviceBinding().Attrs<AttributeNames>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDeviceChecked, OnDeviceCheckedImpl<kMaxUnpool3d>,
+                              DeviceBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost, OnHostImpl<kMaxUnpool3d>,
                               HostBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice, OnDeviceImpl<kMaxUnpool3dBackward>,
+                              DeviceBinding().Attrs<AttributeNames>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDeviceChecked,
+                              OnDeviceCheckedImpl<kMaxUnpool3dBackward>,
                               DeviceBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl<kMaxUnpool3dBackward>,
                               HostBinding().Attrs<AttributeNames>());

@@ -6,11 +6,18 @@ for the platform through the registry. What the routing depends on -- the ops th
 CANN has and CANN documents for the chip (`npu_chips`), which pools go to aclnn -- is read
 there once and captured in the rules (`Routing`); jax_unpool.npu's docstring says what
 each op runs on.
+
+Indices: CANN's unpool ops do not range-check them, so the handlers make every index they
+hand CANN safe themselves (ffi/npu/index_safety.h): on a device the default targets clamp
+them into the plane there, and the ``*_checked_v1`` targets, chosen when a function is
+lowered with ``JAX_UNPOOL_NPU_CHECK_INDICES=1``, fail the call with the CPU kernels'
+OUT_OF_RANGE message instead, at the cost of a stream synchronisation per call.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from functools import partial
 from typing import NamedTuple
 
@@ -33,14 +40,37 @@ MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
 # kernel_size, stride, padding, dilation (int64 arrays of 2 or 3), ceil_mode, channels_last.
 MAX_POOL2D_TARGET = "jax_unpool_aclnn_max_pool2d_with_indices_v1"
 MAX_POOL3D_TARGET = "jax_unpool_aclnn_max_pool3d_with_argmax_v1"
+# The unpool targets' calling conventions, with indices checked instead of clamped on a
+# device (JAX_UNPOOL_NPU_CHECK_INDICES=1).
+MAX_UNPOOL2D_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool2d_checked_v1"
+MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_checked_v1"
+MAX_UNPOOL3D_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool3d_checked_v1"
+MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_checked_v1"
 STABLE_TARGETS = (MAX_UNPOOL2D_TARGET, MAX_UNPOOL2D_BACKWARD_TARGET, MAX_UNPOOL3D_TARGET,
-                  MAX_UNPOOL3D_BACKWARD_TARGET, MAX_POOL2D_TARGET, MAX_POOL3D_TARGET)
+                  MAX_UNPOOL3D_BACKWARD_TARGET, MAX_POOL2D_TARGET, MAX_POOL3D_TARGET,
+                  MAX_UNPOOL2D_CHECKED_TARGET, MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET,
+                  MAX_UNPOOL3D_CHECKED_TARGET, MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET)
 # The extension's names for the handlers (npu_registrations(); "_host" for host memory).
 HANDLERS = {"max_unpool2d": MAX_UNPOOL2D_TARGET,
             "max_unpool2d_backward": MAX_UNPOOL2D_BACKWARD_TARGET,
             "max_unpool3d": MAX_UNPOOL3D_TARGET,
             "max_unpool3d_backward": MAX_UNPOOL3D_BACKWARD_TARGET,
+            "max_unpool2d_checked": MAX_UNPOOL2D_CHECKED_TARGET,
+            "max_unpool2d_backward_checked": MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET,
+            "max_unpool3d_checked": MAX_UNPOOL3D_CHECKED_TARGET,
+            "max_unpool3d_backward_checked": MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET,
             "max_pool2d": MAX_POOL2D_TARGET, "max_pool3d": MAX_POOL3D_TARGET}
+CHECK_INDICES_ENV = "JAX_UNPOOL_NPU_CHECK_INDICES"
+
+
+def check_indices() -> bool:
+    """Whether lowerings choose the checked unpool targets: ``JAX_UNPOOL_NPU_CHECK_INDICES``
+    ("1"; "0" or unset: the default targets), read when a function is lowered."""
+    value = os.environ.get(CHECK_INDICES_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"jax_unpool: environment variable {CHECK_INDICES_ENV} must be '1', "
+                         f"'0' or unset, got {value!r}")
+    return value == "1"
 
 
 class Routing(NamedTuple):
@@ -85,9 +115,16 @@ def _layout(k: int, channels_last: bool, window) -> tuple:
 
 
 # Channels-last calls are partitioned along N and C as the CPU targets' are
-# (custom_call.unpool_lowering): each device runs aclnn on its own shard.
-_aclnn_forward = custom_call.unpool_lowering(MAX_UNPOOL2D_TARGET, _layout)
-_aclnn_backward = custom_call.unpool_lowering(MAX_UNPOOL2D_BACKWARD_TARGET, _layout)
+# (custom_call.unpool_lowering): each device runs aclnn on its own shard. By whether the
+# indices are checked.
+_aclnn_forward = {False: custom_call.unpool_lowering(MAX_UNPOOL2D_TARGET, _layout),
+                  True: custom_call.unpool_lowering(MAX_UNPOOL2D_CHECKED_TARGET, _layout)}
+_aclnn_backward = {
+    False: custom_call.unpool_lowering(MAX_UNPOOL2D_BACKWARD_TARGET, _layout),
+    True: custom_call.unpool_lowering(MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET, _layout)}
+_VOLUME_TARGETS = {(True, False): MAX_UNPOOL3D_TARGET, (True, True): MAX_UNPOOL3D_CHECKED_TARGET,
+                   (False, False): MAX_UNPOOL3D_BACKWARD_TARGET,
+                   (False, True): MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET}  # (forward, checked)
 
 
 def _aclnn_volume_call(target: str, ctx, values, indices):
@@ -96,20 +133,22 @@ def _aclnn_volume_call(target: str, ctx, values, indices):
     return call(ctx, values, indices)
 
 
-def _indices_into_plane(ctx, indices, plane: int, dtype):
-    """Indices as `dtype`, clamped into [0, plane): CANN does not range-check them (its
-    ScatterElements/GatherElements would write or read out of bounds), and the device
-    handlers cannot without a blocking copy per call, so on the NPU such an index lands on
-    the plane's nearest end instead -- a wrong value for an input that is wrong anyway,
-    never memory corruption. Returns the value and the LoweringRuleContext updated for
-    it."""
+def _indices_into_plane(ctx, indices, plane: int, dtype, checked: bool):
+    """Indices as `dtype`, and unless `checked`, clamped into [0, plane): an index outside
+    lands on the plane's nearest end -- a wrong value for an input that is wrong anyway,
+    never an out-of-bounds access (CANN does not range-check). The default handlers clamp
+    on the device too (direct calls skip this); here it costs nothing next to the
+    conversion and keeps an exported program safe with any handler. `checked`: the values
+    go as they are, for the checked handlers to refuse. Returns the value and the
+    LoweringRuleContext updated for it."""
     aval = ctx.avals_in[1]
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
     if aval.dtype != new_aval.dtype:
         value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
-    value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
-                      mlir.ir_constant(np.array(plane - 1, dtype)))
+    if not checked:
+        value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
+                          mlir.ir_constant(np.array(plane - 1, dtype)))
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
 
 
@@ -149,13 +188,14 @@ def _forward(ctx, x, indices, output_size, channels_last):
                                   channels_last=channels_last)
     # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
     # conversion is cheap next to the scatter.
-    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64)
+    checked = check_indices()
+    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64, checked)
     if len(output_size) == 3:
-        return _aclnn_volume_call(MAX_UNPOOL3D_TARGET, ctx, x, indices)
+        return _aclnn_volume_call(_VOLUME_TARGETS[True, checked], ctx, x, indices)
     # The handler reads outputSize from the result's shape; the per-shard call (NHWC on
     # several devices) needs it to shape each shard's result.
-    return _aclnn_forward(ctx, x, indices, channels_last=channels_last,
-                          output_size=tuple(output_size))
+    return _aclnn_forward[checked](ctx, x, indices, channels_last=channels_last,
+                                   output_size=tuple(output_size))
 
 
 def _on_2d_ops(routing: Routing, k: int, channels_last: bool, op_3d: str) -> bool:
@@ -206,11 +246,12 @@ def _backward(ctx, grad_output, indices, channels_last, k):
             and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
+    checked = check_indices()
     if k == 3:  # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only
-        indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64)
-        return _aclnn_volume_call(MAX_UNPOOL3D_BACKWARD_TARGET, ctx, grad_output, indices)
-    indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype)
-    return _aclnn_backward(ctx, grad_output, indices, channels_last=channels_last)
+        indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64, checked)
+        return _aclnn_volume_call(_VOLUME_TARGETS[False, checked], ctx, grad_output, indices)
+    indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype, checked)
+    return _aclnn_backward[checked](ctx, grad_output, indices, channels_last=channels_last)
 
 
 def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channels_last,

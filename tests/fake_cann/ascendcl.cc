@@ -24,3 +24,8 @@ FAKECANN_EXPORT const char *aclrtGetSocName() { return forward_core().rt_get_soc
 FAKECANN_EXPORT aclError aclrtGetDevice(int32_t *deviceId) {
   return forward_core().rt_get_device(deviceId);
 }
+
+FAKECANN_EXPORT aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                     int kind) {
+  return forward_core().rt_memcpy(dst, destMax, src, count, kind);
+}

@@ -3,14 +3,15 @@
 ``build(out_dir)`` writes into ``out_dir``, under the real CANN library names:
 
 - ``libnnopbase.so``: aclCreateTensor, aclDestroyTensor, aclCreateIntArray,
-  aclDestroyIntArray, aclDestroyAclOpExecutor, the shared state and the ``fakecann_*``
-  test controls;
-- ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtSynchronizeStream,
-  aclrtGetCurrentContext, aclrtGetSocName;
+  aclDestroyIntArray, aclCreateScalar, aclDestroyScalar, aclDestroyAclOpExecutor, the
+  shared state and the ``fakecann_*`` test controls;
+- ``libascendcl.so``: aclGetRecentErrMsg, aclrtMalloc, aclrtFree, aclrtMemcpy,
+  aclrtSynchronizeStream, aclrtGetCurrentContext, aclrtGetDevice, aclrtGetSocName;
 - ``libopapi.so`` (or ``opapi_name``, e.g. ``libopapi_nn.so``): the eight
-  aclnnMaxUnpool{2,3}d* entry points and the four of aclnnMaxPool2dWithIndices and
-  aclnnMaxPool3dWithArgmax; or, with ``layout``, the libraries of another CANN packaging,
-  or of a CANN without some of the ops (LAYOUTS).
+  aclnnMaxUnpool{2,3}d* entry points, the four of aclnnMaxPool2dWithIndices and
+  aclnnMaxPool3dWithArgmax and the six of the ops-math ops aclnnClamp, aclnnMax and
+  aclnnMin; or, with ``layout``, the libraries of another CANN packaging, or of a CANN
+  without some of the ops (LAYOUTS).
 
 Every library carries its file name as its SONAME, as real CANN's do, so that
 ``dlopen(name, RTLD_NOLOAD)`` finds an already loaded copy.
@@ -53,26 +54,29 @@ STAMP = ".fakecann-build"
 
 # Which aclnn entry points an opapi library exports, as bits: the two functions of
 # aclnnMaxUnpool2d, of its backward, of aclnnMaxUnpool3d, of its backward, of
-# aclnnMaxPool2dWithIndices, of aclnnMaxPool3dWithArgmax.
-FWD2D, BWD2D, FWD3D, BWD3D, POOL2D, POOL3D = 1, 2, 4, 8, 16, 32
-ALL_OPS = FWD2D | BWD2D | FWD3D | BWD3D | POOL2D | POOL3D
+# aclnnMaxPool2dWithIndices, of aclnnMaxPool3dWithArgmax; MATH: the six of the ops-math
+# ops aclnnClamp, aclnnMax and aclnnMin (`@domain aclnn_math`).
+FWD2D, BWD2D, FWD3D, BWD3D, POOL2D, POOL3D, MATH = 1, 2, 4, 8, 16, 32, 64
+ALL_OPS = FWD2D | BWD2D | FWD3D | BWD3D | POOL2D | POOL3D  # the ops-nn ones
 # Opapi libraries per CANN packaging: file name -> the entry points it exports.
 LAYOUTS = {
     # CANN 9.x: the ops split by domain, next to the deprecated all-in-one libopapi.so.
-    "split": {"libopapi.so": ALL_OPS, "libopapi_math.so": 0, "libopapi_nn.so": ALL_OPS,
-              "libopapi_cv.so": 0, "libopapi_transformer.so": 0},
-    # CANN 8.x installed with --feature: a train/infer pair, no libopapi*.so.
-    # (The pools are forwards: `@domain aclnn_ops_infer`.)
+    "split": {"libopapi.so": ALL_OPS | MATH, "libopapi_math.so": MATH,
+              "libopapi_nn.so": ALL_OPS, "libopapi_cv.so": 0, "libopapi_transformer.so": 0},
+    # CANN 8.x installed with --feature: a train/infer pair and the math library, no
+    # libopapi*.so. (The pools are forwards: `@domain aclnn_ops_infer`.)
     "feature": {"libaclnn_ops_infer.so": FWD2D | FWD3D | POOL2D | POOL3D,
-                "libaclnn_ops_train.so": BWD2D | BWD3D},
+                "libaclnn_ops_train.so": BWD2D | BWD3D, "libaclnn_math.so": MATH},
     # A CANN whose op library has the 2-D unpool ops only: no aclnnMaxUnpool3d(Backward),
     # no pools.
-    "no3d": {"libopapi.so": FWD2D | BWD2D},
+    "no3d": {"libopapi.so": FWD2D | BWD2D | MATH},
     # A CANN with the four unpool ops but neither aclnnMaxPool2dWithIndices nor
     # aclnnMaxPool3dWithArgmax.
-    "nopool": {"libopapi.so": FWD2D | BWD2D | FWD3D | BWD3D},
+    "nopool": {"libopapi.so": FWD2D | BWD2D | FWD3D | BWD3D | MATH},
     # A CANN whose op library has the two backwards but neither forward.
-    "noforward": {"libopapi.so": BWD2D | BWD3D},
+    "noforward": {"libopapi.so": BWD2D | BWD3D | MATH},
+    # A split install without the ops-math package: no aclnnClamp, aclnnMax, aclnnMin.
+    "nomath": {"libopapi_nn.so": ALL_OPS},
 }
 OPAPI_FILES = sorted({"libopapi.so", "libopapi_nn.so", *(n for v in LAYOUTS.values() for n in v)})
 
@@ -106,7 +110,8 @@ def build(
 
     ``opapi_name`` names the library holding the aclnn symbols ("libopapi.so", or
     "libopapi_nn.so" to test a loader's fallback; only that one is written).
-    ``layout`` ("split", "feature", "no3d", "nopool" or "noforward", see LAYOUTS) writes
+    ``layout`` ("split", "feature", "no3d", "nopool", "noforward" or "nomath", see LAYOUTS)
+    writes
     that packaging's libraries instead.
     ``extra_flags`` go to every compile, e.g. ``("-fsanitize=address",)`` or ``("-g",)``.
     """
@@ -114,7 +119,7 @@ def build(
         raise ValueError(f"opapi_name must be a plain .so file name, got {opapi_name!r}")
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {sorted(LAYOUTS)} or None, got {layout!r}")
-    opapis = LAYOUTS[layout] if layout else {opapi_name: ALL_OPS}
+    opapis = LAYOUTS[layout] if layout else {opapi_name: ALL_OPS | MATH}
     out_dir = pathlib.Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cxx = _compiler()

@@ -37,7 +37,7 @@ def _load_build():
 _BUILD = _load_build()
 build, LAYOUTS = _BUILD.build, _BUILD.LAYOUTS
 FWD2D, BWD2D, FWD3D, BWD3D = _BUILD.FWD2D, _BUILD.BWD2D, _BUILD.FWD3D, _BUILD.BWD3D
-POOL2D, POOL3D = _BUILD.POOL2D, _BUILD.POOL3D
+POOL2D, POOL3D, MATH = _BUILD.POOL2D, _BUILD.POOL3D, _BUILD.MATH
 
 FLOAT, FLOAT16, INT8, INT32, UINT8, INT16, INT64, DOUBLE, BOOL, BF16 = (
     0,
@@ -65,6 +65,9 @@ POOL2D_GWS = "aclnnMaxPool2dWithIndicesGetWorkspaceSize"
 POOL2D_RUN = "aclnnMaxPool2dWithIndices"
 POOL3D_GWS = "aclnnMaxPool3dWithArgmaxGetWorkspaceSize"
 POOL3D_RUN = "aclnnMaxPool3dWithArgmax"
+CLAMP_GWS, CLAMP_RUN = "aclnnClampGetWorkspaceSize", "aclnnClamp"
+MAX_GWS, MAX_RUN = "aclnnMaxGetWorkspaceSize", "aclnnMax"
+MIN_GWS, MIN_RUN = "aclnnMinGetWorkspaceSize", "aclnnMin"
 ACL_DTYPE = {
     np.dtype(np.float32): FLOAT,
     np.dtype(np.float16): FLOAT16,
@@ -92,8 +95,12 @@ def _sig(lib, name, restype, *argtypes):
 class FakeCann:
     """The three libraries of one build directory, with typed entry points."""
 
-    def __init__(self, lib_dir: pathlib.Path, opapi_name: str = "libopapi.so"):
+    def __init__(self, lib_dir: pathlib.Path, opapi_name: str | None = None):
+        """`opapi_name`: the op library, by default libopapi.so, else libopapi_nn.so."""
         self.lib_dir = pathlib.Path(lib_dir)
+        if opapi_name is None:
+            opapi_name = next((n for n in ("libopapi.so", "libopapi_nn.so")
+                               if (self.lib_dir / n).is_file()), "libopapi.so")
         self.nnopbase = ctypes.CDLL(str(self.lib_dir / "libnnopbase.so"))
         self.ascendcl = ctypes.CDLL(str(self.lib_dir / "libascendcl.so"))
         self.opapi = ctypes.CDLL(str(self.lib_dir / opapi_name))
@@ -116,6 +123,8 @@ class FakeCann:
         self.aclDestroyTensor = _sig(n, "aclDestroyTensor", c_int32, c_void_p)
         self.aclCreateIntArray = _sig(n, "aclCreateIntArray", c_void_p, P, c_uint64)
         self.aclDestroyIntArray = _sig(n, "aclDestroyIntArray", c_int32, c_void_p)
+        self.aclCreateScalar = _sig(n, "aclCreateScalar", c_void_p, c_void_p, c_int32)
+        self.aclDestroyScalar = _sig(n, "aclDestroyScalar", c_int32, c_void_p)
         # Absent from a -DFAKECANN_NO_DESTROY_EXECUTOR build, as from older CANN.
         self.aclDestroyAclOpExecutor = (
             _sig(n, "aclDestroyAclOpExecutor", c_int32, c_void_p)
@@ -127,6 +136,8 @@ class FakeCann:
         self.aclrtGetCurrentContext = _sig(a, "aclrtGetCurrentContext", c_int32,
                                            POINTER(c_void_p))
         self.aclrtGetDevice = _sig(a, "aclrtGetDevice", c_int32, POINTER(c_int32))
+        self.aclrtMemcpy = _sig(a, "aclrtMemcpy", c_int32, c_void_p, c_size_t, c_void_p,
+                                c_size_t, c_int32)
         PU, PE = POINTER(c_uint64), POINTER(c_void_p)
         self.fwd_gws = _sig(o, FWD_GWS, c_int32, c_void_p, c_void_p, c_void_p, c_void_p, PU, PE)
         self.fwd_run = _sig(o, FWD_RUN, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
@@ -146,11 +157,22 @@ class FakeCann:
                          3: _sig(o, POOL3D_GWS, c_int32, *pool)}
         self.pool_run = {k: _sig(o, name, c_int32, c_void_p, c_uint64, c_void_p, c_void_p)
                          for k, name in ((2, POOL2D_RUN), (3, POOL3D_RUN))}
+        # ops-math: Clamp (self, clipValueMin, clipValueMax, out, ...), Max/Min (self, out,
+        # ...); absent from the "nomath" layout's op library.
+        if hasattr(o, CLAMP_GWS):
+            self.clamp_gws = _sig(o, CLAMP_GWS, c_int32, *[c_void_p] * 4, PU, PE)
+            self.reduce_gws = {name: _sig(o, gws, c_int32, c_void_p, c_void_p, PU, PE)
+                               for name, gws in (("max", MAX_GWS), ("min", MIN_GWS))}
+            self.math_run = {name: _sig(o, run, c_int32, c_void_p, c_uint64, c_void_p,
+                                        c_void_p)
+                             for name, run in (("clamp", CLAMP_RUN), ("max", MAX_RUN),
+                                               ("min", MIN_RUN))}
         for name in (
             "live_objects",
             "live_tensors",
             "live_int_arrays",
             "live_executors",
+            "live_scalars",
             "live_allocations",
             "bad_destroys",
             "bad_frees",
@@ -165,6 +187,10 @@ class FakeCann:
         self.last_stream = _sig(n, "fakecann_last_stream", c_void_p, c_char_p)
         self.last_workspace = _sig(n, "fakecann_last_workspace", c_void_p, c_char_p)
         self.last_error_message = _sig(n, "fakecann_last_error_message", c_char_p)
+        self._last_indices = _sig(n, "fakecann_last_indices", c_int64, c_char_p, P, c_int64)
+        self.last_tensor_data = _sig(n, "fakecann_last_tensor_data", c_void_p, c_char_p,
+                                     c_int64)
+        self.last_memcpy_kind = _sig(n, "fakecann_last_memcpy_kind", c_int32)
         self.set_int64_indices_only = _sig(n, "fakecann_set_int64_indices_only", None, c_int32)
         self.set_no_context = _sig(n, "fakecann_set_no_context", None, c_int32)
         self.aclrtGetSocName = _sig(a, "aclrtGetSocName", c_char_p)
@@ -201,15 +227,33 @@ class FakeCann:
     def int_array(self, values):
         return self.aclCreateIntArray(_i64s(values), len(values))
 
+    def scalar(self, value, dtype=INT64):
+        """aclScalar of `value` as aclDataType `dtype` (INT64, INT32 or DOUBLE)."""
+        ctype = {INT64: ctypes.c_int64, INT32: ctypes.c_int32, DOUBLE: ctypes.c_double}[dtype]
+        return Scalar(self.aclCreateScalar(ctypes.byref(ctype(value)), dtype))
+
     def destroy(self, *objs):
         for o in objs:
             if o is not None:
                 rc = (
                     self.aclDestroyIntArray
                     if getattr(o, "is_array", False)
+                    else self.aclDestroyScalar
+                    if getattr(o, "is_scalar", False)
                     else self.aclDestroyTensor
                 )(o)
                 assert rc == OK, rc
+
+    def last_indices(self, run: str | bytes) -> list[int] | None:
+        """The indices the last execution of the unpool entry point `run` received, in
+        (n, c, i) order; None if it never ran since the last reset."""
+        run = run.encode() if isinstance(run, str) else run
+        count = self._last_indices(run, None, 0)
+        if count < 0:
+            return None
+        values = (c_int64 * max(count, 1))()
+        self._last_indices(run, values, count)
+        return list(values[:count])
 
     def err(self):
         m = self.aclGetRecentErrMsg()
@@ -234,6 +278,10 @@ class FakeCann:
 
 class IntArray(int):
     is_array = True
+
+
+class Scalar(int):
+    is_scalar = True
 
 
 def _int_array(fc, values):
@@ -1053,7 +1101,8 @@ def check_layouts(fc):
     del fc
     symbols = {FWD2D: (FWD_GWS, FWD_RUN), BWD2D: (BWD_GWS, BWD_RUN),
                FWD3D: (FWD3D_GWS, FWD3D_RUN), BWD3D: (BWD3D_GWS, BWD3D_RUN),
-               POOL2D: (POOL2D_GWS, POOL2D_RUN), POOL3D: (POOL3D_GWS, POOL3D_RUN)}
+               POOL2D: (POOL2D_GWS, POOL2D_RUN), POOL3D: (POOL3D_GWS, POOL3D_RUN),
+               MATH: (CLAMP_GWS, CLAMP_RUN, MAX_GWS, MAX_RUN, MIN_GWS, MIN_RUN)}
     with tempfile.TemporaryDirectory() as tmp:
         for layout, libs in LAYOUTS.items():
             d = build(pathlib.Path(tmp) / layout, layout=layout)
@@ -1777,6 +1826,113 @@ def check_pool_chips(fc):
     assert fc.live_objects() == live0 and fc.bad_destroys() == 0
 
 
+# ---- the ops-math ops --------------------------------------------------------------------
+# aclnnClamp, aclnnMax and aclnnMin, as the handlers use them on indices (INT32, INT64).
+
+def run_clamp(fc, x, lo, hi, out=None, *, bound_dtype=None, stream=None):
+    """Full aclnnClamp cycle over INT32/INT64 array x; returns (status, out)."""
+    if out is None:
+        out = np.full_like(x, 77)
+    dtype = ACL_DTYPE[x.dtype] if bound_dtype is None else bound_dtype
+    ts = [fc.tensor(x), fc.tensor(out)]
+    bounds = [None if b is None else fc.scalar(b, dtype) for b in (lo, hi)]
+    rc = _cycle(fc, lambda ws, ex: fc.clamp_gws(ts[0], bounds[0], bounds[1], ts[1], ws, ex),
+                fc.math_run["clamp"], [*ts, *bounds], stream)
+    return rc, out
+
+
+def run_reduce(fc, which, x, out=None, *, base=None):
+    """Full aclnnMax / aclnnMin cycle over x (a view into `base` when given) into a 0-d
+    out; returns (status, out)."""
+    if out is None:
+        out = np.full((), 77, x.dtype)
+    ts = [fc.tensor(x, base=base), fc.tensor(out)]
+    rc = _cycle(fc, lambda ws, ex: fc.reduce_gws[which](ts[0], ts[1], ws, ex),
+                fc.math_run[which], ts)
+    return rc, out
+
+
+def check_math_values(fc):
+    """Clamp, Max and Min give numpy's values for INT32 and INT64, strided views too."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.int32, np.int64):
+        x = rng.integers(-50, 80, (3, 4, 5)).astype(dtype)
+        live0 = fc.baseline()
+        rc, out = run_clamp(fc, x, 0, 41)
+        assert rc == OK, fc.err()
+        np.testing.assert_array_equal(out, np.clip(x, 0, 41))
+        rc, out = run_clamp(fc, x, None, 9)  # one bound: the other is the dtype's limit
+        assert rc == OK and np.array_equal(out, np.minimum(x, 9)), fc.err()
+        for which, ref in (("max", np.max), ("min", np.min)):
+            rc, out = run_reduce(fc, which, x)
+            assert rc == OK and out == ref(x), (which, fc.err())
+        base = rng.integers(-9, 9, (4, 6)).astype(dtype)
+        view = base[:, ::2]
+        rc, out = run_reduce(fc, "max", view, base=base)
+        assert rc == OK and out == view.max(), fc.err()
+        assert fc.live_objects() == live0, "objects leaked"
+
+
+def check_math_refusals(fc):
+    """The documented refusals and the emulator's own: a bound out's dtype cannot hold
+    (the real op would wrap it), floats (not emulated), mismatched dtypes or shapes, an
+    out overlapping self, a reduction into more than one element."""
+    x32 = np.arange(12, dtype=np.int32).reshape(3, 4)
+    cases = [
+        ("does not fit out's INT32", lambda: run_clamp(fc, x32, 0, 2**31, bound_dtype=INT64)),
+        ("must not be None", lambda: run_clamp(fc, x32, None, None)),
+        ("is not emulated", lambda: run_clamp(fc, x32.astype(np.float32), 0, 3,
+                                              bound_dtype=INT64)),
+        ("must equal self dtype", lambda: run_clamp(fc, x32, 0, 3,
+                                                    out=np.zeros((3, 4), np.int64))),
+        ("must equal self shape", lambda: run_clamp(fc, x32, 0, 3,
+                                                    out=np.zeros((4, 3), np.int32))),
+        ("integer bounds", lambda: run_clamp(fc, x32, 0, 3, bound_dtype=DOUBLE)),
+        ("overlaps", lambda: run_clamp(fc, x32, 0, 3, out=x32)),
+        ("must hold one element", lambda: run_reduce(fc, "max", x32,
+                                                      out=np.zeros(2, np.int32))),
+    ]
+    for what, call in cases:
+        fc.baseline()
+        rc, _ = call()
+        message = fc.last_error_message().decode()
+        assert rc in (INVALID, NULLPTR) and what in message, (what, rc, message)
+
+
+def check_scalars(fc):
+    """aclCreateScalar copies the value; scalars are tracked like the other objects."""
+    live0 = fc.baseline()
+    a = fc.scalar(7, INT32)
+    assert a and fc.live_scalars() == 1 and fc.live_objects() == live0 + 1
+    fc.destroy(a)
+    assert fc.aclDestroyScalar(a) == INVALID  # a second destroy is caught
+    assert fc.live_objects() == live0
+    fc.reset()
+
+
+def check_memcpy(fc):
+    """aclrtMemcpy copies (host memory here), refuses more than destMax, records its kind."""
+    fc.reset()
+    src, dst = np.arange(4, dtype=np.int64), np.zeros(4, np.int64)
+    assert fc.aclrtMemcpy(dst.ctypes.data, 32, src.ctypes.data, 32, 2) == OK
+    assert np.array_equal(dst, src) and fc.last_memcpy_kind() == 2
+    assert fc.aclrtMemcpy(dst.ctypes.data, 8, src.ctypes.data, 32, 2) != OK
+    assert fc.call_count(b"aclrtMemcpy") == 2
+
+
+def check_last_indices(fc):
+    """An unpool execution records the indices it received, an out-of-range one too."""
+    x = np.ones((1, 1, 2, 2), np.float32)
+    idx = np.array([0, 3, 5, 1], np.int32).reshape(1, 1, 2, 2)
+    fc.reset()
+    assert fc.last_indices(FWD_RUN) is None
+    assert run_fwd(fc, x, idx, (2, 3))[0] == OK
+    assert fc.last_indices(FWD_RUN) == [0, 3, 5, 1]
+    idx.reshape(-1)[2] = 1000
+    assert run_fwd(fc, x, idx, (2, 3))[0] == RUNTIME
+    assert fc.last_indices(FWD_RUN) == [0, 3, 1000, 1]
+
+
 ALL_CHECKS = [
     check_seed_example,
     check_forward_values,
@@ -1815,6 +1971,11 @@ ALL_CHECKS = [
     check_pool_refusals,
     check_pool_empty_workspace_and_volume,
     check_pool_chips,
+    check_math_values,
+    check_math_refusals,
+    check_scalars,
+    check_memcpy,
+    check_last_indices,
 ]
 
 

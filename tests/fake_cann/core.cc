@@ -6,7 +6,9 @@
 // the six aclnn ops (MaxUnpool2d, MaxUnpool3d and their backwards, MaxPool2dWithIndices,
 // MaxPool3dWithArgmax) is enforced with the documented status code, objects are tracked so
 // leaks and double destroys are visible, executors are single-use, and the workspace must
-// be exactly the size GetWorkspaceSize returned (it is overwritten with a canary).
+// be exactly the size GetWorkspaceSize returned (it is overwritten with a canary). The
+// ops-math ops the handlers use on indices (Clamp, Max, Min) are emulated for INT32 and
+// INT64 tensors, with their documented checks and the emulator's own (see clamp_gws).
 #include <algorithm>
 #include <cmath>
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,7 +40,22 @@ struct aclIntArray {
   std::vector<int64_t> values;
 };
 
-enum class Op { kForward, kBackward, kForward3d, kBackward3d, kPool2d, kPool3d };
+struct aclScalar {
+  aclDataType dtype = 0;
+  unsigned char value[8] = {};  // the element_size(dtype) bytes aclCreateScalar copied
+};
+
+enum class Op {
+  kForward,
+  kBackward,
+  kForward3d,
+  kBackward3d,
+  kPool2d,
+  kPool3d,
+  kClamp,
+  kMax,
+  kMin,
+};
 
 struct aclOpExecutor {
   Op op = Op::kForward;
@@ -48,6 +66,8 @@ struct aclOpExecutor {
   // Pools: the window, one element per spatial dim.
   std::vector<int64_t> kernel, stride, padding, dilation;
   bool ceil_mode = false;
+  // Clamp: the bounds, as int64.
+  int64_t lo = 0, hi = 0;
   uint64_t workspace_size = 0;
 };
 
@@ -56,6 +76,7 @@ namespace {
 
 constexpr bool is_forward(Op op) { return op == Op::kForward || op == Op::kForward3d; }
 constexpr bool is_pool(Op op) { return op == Op::kPool2d || op == Op::kPool3d; }
+constexpr bool is_math(Op op) { return op == Op::kClamp || op == Op::kMax || op == Op::kMin; }
 // 2 for the MaxUnpool2d and MaxPool2d ops, 3 for the 3-D ones.
 constexpr int spatial_rank(Op op) {
   return op == Op::kForward || op == Op::kBackward || op == Op::kPool2d ? 2 : 3;
@@ -73,6 +94,9 @@ constexpr OpNames kOpNames[] = {
     {"aclnnMaxUnpool3dBackwardGetWorkspaceSize", "aclnnMaxUnpool3dBackward"},
     {"aclnnMaxPool2dWithIndicesGetWorkspaceSize", "aclnnMaxPool2dWithIndices"},
     {"aclnnMaxPool3dWithArgmaxGetWorkspaceSize", "aclnnMaxPool3dWithArgmax"},
+    {"aclnnClampGetWorkspaceSize", "aclnnClamp"},
+    {"aclnnMaxGetWorkspaceSize", "aclnnMax"},
+    {"aclnnMinGetWorkspaceSize", "aclnnMin"},
 };
 constexpr const char *gws_name(Op op) { return kOpNames[static_cast<int>(op)].gws; }
 constexpr const char *run_name(Op op) { return kOpNames[static_cast<int>(op)].run; }
@@ -82,7 +106,7 @@ constexpr int kMaxDims = 8;
 // destroy of the same pointer is recognised instead of hitting a reused address.
 constexpr size_t kQuarantine = size_t{1} << 16;
 
-enum Kind : int { kTensor = 0, kIntArray = 1, kExecutor = 2 };
+enum Kind : int { kTensor = 0, kIntArray = 1, kExecutor = 2, kScalar = 3 };
 const char *kind_name(Kind k) {
   switch (k) {
     case kTensor:
@@ -91,6 +115,8 @@ const char *kind_name(Kind k) {
       return "aclIntArray";
     case kExecutor:
       return "aclOpExecutor";
+    case kScalar:
+      return "aclScalar";
   }
   return "?";
 }
@@ -105,7 +131,7 @@ struct State {
   std::unordered_map<const void *, Kind> live;
   std::unordered_map<const void *, Kind> dead;  // destroyed, still quarantined
   std::deque<std::pair<void *, Kind>> quarantine;
-  int64_t live_count[3] = {0, 0, 0};
+  int64_t live_count[4] = {0, 0, 0, 0};
   int64_t bad_destroys = 0;
   std::unordered_map<void *, size_t> allocations;
   int64_t bad_frees = 0;
@@ -115,6 +141,10 @@ struct State {
   std::unordered_map<std::string, int32_t> last_indices_dtype;
   std::unordered_map<std::string, void *> last_stream;
   std::unordered_map<std::string, void *> last_workspace;
+  // Per execution entry point: the indices an unpool run received (flat, (n, c, i) order)
+  // and the data pointers of its tensors.
+  std::unordered_map<std::string, std::vector<int64_t>> last_indices;
+  std::unordered_map<std::string, std::vector<void *>> last_data;
   uint64_t last_workspace_size = 0;
   std::string last_error;  // process-wide copy of the newest message
   bool int64_indices_only = false;  // CANN 8.0.RC1-RC3 forward: INT64 indices only
@@ -122,6 +152,7 @@ struct State {
   std::string soc_name;             // what aclrtGetSocName returns (set_default_soc_name)
   bool soc_name_null = false;       // ... or nullptr
   int32_t device = 0;               // aclrtGetDevice's answer; -1: no device
+  int last_memcpy_kind = -1;        // aclrtMemcpy's last kind
   bool pool2d_float_only = false;   // CANN 8.0.RC2's aclnnMaxPool2dWithIndices
 };
 
@@ -280,6 +311,9 @@ void delete_object(void *p, Kind k) {
       break;
     case kExecutor:
       delete static_cast<aclOpExecutor *>(p);
+      break;
+    case kScalar:
+      delete static_cast<aclScalar *>(p);
       break;
   }
 }
@@ -942,6 +976,11 @@ Failure check_pool_kernel_shapes(const aclOpExecutor &e) {
 // the real ones do before building any kernel.
 // The MaxPool ops return 0 for an empty self or out.
 uint64_t workspace_size_for(Op op, const std::vector<aclTensor> &tensors) {
+  if (is_math(op)) {
+    if (numel(tensors[0].view) == 0) return 0;
+    const uint64_t data = std::min<uint64_t>(uint64_t(numel(tensors[0].view)) * 4, 1u << 20);
+    return (op == Op::kClamp ? 272 : op == Op::kMax ? 304 : 336) + (data + 31) / 32 * 32;
+  }
   if (is_pool(op)) {
     if (numel(tensors[0].view) == 0 || numel(tensors[1].view) == 0) return 0;
     const uint64_t data = std::min<uint64_t>(uint64_t(numel(tensors[1].view)) * 4, 1u << 20);
@@ -1064,6 +1103,9 @@ int32_t get_workspace_size(Op op, const std::vector<TensorArg> &inputs,
       break;
     case Op::kPool2d:
     case Op::kPool3d:  // pool_get_workspace_size
+    case Op::kClamp:   // clamp_get_workspace_size
+    case Op::kMax:     // reduce_get_workspace_size
+    case Op::kMin:
       std::abort();
   }
   if (f) return fail(fn, f.status, f.what);
@@ -1127,6 +1169,232 @@ int32_t pool_get_workspace_size(const aclTensor *self, const aclIntArray *kernel
   if ((f = check_format(all)) || (f = check_memory(all, 2))) return fail(fn, f.status, f.what);
 
   return hand_out(new aclOpExecutor(std::move(e)), workspace_size, executor);
+}
+
+
+// ---- the ops-math ops -------------------------------------------------------------------
+// aclnnClamp (hicann/ops-math conversion/clip_by_value_v2/op_api/aclnn_clamp.cpp) and
+// aclnnMax / aclnnMin (math/reduce_max, math/reduce_min: the largest / smallest element
+// into out), with their documented checks on an Atlas A2, emulated for INT32 and INT64
+// tensors -- what the handlers pass -- and refused (161002, "not emulated") for the other
+// listed dtypes. The emulator's own checks: out's dtype is self's (it does not cast), a
+// clamp bound is an integer that out's dtype holds (the real op converts it to out's
+// dtype, ConvertToTensor, silently wrapping), and the usual format and memory checks.
+
+// Clamp's dtype list on Atlas A2/A3 (Ascend910B_dtype_support_list); the reductions'
+// (DTYPE_SUPPORT_GE910B_LIST) adds BOOL.
+bool math_dtype_listed(Op op, aclDataType dt) {
+  switch (dt) {
+    case kFloat16:
+    case kFloat:
+    case kInt32:
+    case kInt64:
+    case kInt16:
+    case kInt8:
+    case kUint8:
+    case kDouble:
+    case kBf16:
+      return true;
+    case kBool:
+      return op != Op::kClamp;
+    default:
+      return false;
+  }
+}
+
+// Element i (row-major over the view) of an INT32 or INT64 tensor.
+char *element_at(const aclTensor &t, int64_t i) {
+  int64_t e = t.offset;
+  for (size_t j = t.view.size(); j-- > 0; i /= t.view[j]) e += (i % t.view[j]) * t.strides[j];
+  return static_cast<char *>(t.data) + e * int64_t(element_size(t.dtype));
+}
+
+int64_t read_int(const aclTensor &t, int64_t i) {
+  if (t.dtype == kInt32) {
+    int32_t v;
+    std::memcpy(&v, element_at(t, i), 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, element_at(t, i), 8);
+  return v;
+}
+
+void write_int(const aclTensor &t, int64_t i, int64_t v) {
+  if (t.dtype == kInt32) {
+    const int32_t w = int32_t(v);
+    std::memcpy(element_at(t, i), &w, 4);
+  } else {
+    std::memcpy(element_at(t, i), &v, 8);
+  }
+}
+
+// An integer scalar's value; false for any other dtype.
+bool scalar_int(const aclScalar &a, int64_t *v) {
+  switch (a.dtype) {
+    case kInt8: {
+      int8_t x;
+      std::memcpy(&x, a.value, 1);
+      *v = x;
+      return true;
+    }
+    case kUint8:
+      *v = a.value[0];
+      return true;
+    case kInt16: {
+      int16_t x;
+      std::memcpy(&x, a.value, 2);
+      *v = x;
+      return true;
+    }
+    case kInt32: {
+      int32_t x;
+      std::memcpy(&x, a.value, 4);
+      *v = x;
+      return true;
+    }
+    case kInt64:
+      std::memcpy(v, a.value, 8);
+      return true;
+    default:
+      return false;
+  }
+}
+
+Failure check_math_tensors(Op op, const aclTensor &self, const aclTensor &out) {
+  for (const auto &[name, t] : {NamedTensor{"self", &self}, NamedTensor{"out", &out}})
+    if (!math_dtype_listed(op, t->dtype))
+      return invalid(std::string(name) + " dtype " + dtype_str(t->dtype) + " is not supported");
+  if (self.view.size() > kMaxDims || out.view.size() > kMaxDims)
+    return invalid("self and out may have at most 8 dims");
+  if (self.dtype != kInt32 && self.dtype != kInt64)
+    return invalid("self dtype " + dtype_str(self.dtype) +
+                   " is not emulated (the emulator runs INT32 and INT64 only)");
+  if (out.dtype != self.dtype)
+    return invalid("out dtype " + dtype_str(out.dtype) + " must equal self dtype " +
+                   dtype_str(self.dtype) + " (the emulator does not cast)");
+  return {};
+}
+
+// Copies the live tensors and scalars among `tensors` and `scalars` (null scalars are
+// skipped: "none"); "" when all are live, else why the first is not.
+using ScalarArg = std::pair<const char *, const aclScalar *>;
+std::string copy_live_math_args(const std::vector<TensorArg> &tensors,
+                                const std::vector<ScalarArg> &scalars,
+                                std::vector<aclTensor> *tensor_copies,
+                                std::vector<const aclScalar *> *scalar_copies) {
+  if (std::string bad = copy_live_args(tensors, {}, {}, tensor_copies, nullptr); !bad.empty())
+    return bad;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const auto &[name, ptr] : scalars) {
+    if (ptr == nullptr) {
+      scalar_copies->push_back(nullptr);
+      continue;
+    }
+    auto it = s.live.find(ptr);
+    if (it == s.live.end() || it->second != kScalar)
+      return std::string(name) + ": " + describe_locked(s, ptr, kScalar);
+    scalar_copies->push_back(new aclScalar(*ptr));  // freed by the caller
+  }
+  return "";
+}
+
+int32_t clamp_get_workspace_size(const aclTensor *self, const aclScalar *clip_min,
+                                 const aclScalar *clip_max, aclTensor *out,
+                                 uint64_t *workspace_size, aclOpExecutor **executor) {
+  const char *fn = gws_name(Op::kClamp);
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  record_dtypes(fn, self, nullptr);
+  if (!self) return fail(fn, kErrParamNullptr, "self is nullptr");
+  if (!out) return fail(fn, kErrParamNullptr, "out is nullptr");
+  if (!clip_min && !clip_max)
+    return fail(fn, kErrParamNullptr, "clamp: At least one of 'min' or 'max' must not be None.");
+  if (!workspace_size) return fail(fn, kErrParamNullptr, "workspaceSize is nullptr");
+  if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
+
+  aclOpExecutor e;
+  e.op = Op::kClamp;
+  std::vector<const aclScalar *> bounds;
+  const std::string bad = copy_live_math_args({{"self", self}, {"out", out}},
+                                              {{"clipValueMin", clip_min},
+                                               {"clipValueMax", clip_max}},
+                                              &e.tensors, &bounds);
+  const aclScalar lo_copy = bounds.size() > 0 && bounds[0] ? *bounds[0] : aclScalar{};
+  const aclScalar hi_copy = bounds.size() > 1 && bounds[1] ? *bounds[1] : aclScalar{};
+  const bool has_lo = bounds.size() > 0 && bounds[0], has_hi = bounds.size() > 1 && bounds[1];
+  for (const aclScalar *b : bounds) delete b;
+  if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
+  const aclTensor &t_self = e.tensors[0], &t_out = e.tensors[1];
+  Failure f = check_math_tensors(Op::kClamp, t_self, t_out);
+  if (!f && t_self.view != t_out.view)
+    f = invalid("out shape " + shape_str(t_out.view) + " must equal self shape " +
+                shape_str(t_self.view));
+  const bool wide = t_out.dtype == kInt64;
+  e.lo = wide ? INT64_MIN : INT32_MIN;
+  e.hi = wide ? INT64_MAX : INT32_MAX;
+  for (const auto &[name, has, scalar, bound] :
+       {std::tuple{"clipValueMin", has_lo, &lo_copy, &e.lo},
+        std::tuple{"clipValueMax", has_hi, &hi_copy, &e.hi}}) {
+    if (f || !has) continue;
+    int64_t v;
+    if (!scalar_int(*scalar, &v))
+      f = invalid(strf("%s dtype %s: an integer out takes integer bounds in the emulator", name,
+                       dtype_str(scalar->dtype).c_str()));
+    else if (!wide && (v < INT32_MIN || v > INT32_MAX))
+      f = invalid(strf("%s %lld does not fit out's INT32 (the real op would wrap it)", name,
+                       (long long)v));
+    else
+      *bound = v;
+  }
+  if (!f) f = check_format({{"self", &t_self}, {"out", &t_out}});
+  if (!f) f = check_memory({{"self", &t_self}, {"out", &t_out}});
+  if (f) return fail(fn, f.status, f.what);
+  return hand_out(new aclOpExecutor(std::move(e)), workspace_size, executor);
+}
+
+template <Op op>
+int32_t reduce_get_workspace_size(const aclTensor *self, aclTensor *out,
+                                  uint64_t *workspace_size, aclOpExecutor **executor) {
+  static_assert(op == Op::kMax || op == Op::kMin);
+  const char *fn = gws_name(op);
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  record_dtypes(fn, self, nullptr);
+  if (!self) return fail(fn, kErrParamNullptr, "self is nullptr");
+  if (!out) return fail(fn, kErrParamNullptr, "out is nullptr");
+  if (!workspace_size) return fail(fn, kErrParamNullptr, "workspaceSize is nullptr");
+  if (!executor) return fail(fn, kErrParamNullptr, "executor is nullptr");
+  aclOpExecutor e;
+  e.op = op;
+  const std::string bad = copy_live_args({{"self", self}, {"out", out}}, {}, {}, &e.tensors,
+                                         nullptr);
+  if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
+  const aclTensor &t_self = e.tensors[0], &t_out = e.tensors[1];
+  Failure f = check_math_tensors(op, t_self, t_out);
+  // The reduction of every dim without keepdim: a 0-d result (CheckShapeAndScalarSame).
+  if (!f && numel(t_out.view) != 1)
+    f = invalid("out shape " + shape_str(t_out.view) + " must hold one element");
+  if (!f) f = check_format({{"self", &t_self}, {"out", &t_out}});
+  if (!f) f = check_memory({{"self", &t_self}, {"out", &t_out}});
+  if (f) return fail(fn, f.status, f.what);
+  return hand_out(new aclOpExecutor(std::move(e)), workspace_size, executor);
+}
+
+void run_math(const aclOpExecutor &e) {
+  const aclTensor &self = e.tensors[0], &out = e.tensors[1];
+  const int64_t n = numel(self.view);
+  if (e.op == Op::kClamp) {
+    for (int64_t i = 0; i < n; ++i)
+      write_int(out, i, std::min(std::max(read_int(self, i), e.lo), e.hi));
+    return;
+  }
+  if (n == 0) return;  // the real ops return before any kernel
+  int64_t r = read_int(self, 0);
+  for (int64_t i = 1; i < n; ++i)
+    r = e.op == Op::kMax ? std::max(r, read_int(self, i)) : std::min(r, read_int(self, i));
+  write_int(out, 0, r);
 }
 
 // ---- execution ------------------------------------------------------------------------
@@ -1337,7 +1605,10 @@ int32_t execute(void *workspace, uint64_t workspace_size, aclOpExecutor *executo
         retire_locked(s, executor, kExecutor);  // single-use, consumed on success or failure
         consumed = true;
         s.last_dtype[fn] = e.tensors[0].dtype;
-        s.last_indices_dtype[fn] = e.tensors[is_forward(op) ? 1 : 2].dtype;
+        if (!is_math(e.op)) s.last_indices_dtype[fn] = e.tensors[is_forward(e.op) ? 1 : 2].dtype;
+        std::vector<void *> &data = s.last_data[fn];
+        data.clear();
+        for (const aclTensor &t : e.tensors) data.push_back(t.data);
       } else {
         not_executor = describe_locked(s, executor, kExecutor);
       }
@@ -1382,9 +1653,21 @@ int32_t execute(void *workspace, uint64_t workspace_size, aclOpExecutor *executo
     run_pool(e);
     return kSuccess;
   }
+  if (is_math(op)) {
+    run_math(e);
+    return kSuccess;
+  }
   const aclTensor &idx_t = e.tensors[is_forward(op) ? 1 : 2];
-  if (Failure f = check_indices(Volumes(idx_t, spatial_rank(op)), e.output_size))
-    return fail(fn, f.status, f.what);
+  const Volumes idx(idx_t, spatial_rank(op));
+  std::vector<int64_t> received;  // what a test reads back: fakecann_last_indices
+  for (int64_t n = 0; n < idx.n; ++n)
+    for (int64_t c = 0; c < idx.c; ++c)
+      for (int64_t i = 0; i < idx.size; ++i) received.push_back(read_index(idx, n, c, i));
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.last_indices[fn] = std::move(received);
+  }
+  if (Failure f = check_indices(idx, e.output_size)) return fail(fn, f.status, f.what);
   if (is_forward(op))
     run_forward(e);
   else
@@ -1438,6 +1721,24 @@ aclError rt_free(void *dev_ptr) {
   }
   return fail(fn, kAclErrInvalidParam,
               strf("%p was not allocated by aclrtMalloc or was already freed", dev_ptr));
+}
+
+// Host memory on both sides in the emulator; counted (fakecann_call_count) and checked
+// as the real one checks its arguments.
+aclError rt_memcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
+  const char *fn = "aclrtMemcpy";
+  int32_t st;
+  if (take_injected(fn, &st)) return st;
+  if (!dst || !src) return fail(fn, kAclErrInvalidParam, "dst or src is nullptr");
+  if (count > dest_max)
+    return fail(fn, kAclErrInvalidParam, strf("count %zu exceeds destMax %zu", count, dest_max));
+  if (kind < 0 || kind > 3) return fail(fn, kAclErrInvalidParam, strf("unknown kind %d", kind));
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().last_memcpy_kind = kind;
+  }
+  std::memmove(dst, src, count);
+  return 0;
 }
 
 aclError rt_get_current_context(void **context) {
@@ -1553,6 +1854,13 @@ const CoreTable kCoreTable = {
     execute<Op::kPool3d>,
     rt_get_soc_name,
     rt_get_device,
+    rt_memcpy,
+    clamp_get_workspace_size,
+    execute<Op::kClamp>,
+    reduce_get_workspace_size<Op::kMax>,
+    execute<Op::kMax>,
+    reduce_get_workspace_size<Op::kMin>,
+    execute<Op::kMin>,
 };
 
 }  // namespace
@@ -1634,6 +1942,30 @@ FAKECANN_EXPORT aclnnStatus aclDestroyIntArray(const aclIntArray *array) {
   return destroy("aclDestroyIntArray", array, kIntArray);
 }
 
+FAKECANN_EXPORT aclScalar *aclCreateScalar(void *value, aclDataType dataType) {
+  const char *fn = "aclCreateScalar";
+  int32_t st;
+  if (take_injected(fn, &st)) return nullptr;
+  if (!value) {
+    fail(fn, kErrParamNullptr, "value is nullptr");
+    return nullptr;
+  }
+  if (element_size(dataType) == 0) {
+    fail(fn, kErrParamInvalid, strf("unknown dataType %d", dataType));
+    return nullptr;
+  }
+  auto *a = new aclScalar;
+  a->dtype = dataType;
+  std::memcpy(a->value, value, element_size(dataType));
+  std::lock_guard<std::mutex> lock(state().mu);
+  register_locked(state(), a, kScalar);
+  return a;
+}
+
+FAKECANN_EXPORT aclnnStatus aclDestroyScalar(const aclScalar *scalar) {
+  return destroy("aclDestroyScalar", scalar, kScalar);
+}
+
 // For an executor that will not be run (e.g. the workspace allocation failed). Absent
 // from a build with -DFAKECANN_NO_DESTROY_EXECUTOR, as from CANN versions that predate it.
 #ifndef FAKECANN_NO_DESTROY_EXECUTOR
@@ -1647,7 +1979,12 @@ FAKECANN_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
 FAKECANN_EXPORT int64_t fakecann_live_objects() {
   std::lock_guard<std::mutex> lock(state().mu);
   const auto &c = state().live_count;
-  return c[kTensor] + c[kIntArray] + c[kExecutor];
+  return c[kTensor] + c[kIntArray] + c[kExecutor] + c[kScalar];
+}
+
+FAKECANN_EXPORT int64_t fakecann_live_scalars() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().live_count[kScalar];
 }
 
 FAKECANN_EXPORT int64_t fakecann_live_tensors() {
@@ -1729,6 +2066,34 @@ FAKECANN_EXPORT void *fakecann_last_workspace(const char *function_name) {
   return it == state().last_workspace.end() ? nullptr : it->second;
 }
 
+// The indices the last execution of the unpool entry point `function_name` received, in
+// (n, c, i) order: copies up to `capacity` of them into `out` and returns how many there
+// were; -1 if it never ran since the last reset.
+FAKECANN_EXPORT int64_t fakecann_last_indices(const char *function_name, int64_t *out,
+                                              int64_t capacity) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_indices.find(function_name ? function_name : "");
+  if (it == state().last_indices.end()) return -1;
+  const int64_t n = int64_t(it->second.size());
+  for (int64_t i = 0; i < std::min(n, capacity); ++i) out[i] = it->second[i];
+  return n;
+}
+
+// The data pointer of tensor `i` (in the op's signature order, out last; the pools: self,
+// out, indices) of the last execution of `function_name`; NULL if none.
+FAKECANN_EXPORT void *fakecann_last_tensor_data(const char *function_name, int64_t i) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().last_data.find(function_name ? function_name : "");
+  if (it == state().last_data.end() || i < 0 || i >= int64_t(it->second.size())) return nullptr;
+  return it->second[i];
+}
+
+// aclrtMemcpy's last kind (-1 if it never ran since the last reset).
+FAKECANN_EXPORT int32_t fakecann_last_memcpy_kind() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().last_memcpy_kind;
+}
+
 FAKECANN_EXPORT const char *fakecann_last_error_message() {
   thread_local std::string copy;
   std::lock_guard<std::mutex> lock(state().mu);
@@ -1748,6 +2113,9 @@ FAKECANN_EXPORT void fakecann_reset() {
   s.last_indices_dtype.clear();
   s.last_stream.clear();
   s.last_workspace.clear();
+  s.last_indices.clear();
+  s.last_data.clear();
+  s.last_memcpy_kind = -1;
   s.last_workspace_size = 0;
   s.bad_destroys = 0;
   s.bad_frees = 0;

@@ -18,6 +18,7 @@ typedef int aclError;
 typedef void *aclrtStream;
 typedef struct aclTensor aclTensor;
 typedef struct aclIntArray aclIntArray;
+typedef struct aclScalar aclScalar;
 typedef struct aclOpExecutor aclOpExecutor;
 typedef int32_t aclDataType;  // an enum in CANN; int-sized
 typedef int32_t aclFormat;    // an enum in CANN; int-sized
@@ -76,6 +77,12 @@ using MaxPoolGws = aclnnStatus (*)(const aclTensor *self, const aclIntArray *ker
                                    const aclIntArray *dilation, bool ceil_mode, aclTensor *out,
                                    aclTensor *indices, uint64_t *workspace_size,
                                    aclOpExecutor **executor);
+// ops-math: aclnnClamp, and aclnnMax / aclnnMin (reduce every element).
+using ClampGws = aclnnStatus (*)(const aclTensor *self, const aclScalar *clip_value_min,
+                                 const aclScalar *clip_value_max, aclTensor *out,
+                                 uint64_t *workspace_size, aclOpExecutor **executor);
+using ReduceGws = aclnnStatus (*)(const aclTensor *self, aclTensor *out,
+                                  uint64_t *workspace_size, aclOpExecutor **executor);
 using RunPhase = aclnnStatus (*)(void *workspace, uint64_t workspace_size,
                                  aclOpExecutor *executor, aclrtStream stream);
 
@@ -101,8 +108,16 @@ struct CoreTable {
   RunPhase max_pool3d_with_argmax;
   const char *(*rt_get_soc_name)();  // aclrtGetSocName, of libascendcl.so
   aclError (*rt_get_device)(int32_t *device_id);  // aclrtGetDevice, of libascendcl.so
+  aclError (*rt_memcpy)(void *dst, size_t dest_max, const void *src, size_t count,
+                        int kind);  // aclrtMemcpy, of libascendcl.so
+  ClampGws clamp_get_workspace_size;
+  RunPhase clamp;
+  ReduceGws max_get_workspace_size;
+  RunPhase max;
+  ReduceGws min_get_workspace_size;
+  RunPhase min;
 };
-constexpr uint32_t kCoreAbiVersion = 6;
+constexpr uint32_t kCoreAbiVersion = 7;
 
 }  // namespace fakecann
 

@@ -103,6 +103,7 @@ class FakeXla:
                 ("count", c_int64, [c_char_p]),
                 ("live_scratch", c_int64, []),
                 ("last_allocation", c_void_p, []),
+                ("allocation", c_void_p, [c_int64]),
                 ("last_allocation_size", c_uint64, []),
                 ("last_alignment", c_uint64, []),
                 ("reset", None, [])):

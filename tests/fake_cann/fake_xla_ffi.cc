@@ -43,6 +43,7 @@ struct State {
   std::map<void*, size_t> live;  // scratch memory not yet freed
   void* last_allocation = nullptr;
   size_t last_size = 0, last_alignment = 0;
+  std::vector<void*> allocations;  // every one since the last reset, in order
 };
 
 State& state() {
@@ -101,6 +102,7 @@ XLA_FFI_Error* Allocate(XLA_FFI_DeviceMemory_Allocate_Args* args) {
   std::memset(p, 0xCD, args->size);
   s.live[p] = args->size;
   s.last_allocation = p;
+  s.allocations.push_back(p);
   s.last_size = args->size;
   s.last_alignment = args->alignment;
   args->data = p;
@@ -303,6 +305,13 @@ FX_EXPORT void* fx_last_allocation() {
   return state().last_allocation;
 }
 
+// The i-th scratch allocation since the last reset (freed or not); NULL past the last.
+FX_EXPORT void* fx_allocation(int64_t i) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  const auto& a = state().allocations;
+  return i >= 0 && i < static_cast<int64_t>(a.size()) ? a[i] : nullptr;
+}
+
 FX_EXPORT uint64_t fx_last_allocation_size() {
   std::lock_guard<std::mutex> lock(state().mu);
   return state().last_size;
@@ -320,6 +329,7 @@ FX_EXPORT void fx_reset() {
   State& s = state();
   s.counts.clear();
   s.last_allocation = nullptr;
+  s.allocations.clear();
   s.last_size = s.last_alignment = 0;
   s.stream = nullptr;
   s.stream_fails = s.ordinal_fails = s.scratch_refused = false;

@@ -7,9 +7,9 @@ using fakecann::forward_core;
 // build.py compiles this file once per opapi library of a layout; FAKECANN_OPS chooses
 // which entry points the library holds: bit 0 the 2-D forward, bit 1 the 2-D backward,
 // bit 2 the 3-D forward, bit 3 the 3-D backward, bit 4 aclnnMaxPool2dWithIndices, bit 5
-// aclnnMaxPool3dWithArgmax.
+// aclnnMaxPool3dWithArgmax, bit 6 the ops-math ops aclnnClamp, aclnnMax and aclnnMin.
 #ifndef FAKECANN_OPS
-#define FAKECANN_OPS 63
+#define FAKECANN_OPS 127
 #endif
 
 // The second phase of every op has one signature, and so have the two pools' first.
@@ -89,4 +89,33 @@ FAKECANN_FORWARD_POOL_GWS(aclnnMaxPool3dWithArgmaxGetWorkspaceSize,
                           max_pool3d_with_argmax_get_workspace_size)
 
 FAKECANN_FORWARD_RUN(aclnnMaxPool3dWithArgmax, max_pool3d_with_argmax)
+#endif
+
+#if FAKECANN_OPS & 64
+FAKECANN_EXPORT aclnnStatus aclnnClampGetWorkspaceSize(const aclTensor *self,
+                                                       const aclScalar *clipValueMin,
+                                                       const aclScalar *clipValueMax,
+                                                       aclTensor *out, uint64_t *workspaceSize,
+                                                       aclOpExecutor **executor) {
+  return forward_core().clamp_get_workspace_size(self, clipValueMin, clipValueMax, out,
+                                                 workspaceSize, executor);
+}
+
+FAKECANN_FORWARD_RUN(aclnnClamp, clamp)
+
+FAKECANN_EXPORT aclnnStatus aclnnMaxGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+                                                     uint64_t *workspaceSize,
+                                                     aclOpExecutor **executor) {
+  return forward_core().max_get_workspace_size(self, out, workspaceSize, executor);
+}
+
+FAKECANN_FORWARD_RUN(aclnnMax, max)
+
+FAKECANN_EXPORT aclnnStatus aclnnMinGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+                                                     uint64_t *workspaceSize,
+                                                     aclOpExecutor **executor) {
+  return forward_core().min_get_workspace_size(self, out, workspaceSize, executor);
+}
+
+FAKECANN_FORWARD_RUN(aclnnMin, min)
 #endif

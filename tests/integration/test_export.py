@@ -78,7 +78,9 @@ def test_safety_checks_name_the_stable_targets():
     aclnn = ("jax_unpool_aclnn_max_unpool2d_v1", "jax_unpool_aclnn_max_unpool2d_backward_v1",
              "jax_unpool_aclnn_max_unpool3d_v1", "jax_unpool_aclnn_max_unpool3d_backward_v1",
              "jax_unpool_aclnn_max_pool2d_with_indices_v1",
-             "jax_unpool_aclnn_max_pool3d_with_argmax_v1")
+             "jax_unpool_aclnn_max_pool3d_with_argmax_v1",
+             *(f"jax_unpool_aclnn_max_unpool{k}d{b}_checked_v1" for k in (2, 3)
+               for b in ("", "_backward")))
     cuda = tuple(f"jax_unpool_cuda_{op}_v1" for op in (
         "max_unpool", "max_unpool_checked", "max_unpool_backward", "max_unpool_backward_checked",
         "max_pool"))

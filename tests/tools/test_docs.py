@@ -171,7 +171,9 @@ def test_raises_lists_name_an_exception_per_item(api):
 
 def test_the_npu_targets_are_described_by_their_own_text(api):
     for name in ("MAX_UNPOOL2D_TARGET", "MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_TARGET",
-                 "MAX_UNPOOL3D_BACKWARD_TARGET", "MAX_POOL2D_TARGET", "MAX_POOL3D_TARGET"):
+                 "MAX_UNPOOL3D_BACKWARD_TARGET", "MAX_POOL2D_TARGET", "MAX_POOL3D_TARGET",
+                 "MAX_UNPOOL2D_CHECKED_TARGET", "MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET",
+                 "MAX_UNPOOL3D_CHECKED_TARGET", "MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET"):
         text = _text(_entry(api, f"jax_unpool.npu.{name}"))
         assert "FFI target of aclnn" in text and "str(object=" not in text, text
 

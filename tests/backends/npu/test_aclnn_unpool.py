@@ -499,6 +499,60 @@ def test_3d_out_of_range_indices_are_clamped_and_int64(emulated, rng, op):
     assert emulated.last_indices_dtype(run.encode()) == ACL["INT64"]
 
 
+# JAX_UNPOOL_NPU_CHECK_INDICES=1: the checked targets, and no clamp in the program.
+CHECKED_CASES = {  # (k, op): (function maker, values shape, plane, the targets)
+    (2, "forward"): (lambda: _forward(), SHAPES[4], HW, npu.MAX_UNPOOL2D_CHECKED_TARGET,
+                     npu.MAX_UNPOOL2D_TARGET),
+    (2, "backward"): (lambda: _backward(SHAPES[4], np.float32), (*SHAPES[4][:2], *HW), HW,
+                      npu.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET,
+                      npu.MAX_UNPOOL2D_BACKWARD_TARGET),
+    (3, "forward"): (lambda: _forward3(), SHAPE3, SIZE3, npu.MAX_UNPOOL3D_CHECKED_TARGET,
+                     npu.MAX_UNPOOL3D_TARGET),
+    (3, "backward"): (lambda: _backward3(SHAPE3), (*SHAPE3[:2], *SIZE3), SIZE3,
+                      npu.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET,
+                      npu.MAX_UNPOOL3D_BACKWARD_TARGET),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKED_CASES))
+def test_the_check_variable_lowers_to_the_checked_targets(emulated, rng, monkeypatch, case):
+    # The NPU lowering calls the checked targets, and hands them the indices unclamped: an
+    # index out of range fails the call with the CPU kernels' message (index, position,
+    # plane) instead of landing on the plane's end; in-range indices give the values.
+    k, op = case
+    make, values_shape, size, checked, default = CHECKED_CASES[case]
+    idx_shape = SHAPES[4] if k == 2 else SHAPE3
+    idx = oracle.random_indices(rng, idx_shape, int(np.prod(size)))
+    values = random_values(rng, values_shape, "float32")
+    monkeypatch.setenv("JAX_UNPOOL_NPU_CHECK_INDICES", "1")
+    f = make()
+    text = f.lower(values, idx).as_text()
+    assert checked in text and f"@{default}(" not in text and "clamp" not in text
+    want = (oracle.unpool_nd(values, idx, size) if op == "forward"
+            else oracle.gather_nd(values, idx, k))
+    np.testing.assert_array_equal(f(values, idx), want)
+    idx[1, 2, 1, 2] = int(np.prod(size)) + 5
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        jax.block_until_ready(make()(values, idx))
+    name = f"max_unpool{k}d{'' if op == 'forward' else '_backward'}"
+    cpu = jax.ffi.ffi_call(CPU_TARGET if op == "forward" else "jax_unpool_max_unpool_backward_v2",
+                           jax.ShapeDtypeStruct((*idx_shape[:2], *size) if op == "forward"
+                                                else idx_shape, np.float32))
+    with pytest.raises(RUNTIME_ERRORS) as cpu_err:
+        jax.block_until_ready(jax.jit(lambda v, i: cpu(v, i, channels_last=False,
+                                                       spatial_rank=k))(values, idx))
+    assert str(err.value) == str(cpu_err.value)
+    assert str(err.value).startswith(f"OUT_OF_RANGE: {name}: index {int(np.prod(size)) + 5} ")
+
+
+def test_a_misspelt_check_variable_is_refused(emulated, monkeypatch):
+    monkeypatch.setenv("JAX_UNPOOL_NPU_CHECK_INDICES", "yes")
+    x = np.ones((1, 1, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="JAX_UNPOOL_NPU_CHECK_INDICES must be '1', '0' or "
+                                         "unset, got 'yes'"):
+        _forward(hw=(2, 2)).lower(x, np.zeros(x.shape, np.int32))
+
+
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_3d_smaller_output_volume_uses_the_reference(emulated, rng, op):
     # Both 3-D ops refuse oD*oH*oW < D*H*W (CheckIntArrayShapeMaxUnPool3D).
@@ -622,6 +676,8 @@ def test_ffi_targets_go_to_the_name_the_plugin_handles(monkeypatch):
     assert sorted(seen) == sorted((target, "NPU_TEST_XLA") for target in (
         npu.MAX_UNPOOL2D_BACKWARD_TARGET, npu.MAX_UNPOOL2D_TARGET,
         npu.MAX_UNPOOL3D_BACKWARD_TARGET, npu.MAX_UNPOOL3D_TARGET,
+        npu.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET, npu.MAX_UNPOOL2D_CHECKED_TARGET,
+        npu.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET, npu.MAX_UNPOOL3D_CHECKED_TARGET,
         npu.MAX_POOL2D_TARGET, npu.MAX_POOL3D_TARGET))
     with pytest.raises(RuntimeError, match="installed no FFI handler under 'npu_test_none' or "
                                            "'NPU_TEST_NONE'.*ffi_platform="):
@@ -669,15 +725,18 @@ def _fresh_process(script, *args, env=None):
 
 # Every opapi file name a layout may hold.
 PROVIDER_FILES = ("libopapi.so", "libopapi_nn.so", "libopapi_math.so", "libopapi_cv.so",
-                  "libopapi_transformer.so", "libaclnn_ops_train.so", "libaclnn_ops_infer.so")
+                  "libopapi_transformer.so", "libaclnn_ops_train.so", "libaclnn_ops_infer.so",
+                  "libaclnn_math.so")
 
 
 @pytest.mark.parametrize("layout,opapi_name,loaded", [
     (None, "libopapi_nn.so", ["libopapi_nn.so"]),
-    # CANN 9.x: the split libraries next to the deprecated libopapi.so: only _nn opens.
-    ("split", None, ["libopapi_nn.so"]),
-    # CANN 8.x --feature install: the train/infer pair is one provider.
-    ("feature", None, ["libaclnn_ops_infer.so", "libaclnn_ops_train.so"]),
+    # CANN 9.x: the split libraries next to the deprecated libopapi.so: only _nn opens,
+    # with its ops-math library (aclnnClamp, aclnnMax, aclnnMin).
+    ("split", None, ["libopapi_math.so", "libopapi_nn.so"]),
+    # CANN 8.x --feature install: the train/infer pair is one provider, and its math
+    # library.
+    ("feature", None, ["libaclnn_math.so", "libaclnn_ops_infer.so", "libaclnn_ops_train.so"]),
 ])
 def test_both_ops_run_through_exactly_one_provider_in_a_fresh_process(tmp_path, layout,
                                                                       opapi_name, loaded):
