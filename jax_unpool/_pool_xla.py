@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _symbolic
+from jax_unpool import _args, _symbolic, _unpool_dense, _unpool_xla
 from jax_unpool._geometry import PoolGeometry
 
 # Up to this many kernel taps inside the input the taps are a Python loop, whose dense
@@ -144,11 +144,13 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
 def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
     """t at the argmax positions, on the flattened (D*H*W, H*W or W) plane, with XLA's
     gather: linear in t, and reverse mode transposes it into XLA's scatter-add of each
-    output cotangent to its argmax position (overlapping windows sum up).
+    output cotangent to its argmax position (overlapping windows sum up). The reference's
+    pool gradient, and `tangent_at_argmax`'s where the dense ops do not apply.
 
-    On CPU this measured faster than a select chain over the tap slices, whose transpose
-    (interior pads) XLA fuses with a recomputation of the whole forward pass per input
-    element.
+    On CPU this measured faster than a select chain over the tap slices left to jax's
+    transpose (interior pads), which XLA fused with a recomputation of the whole forward
+    pass per input element; `tangent_at_argmax` gives its select chain an explicit
+    transpose instead.
     """
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
@@ -168,6 +170,29 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
         axis = 2
     out = jnp.take_along_axis(flat_t, flat_i, axis=axis, mode="fill", fill_value=0)
     return out.reshape(idx.shape)
+
+
+def _argmax_in_window(g: PoolGeometry) -> bool:
+    """Whether every window's argmax is an input position inside the window, whatever x
+    holds: unless some window holds only padding (PyTorch then reports an index past the
+    row or the plane: `PoolGeometry.first_in_bounds`)."""
+    return all(int(g.first_in_bounds(a).max()) < g.in_size[a] for a in range(g.k))
+
+
+def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+    """`gather_at_argmax`'s result (batched t and idx), as dense ops where every argmax
+    lies in its window (`_unpool_dense.gather`), with the dense sum into the argmax
+    positions as its transpose (`_unpool_dense.scatter_add`: overlapping windows add up
+    in increasing window position, as PyTorch's CPU backward does); XLA's gather and
+    scatter-add otherwise, and for the packed sub-byte dtypes."""
+    b = _unpool_dense.boxes(g.out_size, g.in_size, g.window(), g.index_dtype)
+    if b is None or not _args.is_movable(t.dtype) or not _argmax_in_window(g) or any(
+            not _symbolic.is_symbolic(d) and d == 0 for d in t.shape):
+        return gather_at_argmax(t, idx, g)
+    last = g.channels_last
+    return _unpool_xla._paired(t, idx.shape,
+                               lambda v: _unpool_dense.gather(v, idx, b, last),
+                               lambda ct: _unpool_dense.scatter(ct, idx, b, last, add=True))
 
 
 # custom_jvp rather than differentiating the select chain: the tangent is one gather at

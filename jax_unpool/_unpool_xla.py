@@ -1,10 +1,13 @@
-"""XLA's scatter and gather on planes: the unpool primitives' lowering on every platform
-without a native kernel (`backends.xla`), and what ``jax_unpool.reference`` computes.
+"""XLA's scatter and gather on planes: what ``jax_unpool.reference`` computes, and the
+unpool primitives' lowering on every platform without a native kernel (`backends.xla`),
+which, where the window is known, runs dense ops instead (`scatter_windowed`,
+`gather_windowed`, `_unpool_dense`) and keeps the scatter or gather for indices outside
+their windows, chosen on the device.
 
 Operands are already validated, of spatial rank k, channels-first or channels-last; each
 is viewed as (N, C, plane) with the plane flattened, which is where an index points. Being
-XLA scatter/gather, they cannot fail at run time: an out-of-range index is dropped by the
-forward and reads 0 in the backward.
+XLA ops, they cannot fail at run time: an out-of-range index is dropped by the forward and
+reads 0 in the backward.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_unpool import _args, _geometry, _symbolic
+from jax_unpool import _args, _geometry, _symbolic, _unpool_dense
 
-__all__ = ["gather_planes", "scatter_planes"]
+__all__ = ["gather_planes", "gather_windowed", "scatter_planes", "scatter_windowed"]
 
 
 def _plane(sizes) -> int:
@@ -210,3 +213,65 @@ def _grad_size(grad_output, channels_last: bool, k: int) -> tuple[int, ...]:
     """The spatial size of the backward's grad_output: the forward's output_size."""
     h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
     return tuple(grad_output.shape[h:h + k])
+
+
+# --------------------------------------------------------------------------------------
+# The lowering of the primitives (backends.xla): dense ops where the window is known
+# --------------------------------------------------------------------------------------
+
+def _dense_or_general(dense, general, values, indices, b, channels_last: bool):
+    """`dense` where every index lies in its box (the check and the choice run on the
+    device: an HLO conditional, whose predicate XLA keeps on a TPU; on a GPU its
+    conditional copies the predicate to the host), else `general`. Both take and give
+    batched operands of `values`' dtype moved as same-width unsigned ints."""
+    unbatched = indices.ndim == b.k + 1
+    vb, ib = (values[None], indices[None]) if unbatched else (values, indices)
+    bits = _as_bits(vb)
+    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last), dense, general, bits, ib)
+    if out.dtype != values.dtype:
+        out = lax.bitcast_convert_type(out, values.dtype)
+    return out[0] if unbatched else out
+
+
+def _empty(shape) -> bool:
+    return any(not _symbolic.is_symbolic(d) and d == 0 for d in shape)
+
+
+def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
+                     channels_last: bool, window=None) -> jax.Array:
+    """The forward for the primitive's lowering: `scatter_planes`' result, with dense ops
+    where `window` (extent, stride, padding) is given or output sizes are multiples of
+    the input's, and every index lies in its window's box; XLA's scatter otherwise."""
+    k = len(output_size)
+    h = _geometry.spatial_axis(x.ndim, channels_last, k)
+    b = _unpool_dense.boxes(x.shape[h:h + k], output_size, window, indices.dtype)
+    if b is None or _empty(x.shape):
+        return _scatter(x, indices, output_size, channels_last, exact_bits=True)
+
+    def dense(v, i):
+        return _unpool_dense.scatter(v, i, b, channels_last)
+
+    def general(v, i):
+        return _scatter(v, i, output_size, channels_last, exact_bits=False)
+
+    return _dense_or_general(dense, general, x, indices, b, channels_last)
+
+
+def gather_windowed(grad_output: jax.Array, indices: jax.Array, channels_last: bool,
+                    spatial_rank: int, window=None) -> jax.Array:
+    """The backward for the primitive's lowering: `gather_planes`' result, with dense ops
+    where the window is known (as `scatter_windowed`) and every index lies in its box."""
+    k = spatial_rank
+    h = _geometry.spatial_axis(indices.ndim, channels_last, k)
+    b = _unpool_dense.boxes(indices.shape[h:h + k], _grad_size(grad_output, channels_last, k),
+                            window, indices.dtype)
+    if b is None or _empty(indices.shape) or _empty(grad_output.shape):
+        return _gather(grad_output, indices, channels_last, k, exact_bits=True)
+
+    def dense(g, i):
+        return _unpool_dense.gather(g, i, b, channels_last)
+
+    def general(g, i):
+        return _gather(g, i, channels_last, k, exact_bits=False)
+
+    return _dense_or_general(dense, general, grad_output, indices, b, channels_last)

@@ -1,0 +1,142 @@
+"""The XLA-ops lowering's dense unpool against XLA's scatter, gather and copies (issue 36).
+
+    python benchmarks/dense_lowering.py [--reps 20] [--shape 8 64 112 112]
+
+(From a source checkout, `PYTHONPATH=. python benchmarks/...` measures the checkout's
+jax_unpool rather than the installed one.)
+
+Runs with ``JAX_UNPOOL_BACKEND=xla`` (set here before jax_unpool is imported), so that the
+CPU runs what a TPU runs: the dense ops, with the on-device check of the indices and the
+conditional included. float32, x of --shape (N, C, H, W) unpooled to (2H, 2W):
+
+- unpool forward 2x2/s2 against XLA's scatter (``.at[].set`` on flattened planes) and
+  XLA's broadcast copy of the same values (``jnp.repeat`` on both axes);
+- unpool forward 3x3/s2/p1 (overlapping windows) against XLA's scatter;
+- unpool backward 2x2/s2 against XLA's gather (``jnp.take_along_axis``);
+- a SegNet pair's forward and gradient (``value_and_grad`` of pool -> unpool -> loss,
+  2x2/s2) against the same step lowered as before the dense ops: XLA's scatter and gather
+  for the unpool primitives (`_unpool_xla`'s general path, installed on the CPU here).
+
+Prints the median of --reps calls after a warm-up, and each ratio, from this one run. A
+benchmark, not a test: nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ["JAX_UNPOOL_BACKEND"] = "xla"
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import mlir
+
+import jax_unpool as ju
+from jax_unpool import _unpool_xla
+from jax_unpool.backends import registry
+
+
+def median_ms(fn, *args, reps: int) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def flat_scatter(x, idx, size):
+    """XLA's scatter of each plane's values to their indices (.at[].set)."""
+    n, c = x.shape[:2]
+    planes = jnp.zeros((n, c, size[0] * size[1]), x.dtype)
+    rows = (jnp.arange(n)[:, None, None], jnp.arange(c)[None, :, None])
+    return planes.at[(*rows, idx.reshape(n, c, -1))].set(x.reshape(n, c, -1)).reshape(
+        n, c, *size)
+
+
+def flat_gather(g, idx):
+    n, c = g.shape[:2]
+    return jnp.take_along_axis(g.reshape(n, c, -1), idx.reshape(n, c, -1), axis=2).reshape(
+        idx.shape)
+
+
+def segnet_step(x):
+    def loss(x):
+        v, i = ju.max_pool2d_with_indices(x, 2)
+        y = ju.max_unpool2d(jnp.tanh(v), i, 2)
+        return jnp.sum((y - x) ** 2)
+    return jax.value_and_grad(loss)(x)
+
+
+def general_lowerings() -> dict[str, registry.Lowering]:
+    """The unpool primitives lowered as before the dense ops: XLA's scatter and gather."""
+    def forward(x, indices, *, output_size, channels_last, window=None):
+        return _unpool_xla.scatter_planes(x, indices, output_size, channels_last)
+
+    def backward(grad_output, indices, *, channels_last, spatial_rank=2, window=None):
+        return _unpool_xla.gather_planes(grad_output, indices, channels_last, spatial_rank)
+
+    return {"max_unpool": registry.Lowering(mlir.lower_fun(forward, multiple_results=False),
+                                            "xla", "XLA scatter"),
+            "max_unpool_backward": registry.Lowering(
+                mlir.lower_fun(backward, multiple_results=False), "xla", "XLA gather")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--shape", type=int, nargs=4, default=(8, 64, 112, 112),
+                        metavar=("N", "C", "H", "W"))
+    args = parser.parse_args()
+    n, c, h, w = args.shape
+    size = (2 * h, 2 * w)
+    rng = np.random.default_rng(0)
+    big = jnp.asarray(rng.standard_normal((n, c, *size), np.float32))
+    _, idx2 = ju.max_pool2d_with_indices(big, 2)
+    _, idx3 = ju.max_pool2d_with_indices(big, 3, 2, 1)
+    x = jnp.asarray(rng.standard_normal((n, c, h, w), np.float32))
+    g = jnp.asarray(rng.standard_normal((n, c, *size), np.float32))
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}; JAX_UNPOOL_BACKEND=xla; "
+          f"float32 {tuple(x.shape)} -> {size}; median of {args.reps} calls, ms")
+
+    def row(name, ms, against):
+        ratios = ", ".join(f"{ms / other:.2f}x {label}" for label, other in against)
+        print(f"  {name:<38} {ms:8.2f}   {ratios}")
+
+    reps = args.reps
+    scatter2 = median_ms(jax.jit(flat_scatter, static_argnums=2), x, idx2, size, reps=reps)
+    repeat = median_ms(jax.jit(lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3)), x,
+                       reps=reps)
+    dense2 = median_ms(jax.jit(lambda v, i: ju.max_unpool2d(v, i, 2)), x, idx2, reps=reps)
+    row("XLA scatter (.at[].set), 2x2/s2", scatter2, [])
+    row("XLA repeat (jnp.repeat twice)", repeat, [])
+    row("dense unpool forward 2x2/s2", dense2, [("the scatter's time", scatter2),
+                                                 ("the repeat's time", repeat)])
+    scatter3 = median_ms(jax.jit(flat_scatter, static_argnums=2), x, idx3, size, reps=reps)
+    dense3 = median_ms(jax.jit(lambda v, i: ju.max_unpool2d(v, i, 3, 2, 1, output_size=size)),
+                       x, idx3, reps=reps)
+    row("XLA scatter (.at[].set), 3x3/s2/p1", scatter3, [])
+    row("dense unpool forward 3x3/s2/p1", dense3, [("the scatter's time", scatter3)])
+    gather = median_ms(jax.jit(flat_gather), g, idx2, reps=reps)
+    backward = median_ms(jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, size)), g, idx2,
+                         reps=reps)
+    row("XLA gather (take_along_axis), 2x2/s2", gather, [])
+    row("dense unpool backward 2x2/s2", backward, [("the gather's time", gather)])
+    step = jax.jit(segnet_step)
+    dense_step = median_ms(step, big, reps=reps)
+    registry.install("cpu", general_lowerings())  # clears jax's caches
+    try:
+        general_step = median_ms(jax.jit(segnet_step), big, reps=reps)
+    finally:
+        registry.restore("cpu")
+    row("SegNet pair, scatter/gather lowering", general_step, [])
+    row("SegNet pair, dense lowering", dense_step, [("the scatter/gather step", general_step)])
+
+
+if __name__ == "__main__":
+    main()
