@@ -31,6 +31,8 @@ POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
 UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
 BACKWARDS = {1: ju.max_unpool1d_backward, 2: ju.max_unpool2d_backward,
              3: ju.max_unpool3d_backward}
+BACKWARD_PRIMITIVES = {1: ju.max_unpool1d_backward_p, 2: ju.max_unpool2d_backward_p,
+                       3: ju.max_unpool3d_backward_p}
 TORCH_UNPOOLS = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}
 TORCH_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
@@ -94,15 +96,23 @@ def pooled(case, x):
     return POOLS[len(size)](x, kernel, stride, padding, 1, ceil, data_format=fmt)
 
 
-def unpool_fns(case, x_struct):
+def per_axis(value, k: int) -> tuple[int, ...]:
+    return (value,) * k if isinstance(value, int) else tuple(value)
+
+
+def unpool_fns(case):
+    """The jitted forward, and the backward as the forward's transpose binds it: with the
+    window as its hint (the public backward takes none)."""
     fmt, size, kernel, stride, padding, _ = case
     k = len(size)
+    window = tuple(per_axis(v, k) for v in (kernel, stride, padding))
 
     def forward(v, i):
         return UNPOOLS[k](v, i, kernel, stride, padding, output_size=size, data_format=fmt)
 
     def backward(g, i):
-        return BACKWARDS[k](g, x_struct, i, size, data_format=fmt)
+        return BACKWARD_PRIMITIVES[k].bind(g, i, channels_last=fmt.endswith("C"),
+                                           spatial_rank=k, window=window)
     return jax.jit(forward), jax.jit(backward)
 
 
@@ -134,10 +144,10 @@ def test_unpool_equals_native_kernels_and_torch(rng, case):
     _, idx = pooled(case, x)
     v = distinct(idx.shape)
     g = distinct(x.shape, seed=1)
-    forward, backward = unpool_fns(case, jax.ShapeDtypeStruct(idx.shape, v.dtype))
+    forward, backward = unpool_fns(case)
     native = forward(v, idx), backward(g, idx)
     with xla_ops():
-        forward, backward = unpool_fns(case, jax.ShapeDtypeStruct(idx.shape, v.dtype))
+        forward, backward = unpool_fns(case)
         dense = forward(v, idx), backward(g, idx)
     expected = torch_unpool_and_gather(case, v, np.asarray(idx), g)
     for got, want, oracle_value in zip(dense, native, expected):
@@ -176,11 +186,10 @@ def test_every_value_dtype_moves_bit_exactly(rng, case, dtype, index_dtype):
         idx = np.asarray(idx).astype(index_dtype)
         v = values_of(rng, idx.shape, dtype)
         g = values_of(rng, x.shape, dtype)
-        struct = jax.ShapeDtypeStruct(idx.shape, v.dtype)
-        forward, backward = unpool_fns(case, struct)
+        forward, backward = unpool_fns(case)
         native = forward(v, idx), backward(g, idx)
         with xla_ops():
-            forward, backward = unpool_fns(case, struct)
+            forward, backward = unpool_fns(case)
             dense = forward(v, idx), backward(g, idx)
     assert_bits_equal(dense[0], native[0])
     assert_bits_equal(dense[1], native[1])
@@ -194,8 +203,10 @@ DUPLICATE_CASES = [("NCW", (12,), 3, 1, 1, False), ("NCHW", (7, 8), 3, 1, 1, Fal
                    ("NHWC", (9, 7), 3, 2, 1, True), ("NCDHW", (4, 5, 5), 3, 2, 1, False)]
 
 
-@pytest.mark.parametrize("input_kind", ["shared maxima", "constant"])
-@pytest.mark.parametrize("case", DUPLICATE_CASES, ids=case_id)
+@pytest.mark.parametrize("case,input_kind", [
+    *((c, "shared maxima") for c in DUPLICATE_CASES),
+    # Ties: each window's first position, which windows of stride 1 share.
+    *((c, "constant") for c in DUPLICATE_CASES[:2])], ids=str)
 def test_duplicates_keep_the_largest_input_position(rng, case, input_kind):
     fmt, size = case[:2]
     shape = layout(fmt, size)
@@ -205,10 +216,10 @@ def test_duplicates_keep_the_largest_input_position(rng, case, input_kind):
     planes = channels_first(idx, fmt).reshape(*channels_first(idx, fmt).shape[:2], -1)
     assert any(len(np.unique(p)) < p.size for p in planes.reshape(-1, planes.shape[-1]))
     v = distinct(idx.shape)
-    forward, _ = unpool_fns(case, None)
+    forward, _ = unpool_fns(case)
     native = forward(v, idx)
     with xla_ops():
-        forward, _ = unpool_fns(case, None)
+        forward, _ = unpool_fns(case)
         dense = forward(v, idx)
     assert_bits_equal(dense, native)
     assert_bits_equal(dense, oracle.unpool_nd(v, idx, size, fmt.endswith("C")))
@@ -238,7 +249,7 @@ def test_indices_outside_their_boxes_give_the_scatter_results(rng, case, how):
     g = distinct(x.shape, seed=1)
     struct = jax.ShapeDtypeStruct(idx.shape, v.dtype)
     with xla_ops():
-        forward, backward = unpool_fns(case, struct)
+        forward, backward = unpool_fns(case)
         dense = forward(v, idx), backward(g, idx)
     # The scatter and gather of jax_unpool.reference: an index outside the plane is
     # dropped by the forward and reads 0 in the backward.
@@ -328,7 +339,7 @@ def test_in_boxes_refuses_each_position_just_outside_a_box(size_in, size_out, wi
         assert not bool(_unpool_dense.in_boxes(jnp.asarray(bad), b, False))
 
 
-@pytest.mark.parametrize("op", ["forward", "backward"])
+@pytest.mark.parametrize("op", ["forward", "backward", "public backward, window inferred"])
 def test_the_conditional_takes_the_dense_branch_for_pool_indices_only(monkeypatch, rng, op):
     # The general path returns a marker here: the results show which branch ran.
     marker = 7
@@ -336,15 +347,18 @@ def test_the_conditional_takes_the_dense_branch_for_pool_indices_only(monkeypatc
         general = getattr(_unpool_xla, name)
         monkeypatch.setattr(_unpool_xla, name, lambda *a, general=general, **kw: jnp.full_like(
             general(*a, **kw), marker))
-    case = CASES[6]  # 3x3/s2/p1
+    # 3x3/s2/p1 with the window as the hint; 2x2/s2 through the public backward, which
+    # takes no window: one is inferred from output sizes that are twice the input's.
+    case = CASES[4] if op.startswith("public") else CASES[6]
     fmt, size = case[:2]
     x = rng.standard_normal(layout(fmt, size)).astype(np.float32)
     _, idx = pooled(case, x)
     v = distinct(idx.shape).view(np.int32)  # a bit pattern, compared as such
     g = distinct(x.shape, seed=1).view(np.int32)
-    struct = jax.ShapeDtypeStruct(idx.shape, v.dtype)
     with xla_ops():
-        forward, backward = unpool_fns(case, struct)
+        forward, backward = unpool_fns(case)
+        if op.startswith("public"):
+            backward = jax.jit(lambda g, i: ju.max_unpool2d_backward(g, v, i, size))
         run = (lambda i: forward(v, i)) if op == "forward" else (lambda i: backward(g, i))
         dense, fallback = run(idx), run(moved(idx, fmt, size, "elsewhere in the plane"))
     want = (oracle.unpool_nd(v, idx, size) if op == "forward"
