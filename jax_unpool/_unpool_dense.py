@@ -119,30 +119,54 @@ def _offsets(indices: jax.Array, b: Boxes, channels_last: bool) -> jax.Array:
     return indices.astype(dt) - corner
 
 
+def _may_leave(b: Boxes, a: int, d: int) -> bool:
+    """Whether position d of some box on axis a lies outside the plane."""
+    first = d - b.padding[a]
+    return first < 0 or first + (b.in_size[a] - 1) * b.stride[a] >= b.out_size[a]
+
+
+def _hits(offsets: jax.Array, b: Boxes, axes: list[int], masked_axes):
+    """(d, hit) for each position d of the boxes, hit where an index is that position of
+    its box: its offset is d's, and d lies inside the plane on each of `masked_axes`
+    where some box can leave it (elsewhere a position outside the plane has the offset
+    of an inside one only in a box wider than the plane: see `gather`)."""
+    strides = b.out_strides()
+    for pos in itertools.product(*map(range, b.extent)):
+        hit = offsets == sum(d * st for d, st in zip(pos, strides))
+        for a in masked_axes:
+            if _may_leave(b, a, pos[a]):
+                coord = _iota(offsets.shape, axes[a]) * b.stride[a] + (pos[a] - b.padding[a])
+                hit = hit & (coord >= 0) & (coord < b.out_size[a])
+        yield pos, hit
+
+
 def in_boxes(indices: jax.Array, b: Boxes, channels_last: bool) -> jax.Array:
-    """Whether every index lies in the plane and in its own box (a scalar bool): its
-    coordinates, from divisions by the plane's sizes, against the box on each axis."""
-    dt = b.offset_dtype
-    inside = (indices >= 0) & (indices < math.prod(b.out_size))
-    rest = jnp.where(inside, indices, 0).astype(dt)
-    for a, ax in reversed(list(enumerate(_spatial(indices.ndim, channels_last, b.k)))):
-        if a:
-            size = np.array(b.out_size[a], dt)
-            coord, rest = lax.rem(rest, size), lax.div(rest, size)
-        else:
-            coord = rest
-        start = _iota(indices.shape, ax, dt) * b.stride[a] - b.padding[a]
-        inside = inside & (coord >= start) & (coord < start + b.extent[a])
-    return jnp.all(inside)
+    """Whether every index lies in the plane and in its own box (a scalar bool): one
+    compare per box position, no division (slow on accelerators)."""
+    axes = _spatial(indices.ndim, channels_last, b.k)
+    found = None
+    for _, hit in _hits(_offsets(indices, b, channels_last), b, axes, range(b.k)):
+        found = hit if found is None else found | hit
+    if np.dtype(indices.dtype).itemsize > b.offset_dtype.itemsize:  # narrowed: wraps
+        found = found & (indices >= 0) & (indices < math.prod(b.out_size))
+    return jnp.all(found)
 
 
-def _shifted(a: jax.Array, axes: list[int], shift, rows, fill) -> jax.Array:
-    """a moved by `shift` along each spatial axis to `rows` positions: row m holds a's
-    position m - shift, `fill` where there is none."""
+def _padded_for_shifts(a: jax.Array, axes: list[int], shifts, rows, fill) -> jax.Array:
+    """a padded once for every shift: `shifts - 1` positions before it, and after it up to
+    `rows` (or trimmed to them), so that shift j is the slice from shifts - 1 - j."""
     config = [(0, 0, 0)] * a.ndim
-    for ax, j, m in zip(axes, shift, rows):
-        config[ax] = (j, m - j - a.shape[ax], 0)
+    for ax, j, m in zip(axes, shifts, rows):
+        config[ax] = (j - 1, m - a.shape[ax], 0)
     return lax.pad(a, jnp.asarray(fill, a.dtype), config)
+
+
+def _shifted(padded: jax.Array, axes: list[int], shifts, shift, rows) -> jax.Array:
+    """Row m holds the operand's position m - shift (or the fill)."""
+    start, limit = [0] * padded.ndim, list(padded.shape)
+    for ax, n, j, m in zip(axes, shifts, shift, rows):
+        start[ax], limit[ax] = n - 1 - j, n - 1 - j + m
+    return lax.slice(padded, start, limit)
 
 
 def _with_phases(a: jax.Array, axes: list[int]) -> jax.Array:
@@ -165,16 +189,19 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
     phase_shape = [1] * len(wide)
     for ax, s in zip(phase_axes, b.stride):
         phase_shape[ax] = s
-    strides = b.out_strides()
+    strides, shifts = b.out_strides(), b.shifts()
     zero = jnp.zeros((), x.dtype)
+    # One pad each, sliced per shift: XLA then pads once, not once per shift and element.
+    x_padded = _padded_for_shifts(x, axes, shifts, rows, 0)
+    # -1: no box (before the first or after the last input position); offsets are >= 0.
+    offsets_padded = _padded_for_shifts(offsets, axes, shifts, rows, -1)
     out = None
     # Increasing input position q = m - j: decreasing shifts, the last one applied wins.
-    for shift in itertools.product(*(range(j - 1, -1, -1) for j in b.shifts())):
+    for shift in itertools.product(*(range(j - 1, -1, -1) for j in shifts)):
         if any(j >= m for j, m in zip(shift, rows)):  # no input position reaches a row
             continue
-        moved = _with_phases(_shifted(x, axes, shift, rows, 0), axes)
-        # -1: no box (before the first or after the last input position); offsets are >= 0.
-        held = _with_phases(_shifted(offsets, axes, shift, rows, -1), axes)
+        moved = _with_phases(_shifted(x_padded, axes, shifts, shift, rows), axes)
+        held = _with_phases(_shifted(offsets_padded, axes, shifts, shift, rows), axes)
         # The offset of output position (m, f) from the corner of box m - j: j * s + f.
         target = sum((_iota(phase_shape, ax, b.offset_dtype) + j * s) * st
                      for ax, j, s, st in zip(phase_axes, shift, b.stride, strides))
@@ -207,18 +234,14 @@ def gather(values: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool
     for ax, i, e, s, p, o in zip(axes, b.in_size, b.extent, b.stride, b.padding, b.out_size):
         config[ax] = (p, (i - 1) * s + e - p - o, 0)
     padded = lax.pad(values, jnp.zeros((), values.dtype), config)
-    # A box wider than the plane on an axis after the first can reach, outside the plane,
-    # a position whose flat offset equals an inside one's: such positions are masked.
-    wide_axes = [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
-    strides = b.out_strides()
+    # A box wider than the plane on an axis after the first reaches, outside the plane,
+    # positions whose offsets equal inside ones' (with W = 2 and extent 3: (h + 1, -1)
+    # and (h, 1)): there, positions outside the plane are masked.
+    wide = [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
     out = jnp.zeros(indices.shape, values.dtype)
-    for pos in itertools.product(*map(range, b.extent)):
+    for pos, hit in _hits(offsets, b, axes, wide):
         start, limit, step = [0] * padded.ndim, list(padded.shape), [1] * padded.ndim
         for ax, d, i, s in zip(axes, pos, b.in_size, b.stride):
             start[ax], limit[ax], step[ax] = d, d + (i - 1) * s + 1, s
-        hit = offsets == sum(d * st for d, st in zip(pos, strides))
-        for a in wide_axes:
-            coord = _iota(indices.shape, axes[a]) * b.stride[a] - b.padding[a] + pos[a]
-            hit = hit & (coord >= 0) & (coord < b.out_size[a])
         out = jnp.where(hit, lax.slice(padded, start, limit, step), out)
     return out

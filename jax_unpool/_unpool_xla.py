@@ -223,13 +223,16 @@ def _dense_or_general(dense, general, values, indices, b, channels_last: bool):
     """`dense` where every index lies in its box (the check and the choice run on the
     device: an HLO conditional, whose predicate XLA keeps on a TPU; on a GPU its
     conditional copies the predicate to the host), else `general`. Both take and give
-    batched operands of `values`' dtype moved as same-width unsigned ints."""
+    batched operands. Each branch moves `values` as same-width unsigned ints of its own:
+    converted outside, they would be copies of their own on CPU."""
     unbatched = indices.ndim == b.k + 1
     vb, ib = (values[None], indices[None]) if unbatched else (values, indices)
-    bits = _as_bits(vb)
-    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last), dense, general, bits, ib)
-    if out.dtype != values.dtype:
-        out = lax.bitcast_convert_type(out, values.dtype)
+
+    def dense_bits(v, i):
+        out = dense(_as_bits(v), i)
+        return out if out.dtype == v.dtype else lax.bitcast_convert_type(out, v.dtype)
+
+    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last), dense_bits, general, vb, ib)
     return out[0] if unbatched else out
 
 
@@ -252,7 +255,7 @@ def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, .
         return _unpool_dense.scatter(v, i, b, channels_last)
 
     def general(v, i):
-        return _scatter(v, i, output_size, channels_last, exact_bits=False)
+        return _scatter(v, i, output_size, channels_last, exact_bits=True)
 
     return _dense_or_general(dense, general, x, indices, b, channels_last)
 
@@ -272,6 +275,6 @@ def gather_windowed(grad_output: jax.Array, indices: jax.Array, channels_last: b
         return _unpool_dense.gather(g, i, b, channels_last)
 
     def general(g, i):
-        return _gather(g, i, channels_last, k, exact_bits=False)
+        return _gather(g, i, channels_last, k, exact_bits=True)
 
     return _dense_or_general(dense, general, grad_output, indices, b, channels_last)

@@ -266,6 +266,26 @@ def test_indices_outside_their_boxes_give_the_scatter_results(rng, case, how):
         assert_bits_equal(dense[1], oracle.gather_nd(g, idx, k, fmt.endswith("C")))
 
 
+def test_int64_indices_past_int32_are_not_read_as_their_low_bits(rng):
+    # The dense ops compare int32 offsets: an int64 index 2**32 + p must not pass for p.
+    case = CASES[4]
+    fmt, size = case[:2]
+    x = rng.standard_normal(layout(fmt, size)).astype(np.float32)
+    with enable_x64(True):
+        _, idx = pooled(case, x)
+        idx = np.asarray(idx).astype(np.int64)
+        idx.reshape(-1)[0] += 2**32
+        v, g = distinct(idx.shape), distinct(x.shape, seed=1)
+        with xla_ops():
+            forward, backward = unpool_fns(case)
+            dense = forward(v, idx), backward(g, idx)
+        want_forward = ju.reference.max_unpool2d(v, idx, 2, output_size=size)
+        want_backward = ju.reference.max_unpool2d_backward(g, v, idx, size)
+    assert_bits_equal(dense[0], want_forward)
+    assert_bits_equal(dense[1], want_backward)
+    assert np.asarray(dense[1]).reshape(-1)[0] == 0
+
+
 # ------------------------------------------------------------------ which branch runs
 
 def boxes_and_indices(size_in, size_out, window, channels: int | None = None):
