@@ -69,9 +69,11 @@ def _as_bits(a: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(a, _UINT[a.dtype.itemsize])
 
 
-def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
-    # jnp indexing wraps negative indices; send them past the end so they are dropped.
-    return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
+def _drop_outside(indices: jax.Array, plane: int) -> jax.Array:
+    # jnp indexing wraps negative indices, and take_along_axis narrows int64 ones to int32
+    # where the plane fits (2**32 + p would read p): send both past the end, to be dropped.
+    return jnp.where((indices < 0) | (indices >= plane), jnp.asarray(plane, indices.dtype),
+                     indices)
 
 
 def _scatter(x, indices, output_size, channels_last, exact_bits):
@@ -90,7 +92,7 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
         update_window_dims=(), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
         operand_batching_dims=(0, 1), scatter_indices_batching_dims=(0, 1))
     winner = lax.scatter_max(jnp.zeros_like(pos, shape=(*ip.shape[:2], plane)),
-                             _drop_negative(ip, plane)[..., None], pos, planes, mode="drop")
+                             _drop_outside(ip, plane)[..., None], pos, planes, mode="drop")
     vals = _as_bits(xp) if exact_bits else xp
     moved = jnp.take_along_axis(vals, jnp.maximum(winner - 1, 0), axis=-1)
     out = jnp.where(winner > 0, moved, jnp.zeros((), vals.dtype))
@@ -104,7 +106,7 @@ def _gather(grad_output, indices, channels_last, k, exact_bits):
     plane = _plane(grad_output.shape[h:h + k])
     gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
-    out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
+    out = jnp.take_along_axis(vals, _drop_outside(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
     if exact_bits:
         out = lax.bitcast_convert_type(out, grad_output.dtype)
