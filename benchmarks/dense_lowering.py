@@ -17,8 +17,9 @@ conditional included. float32, x of --shape (N, C, H, W) unpooled to (2H, 2W):
   2x2/s2) against the same step lowered as before the dense ops: XLA's scatter and gather
   for the unpool primitives (`_unpool_xla`'s general path, installed on the CPU here).
 
-Prints the median of --reps calls after a warm-up, and each ratio, from this one run. A
-benchmark, not a test: nothing here asserts a timing.
+Prints the medians of --reps calls after a warm-up, of the wall time and of the process's
+CPU time (all threads), and each ratio, from this one run. A benchmark, not a test:
+nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ from jax_unpool import _unpool_xla
 from jax_unpool.backends import registry
 
 
-def median_ms(fn, *args, reps: int) -> float:
+def median_ms(fn, *args, reps: int) -> tuple[float, float]:
+    """Medians of the wall time and of the process's CPU time (every thread's) per call:
+    on a loaded machine the CPU time says more of the work than the wall time."""
     jax.block_until_ready(fn(*args))  # compile and warm up
-    times = []
+    wall, cpu = [], []
     for _ in range(reps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return 1e3 * statistics.median(wall), 1e3 * statistics.median(cpu)
 
 
 def flat_scatter(x, idx, size):
@@ -103,10 +107,12 @@ def main() -> None:
     g = jnp.asarray(rng.standard_normal((n, c, *size), np.float32))
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}; JAX_UNPOOL_BACKEND=xla; "
           f"float32 {tuple(x.shape)} -> {size}; median of {args.reps} calls, ms")
+    print(f"  {'':<38} {'wall':>8} {'cpu':>8}   ratios of the wall (and cpu) times")
 
     def row(name, ms, against):
-        ratios = ", ".join(f"{ms / other:.2f}x {label}" for label, other in against)
-        print(f"  {name:<38} {ms:8.2f}   {ratios}")
+        ratios = "; ".join(f"{ms[0] / other[0]:.2f}x (cpu {ms[1] / other[1]:.2f}x) {label}"
+                           for label, other in against)
+        print(f"  {name:<38} {ms[0]:8.2f} {ms[1]:8.2f}   {ratios}")
 
     reps = args.reps
     scatter2 = median_ms(jax.jit(flat_scatter, static_argnums=2), x, idx2, size, reps=reps)
