@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _symbolic, _unpool_dense, _unpool_xla
+from jax_unpool import _args, _symbolic, _unpool_dense
 from jax_unpool._geometry import PoolGeometry
 
 # Up to this many kernel taps inside the input the taps are a Python loop, whose dense
@@ -190,9 +190,26 @@ def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Arra
             not _symbolic.is_symbolic(d) and d == 0 for d in t.shape):
         return gather_at_argmax(t, idx, g)
     last = g.channels_last
-    return _unpool_xla._paired(t, idx.shape,
-                               lambda v: _unpool_dense.gather(v, idx, b, last),
-                               lambda ct: _unpool_dense.scatter(ct, idx, b, last, add=True))
+    return _paired(t, idx.shape, lambda v: _unpool_dense.gather(v, idx, b, last),
+                   lambda ct: _unpool_dense.scatter(ct, idx, b, last, add=True))
+
+
+def _paired(t: jax.Array, out_shape, move, transpose) -> jax.Array:
+    """move(t), a linear map that reverse mode transposes to `transpose`: as
+    `_unpool_xla._paired`, with the input and the output side by side as a pair instead of
+    laid end to end, so that neither is flattened (a flattened operand split along N or C
+    has no sharding jax can name). custom_linear_solve wants the output's part of the pair
+    linear in t too; its value is never read: t padded or cropped to the output's shape."""
+    out_part = lax.pad(t, jnp.zeros((), t.dtype),
+                       [(0, o - i, 0) for i, o in zip(t.shape, out_shape)])
+
+    def solve(_, v):  # (t, *) -> (0, move(t))
+        return jnp.zeros_like(v[0]), move(v[0])
+
+    def transpose_solve(_, v):  # (*, ct) -> (transpose(ct), 0)
+        return transpose(v[1]), jnp.zeros_like(v[1])
+
+    return lax.custom_linear_solve(lambda v: v, (t, out_part), solve, transpose_solve)[1]
 
 
 # custom_jvp rather than differentiating the select chain: the tangent is one gather at

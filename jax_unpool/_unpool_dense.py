@@ -214,10 +214,10 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
     if out is None:  # no box reaches the plane (then no index is inside one)
         out = jnp.zeros((), x.dtype)
     out = jnp.broadcast_to(out, wide)
-    grid = list(x.shape)
+    # (rows, stride) -> rows * stride, one axis at a time: jax's explicit sharding names the
+    # result of one merge next to a split dim (N or C), not of several at once.
     for ax, m, s in zip(axes, rows, b.stride):
-        grid[ax] = m * s
-    out = out.reshape(grid)
+        out = out.reshape(*out.shape[:ax], m * s, *out.shape[ax + 2:])
     start, limit = [0] * out.ndim, list(out.shape)
     for ax, p, o in zip(axes, b.padding, b.out_size):
         start[ax], limit[ax] = p, p + o
@@ -238,7 +238,7 @@ def gather(values: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool
     # positions whose offsets equal inside ones' (with W = 2 and extent 3: (h + 1, -1)
     # and (h, 1)): there, positions outside the plane are masked.
     wide = [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
-    out = jnp.zeros(indices.shape, values.dtype)
+    out = jnp.zeros_like(indices, dtype=values.dtype)  # and the indices' sharding
     for pos, hit in _hits(offsets, b, axes, wide):
         start, limit, step = [0] * padded.ndim, list(padded.shape), [1] * padded.ndim
         for ax, d, i, s in zip(axes, pos, b.in_size, b.stride):

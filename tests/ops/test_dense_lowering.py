@@ -407,6 +407,26 @@ def test_empty_operands(rng):
     assert out.shape == (0, 3, 4, 4) and back.shape == (2, 0, 2, 2)
 
 
+def test_symbolic_batch_export_runs_the_dense_path(rng):
+    # N symbolic, spatial sizes known: the dense ops and the conditional take symbolic N.
+    (b,) = jax.export.symbolic_shape("b")
+
+    def step(x):
+        def loss(x):
+            v, i = POOLS[2](x, 3, 2, 1)
+            return jnp.sum(UNPOOLS[2](v, i, 3, 2, 1, output_size=x.shape[2:]) * x)
+        return jax.grad(loss)(x)
+
+    x = rng.standard_normal((3, 2, 9, 8)).astype(np.float32)
+    with xla_ops():
+        exported = jax.export.export(jax.jit(step), platforms=("cpu",))(
+            jax.ShapeDtypeStruct((b, 2, 9, 8), jnp.float32))
+        got = exported.call(x)
+    text = exported.mlir_module()
+    assert "custom_call @jax_unpool" not in text and "stablehlo.case" in text
+    assert_bits_equal(got, jax.jit(step)(x))  # the native kernels
+
+
 # ------------------------------------------------------------------ transformations
 
 def test_grad_jvp_and_nested_vmap_under_jit_equal_the_native_path(rng):
