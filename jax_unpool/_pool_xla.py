@@ -196,20 +196,29 @@ def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Arra
 
 def _paired(t: jax.Array, out_shape, move, transpose) -> jax.Array:
     """move(t), a linear map that reverse mode transposes to `transpose`: as
-    `_unpool_xla._paired`, with the input and the output side by side as a pair instead of
-    laid end to end, so that neither is flattened (a flattened operand split along N or C
-    has no sharding jax can name). custom_linear_solve wants the output's part of the pair
-    linear in t too; its value is never read: t padded or cropped to the output's shape."""
-    out_part = lax.pad(t, jnp.zeros((), t.dtype),
-                       [(0, o - i, 0) for i, o in zip(t.shape, out_shape)])
+    `_unpool_xla._paired` (custom_linear_solve on the input and the output together), with
+    the two stacked on a new leading axis, each padded to the larger spatial sizes,
+    instead of flattened and laid end to end: N and C stay whole dims, so that a split
+    along them stays a split (jax names no sharding for a flattened one)."""
+    common = tuple(max(i, o) for i, o in zip(t.shape, out_shape))
+    zero = jnp.zeros((), t.dtype)
 
-    def solve(_, v):  # (t, *) -> (0, move(t))
-        return jnp.zeros_like(v[0]), move(v[0])
+    def widen(a):
+        return lax.pad(a, zero, [(0, c - d, 0) for d, c in zip(a.shape, common)])
 
-    def transpose_solve(_, v):  # (*, ct) -> (transpose(ct), 0)
-        return transpose(v[1]), jnp.zeros_like(v[1])
+    def narrow(a, shape):
+        return lax.slice(a, (0,) * a.ndim, tuple(shape))
 
-    return lax.custom_linear_solve(lambda v: v, (t, out_part), solve, transpose_solve)[1]
+    def solve(_, v):  # (t, 0) -> (0, move(t))
+        return jnp.stack([jnp.zeros_like(v[0]), widen(move(narrow(v[0], t.shape)))])
+
+    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
+        return jnp.stack([widen(transpose(narrow(v[1], out_shape))), jnp.zeros_like(v[1])])
+
+    wide = widen(t)
+    both = lax.custom_linear_solve(lambda v: v, jnp.stack([wide, jnp.zeros_like(wide)]), solve,
+                                   transpose_solve)
+    return narrow(both[1], out_shape)
 
 
 # custom_jvp rather than differentiating the select chain: the tangent is one gather at

@@ -12,8 +12,8 @@ into: a pool's window, whose argmax it holds. When every index lies in its own b
   one compare of the shifted indices with an iota-derived position, and one select;
 - the backward (`gather`) reads each input position's box: one strided slice per box
   position, one compare and one select each;
-- `scatter_add` (the pool's gradient over overlapping windows) adds where the forward
-  selects.
+- `scatter(..., add=True)` (the pools' gradient over overlapping windows) adds where the
+  forward selects.
 
 Positions are compared as offsets from each box's corner, `index - corner(q)`, which
 for a position in the box depends only on where in the box it is (the shift and the
@@ -87,8 +87,8 @@ def boxes(in_size, out_size, window, index_dtype) -> Boxes | None:
     if math.prod(extent) > MAX_BOX:
         return None
     strides = [math.prod(out_size[a + 1:]) for a in range(len(out_size))]
-    # Corners and in-box offsets, with margin: int32 when they fit (the fast type on every
-    # accelerator), int64 where jax has it.
+    # Corners and in-box offsets, with margin: int32 where they fit (TPUs emulate int64),
+    # else int64 where jax has it.
     reach = sum((max(p, (i - 1) * s) + e + s) * st for i, e, s, p, st in
                 zip(in_size, extent, stride, padding, strides)) + math.prod(out_size)
     if reach <= _args.INT32_MAX:
@@ -182,11 +182,10 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
     axes = _spatial(x.ndim, channels_last, b.k)
     offsets = _offsets(indices, b, channels_last)
     rows = b.rows()
-    wide = list(_with_phases(x, axes).shape)  # (N, C, M0, s0, M1, s1) for NCHW
-    for i, (ax, m, s) in enumerate(zip(axes, rows, b.stride)):
-        wide[ax + i], wide[ax + i + 1] = m, s
+    # The output as (N, C, M0, s0, M1, s1) for NCHW: rows and phases; the phases' iotas
+    # have shape (1, 1, 1, s0, 1, s1).
     phase_axes = [ax + i + 1 for i, ax in enumerate(axes)]
-    phase_shape = [1] * len(wide)
+    phase_shape = [1] * (x.ndim + b.k)
     for ax, s in zip(phase_axes, b.stride):
         phase_shape[ax] = s
     strides, shifts = b.out_strides(), b.shifts()
@@ -197,6 +196,7 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
     offsets_padded = _padded_for_shifts(offsets, axes, shifts, rows, -1)
     out = None
     # Increasing input position q = m - j: decreasing shifts, the last one applied wins.
+    # Shift 0 is always applied, so `out` has every row and phase.
     for shift in itertools.product(*(range(j - 1, -1, -1) for j in shifts)):
         if any(j >= m for j, m in zip(shift, rows)):  # no input position reaches a row
             continue
@@ -211,9 +211,6 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
             out = term if out is None else out + term
         else:
             out = jnp.where(hit, moved, zero if out is None else out)
-    if out is None:  # no box reaches the plane (then no index is inside one)
-        out = jnp.zeros((), x.dtype)
-    out = jnp.broadcast_to(out, wide)
     # (rows, stride) -> rows * stride, one axis at a time: jax's explicit sharding names the
     # result of one merge next to a split dim (N or C), not of several at once.
     for ax, m, s in zip(axes, rows, b.stride):
