@@ -182,7 +182,7 @@ def _argmax_in_window(g: PoolGeometry) -> bool:
 def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
     """`gather_at_argmax`'s result (batched t and idx), as dense ops where every argmax
     lies in its window (`_unpool_dense.gather`), with the dense sum into the argmax
-    positions as its transpose (`_unpool_dense.scatter_add`: overlapping windows add up
+    positions as its transpose (`_unpool_dense.scatter` with add: overlapping windows add up
     in increasing window position, as PyTorch's CPU backward does); XLA's gather and
     scatter-add otherwise, and for the packed sub-byte dtypes."""
     b = _unpool_dense.boxes(g.out_size, g.in_size, g.window(), g.index_dtype)
