@@ -17,8 +17,9 @@ conditional included. float32, x of --shape (N, C, H, W) unpooled to (2H, 2W):
   2x2/s2) against the same step lowered as before the dense ops: XLA's scatter and gather
   for the unpool primitives (`_unpool_xla`'s general path, installed on the CPU here).
 
-Prints the medians of --reps calls after a warm-up, of the wall time and of the process's
-CPU time (all threads), and each ratio, from this one run. A benchmark, not a test:
+Prints the medians of --reps calls after a warm-up (the contenders of a row taking turns),
+of the wall time and of the process's CPU time (all threads), and each ratio, from this
+one run. A benchmark, not a test:
 nothing here asserts a timing.
 """
 
@@ -41,17 +42,26 @@ from jax_unpool import _unpool_xla
 from jax_unpool.backends import registry
 
 
-def median_ms(fn, *args, reps: int) -> tuple[float, float]:
-    """Medians of the wall time and of the process's CPU time (every thread's) per call:
-    on a loaded machine the CPU time says more of the work than the wall time."""
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    wall, cpu = [], []
+def medians(calls, reps: int) -> list[tuple[float, float]]:
+    """Per compiled call (fn, args): the medians of the wall time and of the process's CPU
+    time (every thread's) in ms, the calls taking turns in each of `reps` rounds so that
+    the machine's state weighs on each alike. On a loaded machine the CPU time says more
+    of the work than the wall time."""
+    for fn, args in calls:
+        jax.block_until_ready(fn(*args))  # warm up
+    times = [([], []) for _ in calls]
     for _ in range(reps):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fn(*args))
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return 1e3 * statistics.median(wall), 1e3 * statistics.median(cpu)
+        for (fn, args), (wall, cpu) in zip(calls, times):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            jax.block_until_ready(fn(*args))
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+    return [(1e3 * statistics.median(wall), 1e3 * statistics.median(cpu))
+            for wall, cpu in times]
+
+
+def compiled(fn, *args):
+    return jax.jit(fn).lower(*args).compile(), args
 
 
 def flat_scatter(x, idx, size):
@@ -115,34 +125,34 @@ def main() -> None:
         print(f"  {name:<38} {ms[0]:8.2f} {ms[1]:8.2f}   {ratios}")
 
     reps = args.reps
-    scatter2 = median_ms(jax.jit(flat_scatter, static_argnums=2), x, idx2, size, reps=reps)
-    repeat = median_ms(jax.jit(lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3)), x,
-                       reps=reps)
-    dense2 = median_ms(jax.jit(lambda v, i: ju.max_unpool2d(v, i, 2)), x, idx2, reps=reps)
+    scatter2, repeat, dense2 = medians([
+        compiled(lambda v, i: flat_scatter(v, i, size), x, idx2),
+        compiled(lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3), x),
+        compiled(lambda v, i: ju.max_unpool2d(v, i, 2), x, idx2)], reps)
     row("XLA scatter (.at[].set), 2x2/s2", scatter2, [])
     row("XLA repeat (jnp.repeat twice)", repeat, [])
     row("dense unpool forward 2x2/s2", dense2, [("the scatter's time", scatter2),
                                                  ("the repeat's time", repeat)])
-    scatter3 = median_ms(jax.jit(flat_scatter, static_argnums=2), x, idx3, size, reps=reps)
-    dense3 = median_ms(jax.jit(lambda v, i: ju.max_unpool2d(v, i, 3, 2, 1, output_size=size)),
-                       x, idx3, reps=reps)
+    scatter3, dense3 = medians([
+        compiled(lambda v, i: flat_scatter(v, i, size), x, idx3),
+        compiled(lambda v, i: ju.max_unpool2d(v, i, 3, 2, 1, output_size=size), x, idx3)],
+        reps)
     row("XLA scatter (.at[].set), 3x3/s2/p1", scatter3, [])
     row("dense unpool forward 3x3/s2/p1", dense3, [("the scatter's time", scatter3)])
-    gather = median_ms(jax.jit(flat_gather), g, idx2, reps=reps)
-    backward = median_ms(jax.jit(lambda g, i: ju.max_unpool2d_backward(g, x, i, size)), g, idx2,
-                         reps=reps)
+    gather, backward = medians([
+        compiled(flat_gather, g, idx2),
+        compiled(lambda g, i: ju.max_unpool2d_backward(g, x, i, size), g, idx2)], reps)
     row("XLA gather (take_along_axis), 2x2/s2", gather, [])
     row("dense unpool backward 2x2/s2", backward, [("the gather's time", gather)])
-    step = jax.jit(segnet_step)
-    dense_step = median_ms(step, big, reps=reps)
+    dense_step = compiled(segnet_step, big)
     registry.install("cpu", general_lowerings())  # clears jax's caches
     try:
-        general_step = median_ms(jax.jit(segnet_step), big, reps=reps)
+        general_step = compiled(segnet_step, big)
     finally:
         registry.restore("cpu")
-    row("SegNet pair, scatter/gather lowering", general_step, [])
-    row("SegNet pair, dense lowering", dense_step, [("the scatter/gather step", general_step)])
-
+    general, dense = medians([general_step, dense_step], reps)
+    row("SegNet pair, scatter/gather lowering", general, [])
+    row("SegNet pair, dense lowering", dense, [("the scatter/gather step", general)])
 
 if __name__ == "__main__":
     main()
