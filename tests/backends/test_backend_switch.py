@@ -102,3 +102,29 @@ def test_info_names_the_switch():
     for line in proc.stdout.splitlines():
         if line.startswith("  max_"):
             assert line.split()[1:3] == ["XLA", "ops"], line
+
+
+NPU_UNDER_SWITCH = """
+import sys, warnings
+import jax, jax.numpy as jnp
+import jax_unpool as ju
+from jax_unpool import npu
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    where = npu.register("cpu", sys.argv[1])
+messages = [str(w.message) for w in caught]
+assert any("JAX_UNPOOL_BACKEND=xla (read at import) keeps every platform on XLA's ops"
+           in m for m in messages), messages
+assert where and not npu.cpu_emulation_active()
+x = jnp.zeros((1, 1, 2, 2))
+text = jax.jit(lambda v, i: ju.max_unpool2d(v, i, 2)).lower(x, x.astype(jnp.int32)).as_text()
+assert "custom_call" not in text, text
+print("OK")
+"""
+
+
+def test_npu_register_loads_cann_but_keeps_xla_ops_under_the_switch(fake_cann_dir):
+    proc = subprocess.run([sys.executable, "-c", NPU_UNDER_SWITCH, str(fake_cann_dir)],
+                          env=fresh_process.child_env(JAX_UNPOOL_BACKEND="xla"),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-4000:]
