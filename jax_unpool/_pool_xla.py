@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _symbolic
+from jax_unpool import _args, _symbolic, _unpool_dense
 from jax_unpool._geometry import PoolGeometry
 
 # Up to this many kernel taps inside the input the taps are a Python loop, whose dense
@@ -166,11 +166,13 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
 def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
     """t at the argmax positions, on the flattened (D*H*W, H*W or W) plane, with XLA's
     gather: linear in t, and reverse mode transposes it into XLA's scatter-add of each
-    output cotangent to its argmax position (overlapping windows sum up).
+    output cotangent to its argmax position (overlapping windows sum up). The reference's
+    pool gradient, and `tangent_at_argmax`'s where the dense ops do not apply.
 
-    On CPU this measured faster than a select chain over the tap slices, whose transpose
-    (interior pads) XLA fuses with a recomputation of the whole forward pass per input
-    element.
+    On CPU this measured faster than a select chain over the tap slices left to jax's
+    transpose (interior pads), which XLA fused with a recomputation of the whole forward
+    pass per input element; `tangent_at_argmax` gives its select chain an explicit
+    transpose instead.
     """
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
@@ -190,6 +192,55 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
         axis = 2
     out = jnp.take_along_axis(flat_t, flat_i, axis=axis, mode="fill", fill_value=0)
     return out.reshape(idx.shape)
+
+
+def _argmax_in_window(g: PoolGeometry) -> bool:
+    """Whether every window's argmax is an input position inside the window, whatever x
+    holds: unless some window holds only padding (PyTorch then reports an index past the
+    row or the plane: `PoolGeometry.first_in_bounds`)."""
+    return all(g.last_first_in_bounds(a) < g.in_size[a] for a in range(g.k))
+
+
+def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+    """`gather_at_argmax`'s result (batched t and idx), as dense ops where every argmax
+    lies in its window (`_unpool_dense.gather`), with the dense sum into the argmax
+    positions as its transpose (`_unpool_dense.scatter` with add: overlapping windows add up
+    in increasing window position, as PyTorch's CPU backward does); XLA's gather and
+    scatter-add otherwise, and for the packed sub-byte dtypes."""
+    b = _unpool_dense.boxes(g.out_size, g.in_size, g.window(), g.index_dtype)
+    if b is None or not _args.is_movable(t.dtype) or not _argmax_in_window(g) or any(
+            not _symbolic.is_symbolic(d) and d == 0 for d in t.shape):
+        return gather_at_argmax(t, idx, g)
+    last = g.channels_last
+    return _paired(t, idx.shape, lambda v: _unpool_dense.gather(v, idx, b, last),
+                   lambda ct: _unpool_dense.scatter(ct, idx, b, last, add=True))
+
+
+def _paired(t: jax.Array, out_shape, move, transpose) -> jax.Array:
+    """move(t), a linear map that reverse mode transposes to `transpose`: as
+    `_unpool_xla._paired` (custom_linear_solve on the input and the output together), with
+    the two stacked on a new leading axis, each padded to the larger spatial sizes,
+    instead of flattened and laid end to end: N and C stay whole dims, so that a split
+    along them stays a split (jax names no sharding for a flattened one)."""
+    common = tuple(max(i, o) for i, o in zip(t.shape, out_shape))
+    zero = jnp.zeros((), t.dtype)
+
+    def widen(a):
+        return lax.pad(a, zero, [(0, c - d, 0) for d, c in zip(a.shape, common)])
+
+    def narrow(a, shape):
+        return lax.slice(a, (0,) * a.ndim, tuple(shape))
+
+    def solve(_, v):  # (t, 0) -> (0, move(t))
+        return jnp.stack([jnp.zeros_like(v[0]), widen(move(narrow(v[0], t.shape)))])
+
+    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
+        return jnp.stack([widen(transpose(narrow(v[1], out_shape))), jnp.zeros_like(v[1])])
+
+    wide = widen(t)
+    both = lax.custom_linear_solve(lambda v: v, jnp.stack([wide, jnp.zeros_like(wide)]), solve,
+                                   transpose_solve)
+    return narrow(both[1], out_shape)
 
 
 # custom_jvp rather than differentiating the select chain: the tangent is one gather at

@@ -1,10 +1,13 @@
-"""XLA's scatter and gather on planes: the unpool primitives' lowering on every platform
-without a native kernel (`backends.xla`), and what ``jax_unpool.reference`` computes.
+"""XLA's scatter and gather on planes: what ``jax_unpool.reference`` computes, and the
+unpool primitives' lowering on every platform without a native kernel (`backends.xla`),
+which, where the window is known, runs dense ops instead (`scatter_windowed`,
+`gather_windowed`, `_unpool_dense`) and keeps the scatter or gather for indices outside
+their windows, chosen on the device.
 
 Operands are already validated, of spatial rank k, channels-first or channels-last; each
 is viewed as (N, C, plane) with the plane flattened, which is where an index points. Being
-XLA scatter/gather, they cannot fail at run time: an out-of-range index is dropped by the
-forward and reads 0 in the backward.
+XLA ops, they cannot fail at run time: an out-of-range index is dropped by the forward and
+reads 0 in the backward.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_unpool import _args, _geometry, _symbolic
+from jax_unpool import _args, _geometry, _symbolic, _unpool_dense
 
-__all__ = ["gather_planes", "scatter_planes"]
+__all__ = ["gather_planes", "gather_windowed", "scatter_planes", "scatter_windowed"]
 
 
 def _plane(sizes) -> int:
@@ -66,9 +69,11 @@ def _as_bits(a: jax.Array) -> jax.Array:
     return lax.bitcast_convert_type(a, _UINT[a.dtype.itemsize])
 
 
-def _drop_negative(indices: jax.Array, plane: int) -> jax.Array:
-    # jnp indexing wraps negative indices; send them past the end so they are dropped.
-    return jnp.where(indices < 0, jnp.asarray(plane, indices.dtype), indices)
+def _drop_outside(indices: jax.Array, plane: int) -> jax.Array:
+    # jnp indexing wraps negative indices, and take_along_axis narrows int64 ones to int32
+    # where the plane fits (2**32 + p would read p): send both past the end, to be dropped.
+    return jnp.where((indices < 0) | (indices >= plane), jnp.asarray(plane, indices.dtype),
+                     indices)
 
 
 def _scatter(x, indices, output_size, channels_last, exact_bits):
@@ -87,7 +92,7 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
         update_window_dims=(), inserted_window_dims=(2,), scatter_dims_to_operand_dims=(2,),
         operand_batching_dims=(0, 1), scatter_indices_batching_dims=(0, 1))
     winner = lax.scatter_max(jnp.zeros_like(pos, shape=(*ip.shape[:2], plane)),
-                             _drop_negative(ip, plane)[..., None], pos, planes, mode="drop")
+                             _drop_outside(ip, plane)[..., None], pos, planes, mode="drop")
     vals = _as_bits(xp) if exact_bits else xp
     moved = jnp.take_along_axis(vals, jnp.maximum(winner - 1, 0), axis=-1)
     out = jnp.where(winner > 0, moved, jnp.zeros((), vals.dtype))
@@ -101,7 +106,7 @@ def _gather(grad_output, indices, channels_last, k, exact_bits):
     plane = _plane(grad_output.shape[h:h + k])
     gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
-    out = jnp.take_along_axis(vals, _drop_negative(ip, plane), axis=-1,
+    out = jnp.take_along_axis(vals, _drop_outside(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
     if exact_bits:
         out = lax.bitcast_convert_type(out, grad_output.dtype)
@@ -210,3 +215,68 @@ def _grad_size(grad_output, channels_last: bool, k: int) -> tuple[int, ...]:
     """The spatial size of the backward's grad_output: the forward's output_size."""
     h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
     return tuple(grad_output.shape[h:h + k])
+
+
+# --------------------------------------------------------------------------------------
+# The lowering of the primitives (backends.xla): dense ops where the window is known
+# --------------------------------------------------------------------------------------
+
+def _dense_or_general(dense, general, values, indices, b, channels_last: bool):
+    """`dense` where every index lies in its box (the check and the choice run on the
+    device: an HLO conditional, whose predicate XLA keeps on a TPU; on a GPU its
+    conditional copies the predicate to the host), else `general`. Both take and give
+    batched operands. Each branch moves `values` as same-width unsigned ints of its own:
+    converted outside, they would be copies of their own on CPU."""
+    unbatched = indices.ndim == b.k + 1
+    vb, ib = (values[None], indices[None]) if unbatched else (values, indices)
+
+    def dense_bits(v, i):
+        out = dense(_as_bits(v), i)
+        return out if out.dtype == v.dtype else lax.bitcast_convert_type(out, v.dtype)
+
+    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last), dense_bits, general, vb, ib)
+    return out[0] if unbatched else out
+
+
+def _empty(shape) -> bool:
+    return any(not _symbolic.is_symbolic(d) and d == 0 for d in shape)
+
+
+def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
+                     channels_last: bool, window=None) -> jax.Array:
+    """The forward for the primitive's lowering: `scatter_planes`' result, with dense ops
+    where `window` (extent, stride, padding) is given or output sizes are multiples of
+    the input's, and every index lies in its window's box; XLA's scatter otherwise."""
+    k = len(output_size)
+    h = _geometry.spatial_axis(x.ndim, channels_last, k)
+    b = _unpool_dense.boxes(x.shape[h:h + k], output_size, window, indices.dtype)
+    if b is None or _empty(x.shape):
+        return _scatter(x, indices, output_size, channels_last, exact_bits=True)
+
+    def dense(v, i):
+        return _unpool_dense.scatter(v, i, b, channels_last)
+
+    def general(v, i):
+        return _scatter(v, i, output_size, channels_last, exact_bits=True)
+
+    return _dense_or_general(dense, general, x, indices, b, channels_last)
+
+
+def gather_windowed(grad_output: jax.Array, indices: jax.Array, channels_last: bool,
+                    spatial_rank: int, window=None) -> jax.Array:
+    """The backward for the primitive's lowering: `gather_planes`' result, with dense ops
+    where the window is known (as `scatter_windowed`) and every index lies in its box."""
+    k = spatial_rank
+    h = _geometry.spatial_axis(indices.ndim, channels_last, k)
+    b = _unpool_dense.boxes(indices.shape[h:h + k], _grad_size(grad_output, channels_last, k),
+                            window, indices.dtype)
+    if b is None or _empty(indices.shape) or _empty(grad_output.shape):
+        return _gather(grad_output, indices, channels_last, k, exact_bits=True)
+
+    def dense(g, i):
+        return _unpool_dense.gather(g, i, b, channels_last)
+
+    def general(g, i):
+        return _gather(g, i, channels_last, k, exact_bits=True)
+
+    return _dense_or_general(dense, general, grad_output, indices, b, channels_last)

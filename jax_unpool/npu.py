@@ -295,6 +295,10 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     a CANN loaded for the host emulation is never handed device memory, nor a CANN loaded
     for an NPU platform host memory.
 
+    With ``JAX_UNPOOL_BACKEND=xla`` in the environment at import, CANN is loaded and the
+    targets registered as above, but `platform` keeps XLA's ops, as every platform does
+    under that variable, and a RuntimeWarning says so.
+
     The chip is read here, from CANN's aclrtGetSocName(), and an op goes to aclnn only
     where CANN documents its operator for it (the module docstring's table): Atlas A2/A3
     and Ascend 950 have all six; the Atlas training series (910) only
@@ -367,8 +371,17 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 if not _targets_registered:  # platform-independent, once per target
                     jax.ffi.register_ffi_target_as_batch_partitionable(target)
             _targets_registered.add(platform)
-        # Clears jax's caches: no program compiled before keeps another routing.
-        registry.install(platform, _backend.lowerings(_routing(chip, bool(aclnn_pools))))
+        if registry.default_only():
+            warnings.warn(
+                f"jax_unpool.npu.register: JAX_UNPOOL_BACKEND=xla (read at import) keeps "
+                f"every platform on XLA's ops, so platform {platform!r} does too; CANN is "
+                f"loaded and the aclnn targets registered (exported artifacts that call them "
+                f"run). Unset the variable to route the ops to aclnn.",
+                RuntimeWarning, stacklevel=2)
+        else:
+            # Clears jax's caches: no program compiled before keeps another routing.
+            registry.install(platform,
+                             _backend.lowerings(_routing(chip, bool(aclnn_pools))))
     return where
 
 

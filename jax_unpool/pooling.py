@@ -12,7 +12,7 @@ max_pool{k}d_with_indices_p(x; kernel_size, stride, padding, dilation, ceil_mode
 Values and indices come from one bind, so one pass over x computes both (on CPU the
 jax_unpool_max_pool_v1 kernel; elsewhere XLA ops). The tangent is gathered at the argmax,
 which reverse mode turns into a scatter to the argmax: the unpool primitive where each
-input position is the argmax of at most one window, XLA's scatter-add otherwise.
+input position is the argmax of at most one window, a dense sum otherwise.
 
 The window is checked once per shape and window (`_geometry.pool_geometry`, cached),
 whichever rule asks for it.
@@ -254,16 +254,18 @@ def _max_pool_abstract_eval(x, **params):
 
 def _gather_tangent(t: jax.Array, indices: jax.Array, g: PoolGeometry) -> jax.Array:
     """t at the argmax positions. With unique argmaxes it is the unpool primitives'
-    gather, whose transpose is the unpool primitive (the native kernels; second order
-    transposes back to the gather), with the window as its hint; otherwise XLA's gather,
-    whose transpose is a scatter-add (overlapping windows sum up). Packed sub-byte dtypes
-    (float4_e2m1fn, int4), which the unpool kernels do not move, take XLA's gather too."""
+    gather, whose transpose is the unpool primitive (the native kernels, or the XLA ops'
+    dense lowering; second order transposes back to the gather), with the window as its
+    hint; otherwise (overlapping windows) dense XLA ops whose transpose adds each
+    cotangent into its argmax position (`_pool_xla.tangent_at_argmax`). Packed sub-byte
+    dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take XLA's gather
+    and scatter-add."""
     if g.argmax_is_unique() and _args.is_movable(t.dtype):
         return max_unpool_backward_p[g.k].bind(t, indices, channels_last=g.channels_last,
                                                spatial_rank=g.k, window=g.window())
     if t.ndim == g.k + 1:  # unbatched
-        return _pool_xla.gather_at_argmax(t[None], indices[None], g)[0]
-    return _pool_xla.gather_at_argmax(t, indices, g)
+        return _pool_xla.tangent_at_argmax(t[None], indices[None], g)[0]
+    return _pool_xla.tangent_at_argmax(t, indices, g)
 
 
 def _max_pool_jvp(primals, tangents, **params):

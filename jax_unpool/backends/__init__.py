@@ -8,23 +8,52 @@
   `_jax_unpool_cuda` module (other GPU platforms keep the XLA ops);
 - `npu`: CANN's aclnn operators (ffi/npu/); installed at run time by
   ``jax_unpool.npu.register``.
+
+``JAX_UNPOOL_BACKEND=xla`` in the environment when jax_unpool is imported puts every
+platform, the CPU included, on the `xla` lowerings (what TPUs run): the other modules
+still register their FFI targets, so that exported artifacts naming them keep running,
+but no lowering of theirs.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 
 import jax.export
 
+from jax_unpool.backends import registry
+
 PLATFORMS = ("xla", "cpu", "cuda", "npu")  # in this order: the default first
+SWITCH_ENV = "JAX_UNPOOL_BACKEND"
+SWITCH_VALUES = ("xla",)
 
 
 def _modules():
     return [importlib.import_module(f"jax_unpool.backends.{name}") for name in PLATFORMS]
 
 
+def _switch_from_environment() -> str | None:
+    value = os.environ.get(SWITCH_ENV, "")
+    if value and value not in SWITCH_VALUES:
+        raise ValueError(
+            f"jax_unpool: environment variable {SWITCH_ENV} must be one of "
+            f"{', '.join(map(repr, SWITCH_VALUES))} or unset (each platform's own backend), "
+            f"got {value!r}")
+    return value or None
+
+
+def switch() -> str | None:
+    """What ``JAX_UNPOOL_BACKEND`` said when jax_unpool was imported: "xla", or None
+    (unset: each platform's own backend)."""
+    return "xla" if registry.default_only() else None
+
+
 def load() -> None:
-    """Imports every platform's module (once the operations are declared)."""
+    """Imports every platform's module (once the operations are declared), after reading
+    ``JAX_UNPOOL_BACKEND`` (a ValueError for a value it does not know)."""
+    if _switch_from_environment() == "xla":
+        registry.keep_default_only()
     _modules()
 
 

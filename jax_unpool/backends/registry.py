@@ -8,7 +8,8 @@ registry installs it for every primitive of the operation, after the guards, so 
 backend can forget them. `install` replaces what serves a platform at run time and
 `restore` goes back to the package's own registrations (`jax_unpool.npu.register` and
 `unregister_cpu_emulation` do so); both clear jax's caches, so that no program compiled
-before keeps the other routing.
+before keeps the other routing. After `keep_default_only` (``JAX_UNPOOL_BACKEND=xla``)
+a platform's own registrations are ignored: every platform keeps the default.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ _lock = threading.RLock()
 _ops: dict[str, _Op] = {}
 _own: dict[tuple[str | None, str], Lowering] = {}  # (platform or None, op): the package's
 _serving: dict[tuple[str | None, str], Lowering] = {}  # what is installed now
+_default_only = False
 
 
 def declare(op: str, primitives: Iterable, call_guards: Callable | None = None) -> None:
@@ -67,9 +69,24 @@ def _install(platform: str | None, op: str, lowering: Lowering) -> None:
     _serving[(platform, op)] = lowering
 
 
+def keep_default_only() -> None:
+    """From now on, registrations for a named platform are ignored: every platform lowers
+    through the default (None) registrations (``JAX_UNPOOL_BACKEND=xla``, at import)."""
+    global _default_only
+    _default_only = True
+
+
+def default_only() -> bool:
+    """Whether `keep_default_only` was called."""
+    return _default_only
+
+
 def register(op: str, lowering: Lowering, platform: str | None = None) -> None:
     """A backend's own lowering of `op` on `platform` (None: every platform without one of
-    its own), installed now and restored by `restore`."""
+    its own), installed now and restored by `restore`; ignored for a named platform after
+    `keep_default_only`."""
+    if platform is not None and _default_only:
+        return
     with _lock:
         _own[(platform, op)] = lowering
         _install(platform, op, lowering)

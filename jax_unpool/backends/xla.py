@@ -1,9 +1,14 @@
 """The XLA-ops backend: the default lowering of every operation on every platform without
 a native kernel (GPU other than CUDA, TPU; on CPU the dtypes the C++ pool does not
-order). The unpool is XLA's scatter and gather over flattened planes (`_unpool_xla`),
-the pool one strided slice per kernel tap (`_pool_xla`); both are also
-``jax_unpool.reference``. They cannot fail at run time: an out-of-range index is dropped
-by the forward and reads 0 in the backward."""
+order), and of every operation everywhere with ``JAX_UNPOOL_BACKEND=xla``.
+
+The unpool runs dense ops (broadcast, compare, select, slices: `_unpool_dense`) where its
+window is known -- the primitive's `window` hint, or output sizes that are multiples of
+the input's -- and every index lies in its window's box, which the device checks;
+otherwise, and for other indices, XLA's scatter and gather over flattened planes
+(`_unpool_xla`, also ``jax_unpool.reference``). The pool is one strided slice per kernel
+tap (`_pool_xla`). They cannot fail at run time: an out-of-range index is dropped by the
+forward and reads 0 in the backward."""
 
 from __future__ import annotations
 
@@ -14,12 +19,13 @@ from jax_unpool.backends import registry
 
 
 def _max_unpool(x, indices, *, output_size, channels_last, window=None):
-    return _unpool_xla.scatter_planes(x, indices, output_size, channels_last)
+    return _unpool_xla.scatter_windowed(x, indices, output_size, channels_last, window)
 
 
 def _max_unpool_backward(grad_output, indices, *, channels_last, spatial_rank=2,
                          window=None):
-    return _unpool_xla.gather_planes(grad_output, indices, channels_last, spatial_rank)
+    return _unpool_xla.gather_windowed(grad_output, indices, channels_last, spatial_rank,
+                                       window)
 
 
 def _max_pool(x, **params):
@@ -28,9 +34,10 @@ def _max_pool(x, **params):
 
 LOWERINGS = {
     "max_unpool": registry.Lowering(mlir.lower_fun(_max_unpool, multiple_results=False),
-                                    "xla", "XLA ops (scatter)"),
+                                    "xla", "XLA ops (dense; scatter for other indices)"),
     "max_unpool_backward": registry.Lowering(
-        mlir.lower_fun(_max_unpool_backward, multiple_results=False), "xla", "XLA ops (gather)"),
+        mlir.lower_fun(_max_unpool_backward, multiple_results=False), "xla",
+        "XLA ops (dense; gather for other indices)"),
     "max_pool": registry.Lowering(mlir.lower_fun(_max_pool, multiple_results=True), "xla",
                                   "XLA ops (a slice per kernel tap)"),
 }

@@ -1,7 +1,7 @@
 """The command line: ``python -m jax_unpool {info,bench,demo}`` (also installed as ``jax-unpool``).
 
-- ``info``: versions, platforms and devices, which implementation each op uses on each
-  platform, how the CPU unpool backward gathers, and whether the CANN toolkit (Ascend
+- ``info``: versions, platforms and devices, ``JAX_UNPOOL_BACKEND``, which implementation
+  each op uses on each platform, how the CPU unpool backward gathers, and whether the CANN toolkit (Ascend
   NPU) was found.
 - ``bench``: the benchmark suite (:mod:`jax_unpool.cli.bench.cli`); its arguments pass
   through.
@@ -60,7 +60,7 @@ def _implementation(op: str, platform_name: str) -> str:
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform_name,)).as_text()
     targets = re.findall(r"custom_call @(\w+)", text)
     if not targets:
-        return "jnp reference"
+        return "XLA ops"
     if targets[0] in cpu.STABLE_TARGETS:
         return "XLA FFI (C++)"
     if targets[0] in cuda.STABLE_TARGETS:
@@ -88,6 +88,11 @@ def info() -> int:
         devices = client.devices()
         kinds = sorted({d.device_kind for d in devices})
         print(f"  {name}: {len(devices)} x {', '.join(kinds)}")
+    from jax_unpool import backends
+
+    switch = backends.switch()
+    print(f"{backends.SWITCH_ENV}: " + (f"{switch} (every platform lowers through XLA ops)"
+                                         if switch else "unset (each platform's own backend)"))
     print("implementation of each op on each platform:")
     from jax_unpool.backends import cuda
 

@@ -194,7 +194,8 @@ def test_data_format_of_another_rank_is_refused():
 
 # ------------------------------------------------------------------ gradient, every rank
 # Issue 14: where windows cannot overlap the gradient is an unpool into the input plane
-# (the native kernel); elsewhere a scatter-add. Both must equal torch's.
+# (the native kernel); elsewhere a sum into the argmax positions (issue 36: in dense ops).
+# Both must equal torch's.
 
 POOL_ALL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
             3: ju.max_pool3d_with_indices}
@@ -287,12 +288,13 @@ def test_disjoint_windows_gradient_lowers_to_the_unpool_kernel(case, last):
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_overlapping_windows_gradient_keeps_a_scatter_add(k):
+def test_overlapping_windows_gradient_is_a_dense_sum(k):
     # The counterpart of the test above: with stride < dilated extent the unpool kernel
-    # would be wrong (an input position may win several windows).
+    # would be wrong (an input position may win several windows); the gradient adds in
+    # dense XLA ops instead (tests/ops/test_dense_lowering.py), no scatter-add.
     loss = lambda v: POOL_ALL[k](v, 3, 2, 1)[0].sum()
     text = jax.jit(jax.grad(loss)).lower(jnp.zeros(GRID_SHAPES[k])).as_text()
-    assert "scatter" in text and "jax_unpool_max_unpool_v2" not in text
+    assert "scatter" not in text and "jax_unpool_max_unpool_v2" not in text
 
 
 def test_all_padding_windows_past_the_plane_are_dropped_not_an_error():
