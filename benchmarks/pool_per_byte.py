@@ -11,7 +11,9 @@ elements in every other rank and layout) by 2 per axis, stride 2, with int32 ind
 divides each call's time by the bytes it moves (x, values and indices). Each case's
 time is the minimum over --rounds rounds of the median of --calls calls; the rounds take
 every case in turn, so that load from elsewhere on the machine hits them alike, and the
-ratios to 2-D NCHW come from one run. glibc is pinned to reuse freed pages
+ratios to 2-D NCHW come from one run. (A case's calls run back to back, each reusing the
+pages its previous call freed: cases taking turns call by call reuse each other's pages,
+some still in cache, and one case's time moved 2x from round to round.) glibc is pinned to reuse freed pages
 (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, set for a child process that does the
 measuring): without it each call's results are fresh pages, whose faults cost as much as
 the pool and vary with the allocator's state. A benchmark, not a test: nothing here
