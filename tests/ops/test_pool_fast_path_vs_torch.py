@@ -5,8 +5,9 @@ block overlapping the others where the row is not a whole number of them). Every
 length around the block of each value size (2 to 16 values), odd sizes under ceil_mode
 (windows half outside, left to the generic code), ties, NaN, signed zeros and -inf, int64
 indices (computed in int32, widened), runs of rows split across XLA's thread pool, and the
-windows beside the fast path (padding, dilation, other strides), which must not take it.
-Values are compared bit for bit (-0.0 against 0.0, NaN payloads)."""
+windows beside the fast path (padding, dilation, other strides), which must not take it;
+and channels last with int64 indices (also computed in int32 over the channels). Values
+are compared bit for bit (-0.0 against 0.0, NaN payloads)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from jax_unpool._compat import enable_x64
 POOL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
         3: ju.max_pool3d_with_indices}
 TORCH = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
 # torch's dtype of each numpy one; bfloat16 goes over as its bits.
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                 "bfloat16": torch.bfloat16, "uint8": torch.uint8, "int16": torch.int16}
@@ -131,3 +133,20 @@ def test_per_axis_windows_of_2_only_on_some_axes_match_torch():
     x = mixed_values(np.random.default_rng(40), (2, 3, 4, 6, 18), "float32")
     for window in (((1, 2, 2), (1, 2, 2), 0, 1, False), ((2, 2, 2), (2, 1, 2), 0, 1, True)):
         assert_same_as_torch(x, 3, *window)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_channels_last_with_int64_indices_matches_torch(k):
+    # Indices chosen in int32 over the channels (block of 4), widened after.
+    rng = np.random.default_rng(50 + k)
+    for channels in (2, 3, 4, 5, 13):
+        x = mixed_values(rng, (2, channels, *(5,) * (k - 1), 7), "float32")
+        last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+        for ceil_mode in (False, True):
+            want_values, want_indices = torch_pool(x, k, *fast_window(k, ceil_mode))
+            with enable_x64(True):
+                values, indices = POOL[k](last, *fast_window(k, ceil_mode),
+                                          data_format=CHANNELS_LAST[k], index_dtype=jnp.int64)
+            assert indices.dtype == jnp.int64
+            np.testing.assert_array_equal(bits(values), np.moveaxis(want_values, 1, -1))
+            np.testing.assert_array_equal(np.asarray(indices), np.moveaxis(want_indices, 1, -1))
