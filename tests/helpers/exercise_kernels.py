@@ -238,17 +238,19 @@ def max_pool_cases(rng) -> None:
 
 def threaded_max_pool_cases(rng) -> None:
     """Inputs of several MB, odd sizes: chunks of rows (positions, channels last) go to
-    the XLA thread pool and end inside planes and images. The oracle is the XLA-ops pool
-    (numpy's loops would take minutes), on values it compares as PyTorch does (XLA's CPU
-    code reads subnormal floats as zero)."""
-    for last in (False, True):
-        shape = (3, 127, 129, 11) if last else (3, 11, 127, 129)
+    the XLA thread pool and end inside planes and images (3-D channels first: inside the
+    runs of rows of one slice pair, rows of 31 windows of 2: vector blocks and an
+    overlapping last one). The oracle is the XLA-ops pool (numpy's loops would take
+    minutes), on values it compares as PyTorch does (XLA's CPU code reads subnormal floats
+    as zero)."""
+    for k, last, shape in ((2, True, (3, 127, 129, 11)), (2, False, (3, 11, 127, 129)),
+                           (3, False, (2, 7, 9, 67, 63))):
         x = rng.integers(-50, 50, shape).astype(np.float32)
         for window in POOL_WINDOWS[:2]:
-            fmt = pool_layout(2, last)
-            for got, want in zip(POOL[2](x, *window, data_format=fmt),
-                                 ju.reference.max_pool2d_with_indices(x, *window,
-                                                                      data_format=fmt)):
+            fmt = pool_layout(k, last)
+            reference = getattr(ju.reference, f"max_pool{k}d_with_indices")
+            for got, want in zip(POOL[k](x, *window, data_format=fmt),
+                                 reference(x, *window, data_format=fmt)):
                 check_equal(got, want, f"threaded pool {fmt} {window}")
 
 

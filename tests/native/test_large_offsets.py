@@ -155,3 +155,36 @@ def test_int64_index_out_of_a_plane_past_int32_is_reported(bad):
         with pytest.raises(RUNTIME_ERRORS) as e:
             jax.block_until_ready(ju.max_unpool2d(x, idx, output_size=HUGE_HW))
     assert str(e.value) == expected_message("max_unpool2d", idx, HUGE_HW, False)
+
+
+HUGE_DHW = (2, 32802, 32802)  # 2_151_942_408 positions: one 3-D plane past 2**31 - 1
+
+
+def test_int64_indices_of_a_pool_over_a_plane_past_int32():
+    # The CPU pool counts indices in int32 wherever a plane's positions fit; here they do
+    # not. Maxima planted past 2**31 (in slice 1, and the plane's last position) and near
+    # slice 0's end, which slice 1's zeros must not replace; every other window is zeros
+    # and reports its first tap.
+    d, h, w = HUGE_DHW
+    positions = d * h * w
+    # x and the int64 indices of `positions` bytes each, the values an eighth: twice this
+    require_memory(positions + positions // 16)
+    planted = np.array([2**31 + 7, positions - 1, h * w - 3], np.int64)
+    coords = np.unravel_index(planted, HUGE_DHW)
+    with enable_x64(True):
+        x = jax.jit(lambda: jnp.zeros((1, 1, *HUGE_DHW), jnp.int8)
+                    .at[(0, 0, *coords)].set(jnp.array([1, 2, 3], jnp.int8)))()
+        values, indices = ju.max_pool3d_with_indices(x, 2, index_dtype=jnp.int64)
+        del x
+    idx = np.asarray(indices).reshape(h // 2, w // 2)  # one window slice: D = 2
+    rows, cols = coords[1] // 2, coords[2] // 2
+    np.testing.assert_array_equal(idx[rows, cols], planted)
+    np.testing.assert_array_equal(np.asarray(values).reshape(h // 2, w // 2)[rows, cols],
+                                  [1, 2, 3])
+    assert np.count_nonzero(np.asarray(values)) == 3
+    for row in rows:  # whole rows, windows of zeros around the planted ones
+        want = 2 * row * w + 2 * np.arange(w // 2, dtype=np.int64)
+        hit = cols[rows == row]
+        want[hit] = planted[rows == row]
+        np.testing.assert_array_equal(idx[row], want)
+    del values, indices
