@@ -22,7 +22,7 @@ import os
 
 import jax.export
 
-from jax_unpool.backends import registry
+from jax_unpool.backends.registry import default_only, keep_default_only
 
 PLATFORMS = ("xla", "cpu", "cuda", "npu")  # in this order: the default first
 SWITCH_ENV = "JAX_UNPOOL_BACKEND"
@@ -46,14 +46,14 @@ def _switch_from_environment() -> str | None:
 def switch() -> str | None:
     """What ``JAX_UNPOOL_BACKEND`` said when jax_unpool was imported: "xla", or None
     (unset: each platform's own backend)."""
-    return "xla" if registry.default_only() else None
+    return "xla" if default_only() else None
 
 
 def load() -> None:
     """Imports every platform's module (once the operations are declared), after reading
     ``JAX_UNPOOL_BACKEND`` (a ValueError for a value it does not know)."""
     if _switch_from_environment() == "xla":
-        registry.keep_default_only()
+        keep_default_only()
     _modules()
 
 

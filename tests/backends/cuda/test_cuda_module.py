@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -26,10 +27,21 @@ def test_every_target_loads_the_kernels_at_its_instantiate_stage():
     assert loaders.isdisjoint(id(bundle["execute"]) for bundle in stages.values())
 
 
+def _cuobjdump() -> str:
+    """The CUDA toolkit's cuobjdump, else the test extra's (nvidia-cuda-cuobjdump): where the
+    module was built with nvcc, one of them is there."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    import nvidia
+
+    copies = [p for base in nvidia.__path__ for p in Path(base).glob("*/bin/cuobjdump")]
+    assert copies, "cuobjdump: neither on PATH nor from the test extra's nvidia-cuda-cuobjdump"
+    return str(copies[0])
+
+
 def test_every_kernel_of_the_module_is_registered():
-    cuobjdump = shutil.which("cuobjdump")
-    if cuobjdump is None:
-        pytest.skip("cuobjdump (CUDA toolkit) is not on PATH")
+    cuobjdump = _cuobjdump()
     usage = subprocess.run([cuobjdump, "--dump-resource-usage", cuda._jax_unpool_cuda.__file__],
                            capture_output=True, text=True, check=True).stdout
     # One architecture's cubin lists each kernel once.
