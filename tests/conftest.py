@@ -35,7 +35,8 @@ SLOW_FILES = (*SLOW_FILES_FIRST, "test_multiprocess.py", "test_large_offsets.py"
               "test_memory.py", "test_doc_examples.py", "test_demo.py",
               "test_cuda_logic.py", "test_packaging.py", "test_properties.py", "test_cli.py",
               "test_bench.py", "test_pool_ranks_vs_torch.py", "test_ffi_boundary.py",
-              "test_pool_dtypes.py", "test_gpu_tools.py", "test_dense_lowering.py")
+              "test_pool_dtypes.py", "test_gpu_tools.py", "test_dense_lowering.py",
+              "test_wheels.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -9,18 +9,17 @@ Each release gets its own virtual environment -- that jax and jaxlib, pytest, fl
 only the wheel. jax 0.11 and 0.12 need Python 3.12 or newer (3.11's pip stops at 0.10.2),
 so they run on Python 3.12 and 3.13 (pyenv's, or python3.12/python3.13 on PATH).
 
-The wheel for this interpreter's Python is the one `pip install .` built and installed here,
-repacked from the installed files. For another Python, the extension is built once by
-`pip wheel` (with build isolation: against the oldest jaxlib's FFI headers, as for users)
-from a copy of the sources, cached by the hash of the native sources; from Python 3.12 on
-the module is built against the stable ABI, so one build serves 3.12 and 3.13. Its module
-then goes into the installed files' wheel in place of this Python's. Run one release alone
-with `pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases run at a time.
+The wheel is the release wheel for that Python (tools/build-wheels: cp311 for Python 3.11,
+cp312-abi3 for 3.12 and 3.13; both manylinux_2_28, with the CPU and CUDA kernels, built
+against the oldest jaxlib's FFI headers as for users), built once per hash of the files it
+is made from (tests/helpers/release_wheels.py, shared with tests/tools/test_wheels.py) and
+installed with `pip install --no-index --no-deps`, so that nothing can be built there. Run
+one release alone with `pytest tests/integration/test_jax_window.py -k 0.8.3`. Two releases
+run at a time.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -29,15 +28,12 @@ import sys
 import threading
 import tomllib
 import xml.etree.ElementTree as ET
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import fresh_process
-import installed_build
 import pytest
-from packaging.tags import cpython_tags
-from packaging.utils import parse_wheel_filename
+import release_wheels
 
 from jax_unpool import _compat
 
@@ -143,110 +139,6 @@ def _window_dir() -> Path:
     return Path(os.environ.get("JAX_UNPOOL_WINDOW_DIR", REPO / "build" / "jax-window"))
 
 
-def _is_extension(name: str) -> bool:
-    return name.startswith("jax_unpool/_jax_unpool") and name.endswith(".so")
-
-
-@pytest.fixture(scope="module")
-def installed() -> dict:
-    """This checkout's installed build: its files, dist-info folder, version and tag."""
-    return installed_build.installed()
-
-
-def _native_sources_hash() -> str:
-    """What the extension module is built from: the build files, cmake/ and ffi/."""
-    digest = hashlib.sha256()
-    for path in sorted([REPO / "CMakeLists.txt", REPO / "pyproject.toml",
-                        *(REPO / "cmake").rglob("*"), *(REPO / "ffi").rglob("*")]):
-        if path.is_file():
-            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0")
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _serves(wheel: Path, python: str) -> bool:
-    """Whether `wheel` installs on CPython `python` ("3.13"): its own tag, or an abi3 one
-    of an older Python."""
-    major, minor = (int(p) for p in python.split("."))
-    supported = set(cpython_tags((major, minor), abis=[f"cp{major}{minor}"]))
-    return bool(parse_wheel_filename(wheel.name)[3] & supported)
-
-
-def _version(python: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in python.split("."))
-
-
-def _build_python(python_version: str) -> str:
-    """The Python that builds the extension for `python_version`: itself or, from the
-    stable ABI's floor on (`wheel.py-api` in pyproject.toml, "cp312"), the floor, whose
-    module serves every later Python."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    api = project["tool"]["scikit-build"]["wheel"]["py-api"]
-    floor = f"{api[2]}.{api[3:]}"
-    return floor if _version(python_version) >= _version(floor) else python_version
-
-
-_build_lock = threading.Lock()  # one extension build at a time; a later Python may reuse it
-
-
-def _built_extension(python_version: str) -> tuple[str, bytes, str]:
-    """The extension module for `python_version` -- (file name, contents, wheel tag) -- from
-    a wheel `pip wheel` built from a copy of this checkout's sources, once per native-source
-    hash: a wheel already built that installs on this Python (abi3) is reused."""
-    dist = _window_dir() / "extension" / _native_sources_hash()
-    with _build_lock:
-        wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
-        if not wheels:
-            # A copy: pip builds a local directory in place, and the build copies its module
-            # next to the sources (CMakeLists.txt), which must not be this checkout's.
-            source = dist / f"source-{python_version}"
-            shutil.rmtree(source, ignore_errors=True)
-            source.mkdir(parents=True)
-            # What pyproject.toml and CMakeLists.txt name: the readme, the license files,
-            # cmake/ (the kept-build rules), the sources.
-            for name in ("pyproject.toml", "CMakeLists.txt", "README.md", "LICENSE"):
-                shutil.copy2(REPO / name, source / name)
-            ignore = shutil.ignore_patterns("__pycache__", "*.so")
-            for name in ("cmake", "ffi", "jax_unpool"):
-                shutil.copytree(REPO / name, source / name, ignore=ignore)
-            # The CUDA kernels are not built: the subset runs on CPU.
-            _pip(Path(_interpreter(_build_python(python_version))), "wheel", "-q", "--no-deps",
-                 "-w", str(dist), "-C", "cmake.define.JAX_UNPOOL_CUDA=OFF", str(source),
-                 timeout=1800)
-            shutil.rmtree(source)
-            wheels = [w for w in sorted(dist.glob("*.whl")) if _serves(w, python_version)]
-        wheel = wheels[0]
-    tag = "-".join(wheel.stem.split("-")[-3:])
-    with zipfile.ZipFile(wheel) as whl:
-        (name,) = [n for n in whl.namelist() if _is_extension(n)]
-        return name, whl.read(name), tag
-
-
-_wheels: dict[str, Path] = {}  # Python version -> its wheel, packed once per session
-
-
-def _wheel(installed: dict, python_version: str) -> Path:
-    """The wheel to install for `python_version`: this checkout's installed files, with the
-    extension module built for that Python where it is not this one."""
-    with _build_lock:
-        if python_version in _wheels:
-            return _wheels[python_version]
-    files, info, tag = dict(installed["files"]), installed["info"], installed["tag"]
-    if python_version != THIS_PYTHON:
-        name, module, tag = _built_extension(python_version)
-        files = {n: d for n, d in files.items() if not _is_extension(n)}
-        files[name] = module
-        files[f"{info}/WHEEL"] = re.sub(rb"(?m)^Tag: \S+$", f"Tag: {tag}".encode(),
-                                        files[f"{info}/WHEEL"])
-    out = _window_dir() / "wheels" / python_version
-    out.mkdir(parents=True, exist_ok=True)
-    with _build_lock:
-        if python_version not in _wheels:
-            _wheels[python_version] = installed_build.pack(
-                out / f"jax_unpool-{installed['version']}-{tag}.whl", files, info)
-        return _wheels[python_version]
-
-
 @pytest.fixture(scope="module")
 def fake_cann() -> Path:
     """The emulated CANN, built once for every release."""
@@ -286,41 +178,51 @@ def _interpreter(version: str) -> str:
                        f"{version}`, or put python{version} on PATH")
 
 
-def _environment(release: str, installed: dict) -> Path:
-    """The virtual environment of `release` (made once), with this checkout's wheel
-    installed."""
+def _environment(release: str) -> Path:
+    """The virtual environment of `release` (made once): that jax and jaxlib, pytest and
+    flatbuffers; its Python."""
     venv = _window_dir() / f"jax-{release}"
     python = venv / "bin" / "python"
     ready = venv / "ready"
-    install = ("install", "-q", "--no-compile")  # compiling all of jax costs more than it saves
     with _pip_lock:
         if not ready.is_file():
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([_interpreter(RELEASES[release]), "-m", "venv", "--without-pip",
                             str(venv)], check=True)
-            _pip(python, *install, f"jax=={release}", f"jaxlib=={release}", "pytest",
-                 "flatbuffers")
+            # --no-compile: compiling all of jax costs more than it saves
+            _pip(python, "install", "-q", "--no-compile", f"jax=={release}",
+                 f"jaxlib=={release}", "pytest", "flatbuffers")
             ready.touch()
-    wheel = _wheel(installed, RELEASES[release])
+    return python
+
+
+def _install_release_wheel(release: str) -> Path:
+    """The environment of `release` with the release wheel for its Python installed as a
+    user would, but offline and without dependencies, so that nothing can be built."""
+    python = _environment(release)
+    wheel = release_wheels.wheel_for(RELEASES[release])  # built first if need be
     with _pip_lock:
-        _pip(python, *install, "--no-deps", "--force-reinstall", str(wheel))
+        _pip(python, "install", "-q", "--no-compile", "--no-index", "--no-deps",
+             "--force-reinstall", str(wheel))
         _pip(python, "check")  # the wheel's requirements (the window) hold for this jax
     return python
 
 
 SUBSET_RUN = """\
-import sys
+import importlib.metadata, re, sys
 import jax, jaxlib.version, jax_unpool, pytest
+tag = re.search(r"^Tag: (\\S+)$", importlib.metadata.distribution("jax-unpool").read_text(
+    "WHEEL"), re.M).group(1)
 print("jax", jax.__version__, "jaxlib", jaxlib.version.__version__, "python",
-      sys.version.split()[0], "jax_unpool from", jax_unpool.__file__, flush=True)
+      sys.version.split()[0], "wheel", tag, "jax_unpool from", jax_unpool.__file__, flush=True)
 sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
-def _run_subset(release: str, installed: dict, fake_cann: Path, work: Path) -> dict:
+def _run_subset(release: str, fake_cann: Path, work: Path) -> dict:
     """Runs the tests marked `jax_window` in the environment of `release`, from an empty
     directory (so that the wheel is imported, not this source tree)."""
-    python = _environment(release, installed)
+    python = _install_release_wheel(release)
     files = sorted(str(p) for p in (REPO / "tests").rglob("test_*.py")
                    if p.name != Path(__file__).name and f"mark.{SUBSET}" in p.read_text())
     work.mkdir(parents=True)
@@ -335,6 +237,7 @@ def _run_subset(release: str, installed: dict, fake_cann: Path, work: Path) -> d
                           check=False)
     suite = ET.parse(report).getroot().find("testsuite") if report.is_file() else None
     return {"python": python, "returncode": proc.returncode,
+            "wheel": release_wheels.wheel_for(RELEASES[release]),
             "header": proc.stdout.splitlines()[0].split() if proc.stdout else [],
             "output": f"{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}",
             "counts": {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
@@ -342,20 +245,19 @@ def _run_subset(release: str, installed: dict, fake_cann: Path, work: Path) -> d
 
 
 @pytest.fixture(scope="module")
-def subset_runs(request, installed, fake_cann, tmp_path_factory) -> dict:
+def subset_runs(request, fake_cann, tmp_path_factory) -> dict:
     """The run of every selected release, two at a time (one per core of CI's two); an
     exception (e.g. an environment that could not be built) is that release's result."""
     releases = [item.callspec.params["release"] for item in request.session.items
                 if item.originalname == "test_the_subset_passes_with_every_jax_of_the_window"]
     work = tmp_path_factory.mktemp("jax_window")
-    # The extension builds for other Pythons go first: the releases that need them come
-    # later in the queue, while the other worker makes the first environments.
-    builds = {_build_python(RELEASES[r]) for r in releases} - {THIS_PYTHON}
     with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-        for python_version in sorted(builds, key=_version):
-            pool.submit(_built_extension, python_version)  # its error shows in the runs
-        futures = {r: pool.submit(_run_subset, r, installed, fake_cann, work / r)
-                   for r in releases}
+        # The wheels' build first, while the other thread makes the environments; their
+        # errors show in the runs.
+        pool.submit(release_wheels.build)
+        for release in releases:
+            pool.submit(_environment, release)
+        futures = {r: pool.submit(_run_subset, r, fake_cann, work / r) for r in releases}
     return {r: f.exception() or f.result() for r, f in futures.items()}
 
 
@@ -369,6 +271,8 @@ def test_the_subset_passes_with_every_jax_of_the_window(release, subset_runs):
     header = run["header"]
     assert header[:4] == ["jax", release, "jaxlib", release], output
     assert header[4] == "python" and header[5].startswith(f"{RELEASES[release]}."), output
+    # the release wheel, by its tag, imported from the environment
+    assert header[6:8] == ["wheel", "-".join(run["wheel"].stem.split("-")[-3:])], output
     assert Path(header[-1]).is_relative_to(run["python"].parent.parent), output
     counts = run["counts"]
     assert counts["tests"] > 0 and counts["failures"] == counts["errors"] == 0, output
