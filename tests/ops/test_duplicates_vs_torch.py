@@ -6,6 +6,7 @@ unspecified, so no test compares that.)"""
 
 import numpy as np
 import pytest
+import torch_threads
 
 import jax_unpool as ju
 
@@ -13,15 +14,13 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def one_thread():
+    with torch_threads.one_torch_thread():
+        yield
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_duplicates_give_single_threaded_pytorchs_result(k, one_torch_thread):
+def test_duplicates_give_single_threaded_pytorchs_result(k, one_thread):
     # 1,000 values per plane, unpooled with a 1-wide window (the output plane is the
     # input's), every one at one of the first 3 output positions: each of those holds
     # the value of the largest input position that names it, the others zero.

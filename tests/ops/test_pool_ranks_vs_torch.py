@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from jax.test_util import check_grads
+from torch_threads import one_torch_thread
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -344,12 +345,8 @@ def test_torch_backward_adds_an_index_past_the_plane_into_the_next_plane():
     ct = torch.tensor([10.0, 20.0, 30.0, 1.0, 2.0, 4.0]).reshape(1, 2, 3, 1)
     # One thread: torch splits the planes across threads, and two threads adding to one
     # element race (seen in CI: plane 1's own 1.0 was lost).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         grad = torch.ops.aten.max_pool2d_with_indices_backward(ct, x, *args, idx)
-    finally:
-        torch.set_num_threads(threads)
     assert grad.flatten().tolist() == [0.0, 10.0, 20.0, 30.0 + 1.0, 2.0, 4.0]
 
 
