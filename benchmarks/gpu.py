@@ -340,7 +340,8 @@ def dense_child(args) -> int:
         print("DENSE_ABSENT", flush=True)
         return 0
     rng = np.random.default_rng(0)
-    for row in rows_for(device, BIG[0], "NCHW", Torch("none"), args.reps, args.batch, rng,
+    shape = tuple(int(n) for n in args.dense_shape.split(","))
+    for row in rows_for(device, shape, "NCHW", Torch("none"), args.reps, args.batch, rng,
                         contenders=("ours",)):
         print("DENSE " + json.dumps({"op": row["op"], "shape": row["shape"],
                                      "format": row["format"], "ms": row["ours_ms"]}),
@@ -348,11 +349,13 @@ def dense_child(args) -> int:
     return 0
 
 
-def dense_rows(args, results: ResultsFile, timeout: float) -> None:
-    """Runs dense_child in a child process and adds its times (dense_xla_ms) to the rows."""
+def dense_rows(args, shape: tuple, results: ResultsFile, timeout: float) -> None:
+    """Runs dense_child in a child process at `shape` (the first NCHW rows' shape, which the
+    routing reads) and adds its times (dense_xla_ms) to those rows."""
     env = dict(os.environ, **DENSE_ENV)
     command = [sys.executable, __file__, "--dense-child", "--platform", args.platform,
-               "--reps", str(args.reps), "--batch", str(args.batch)]
+               "--reps", str(args.reps), "--batch", str(args.batch),
+               "--dense-shape", ",".join(str(n) for n in shape)]
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -409,6 +412,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dense", choices=("auto", "on", "off"), default="auto",
                         help="measure the dense XLA-ops lowering (auto: on CUDA)")
     parser.add_argument("--dense-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dense-shape", default=",".join(map(str, BIG[0])),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dense_child:
         return dense_child(args)
@@ -429,7 +434,7 @@ def main(argv=None) -> int:
         cases.append((device, BIG[1], "NHWC", torch, args.reps, args.batch, rng))
     measure_rows(cases[:1], rows_for, results, copies)  # the goals' shape first
     if args.dense == "on" or (args.dense == "auto" and args.platform == "cuda"):
-        dense_rows(args, results, timeout=60)
+        dense_rows(args, cases[0][1], results, timeout=60)
     measure_rows(cases[1:], rows_for, results, copies)
     results.result["routing"] = routing(results.result["rows"])
     results.save()

@@ -25,16 +25,18 @@ __global__ void __launch_bounds__(256) RunElements(F f, Index n, const uint32_t*
 }
 
 // RunElements<Index, F>'s entry in the registry, added when the module loads: Run names
-// `registered`, which instantiates it with the kernel.
+// `registered`, which instantiates it with the kernel. `entry` has no initialiser (zero at
+// load): `registered`'s initialiser fills it, whichever of the two the loader reaches first.
 template <typename Index, typename F>
 struct Kernel {
   static KernelEntry entry;
   static const bool registered;
 };
 template <typename Index, typename F>
-KernelEntry Kernel<Index, F>::entry{reinterpret_cast<const void*>(&RunElements<Index, F>)};
+KernelEntry Kernel<Index, F>::entry;
 template <typename Index, typename F>
-const bool Kernel<Index, F>::registered = RegisterKernel(&Kernel<Index, F>::entry);
+const bool Kernel<Index, F>::registered = RegisterKernel(
+    &Kernel<Index, F>::entry, reinterpret_cast<const void*>(&RunElements<Index, F>));
 
 class DeviceLauncher {
  public:
@@ -49,7 +51,7 @@ class DeviceLauncher {
     (void)Kernel<Index, F>::registered;
     const uint64_t wanted = (static_cast<uint64_t>(n) + kThreadsPerBlock - 1) / kThreadsPerBlock;
     const unsigned blocks = static_cast<unsigned>(
-        std::min<uint64_t>(wanted, ResidentBlocks(Kernel<Index, F>::entry)));
+        std::min<uint64_t>(wanted, ResidentBlocks(&Kernel<Index, F>::entry)));
     RunElements<<<blocks, kThreadsPerBlock, 0, stream_>>>(f, n, guard);
     Note(cudaGetLastError());
   }

@@ -1,6 +1,13 @@
 // The CUDA kernels' entry points (kernels.cu): each launches one plan (unpool_plan.h,
 // pool_plan.h) on `stream` and returns the first CUDA error of its launches, without
 // synchronising. The handlers (*.cc) call them; nothing here needs the XLA headers.
+//
+// What crosses from the kernels to the handlers -- here and in kernel_registry.h -- is
+// plain: CUDA types, built-in types, plain structs. The release wheels compile the .cu
+// files with nvcc and GCC (libstdc++) but the .cc files with clang and LLVM's libc++, which
+// the module carries (tools/build-wheels): a standard-library type in this interface
+// (std::vector, std::atomic, ...) would be two types, and the .cu code may call nothing of
+// the standard library that is not inline (the wheels' build checks the objects).
 #pragma once
 
 #include <cuda_runtime_api.h>

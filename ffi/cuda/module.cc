@@ -62,11 +62,11 @@ NB_MODULE(_jax_unpool_cuda, m) {
   // The kernels registered, and what the execute stages saw: calls made while their stream
   // was capturing a CUDA graph, and kernel loads that had to happen inside a capture.
   m.def("kernel_stats", []() {
-    const jax_unpool::cuda::CaptureStats& s = jax_unpool::cuda::Stats();
+    const jax_unpool::cuda::KernelStats s = jax_unpool::cuda::ReadKernelStats();
     nb::dict d;
-    d["kernels"] = jax_unpool::cuda::Kernels().size();
-    d["captured_calls"] = s.captured_calls.load();
-    d["loads_in_capture"] = s.loads_in_capture.load();
+    d["kernels"] = s.kernels;
+    d["captured_calls"] = s.captured_calls;
+    d["loads_in_capture"] = s.loads_in_capture;
     return d;
   });
   // What the module was built with: the CUDA runtime version ("13.0") and the

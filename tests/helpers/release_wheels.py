@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,21 @@ def wheels() -> list[Path]:
 def sdist() -> Path:
     (found,) = build().glob("*.tar.gz")
     return found
+
+
+def interpreter(version: str) -> str:
+    """A CPython `version` ("3.12"): this one, pyenv's newest, or python<version> on PATH
+    (where tools/build-wheels finds it too)."""
+    if sys.version.startswith(f"{version}."):
+        return sys.executable
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(pyenv.glob(f"versions/{version}.*/bin/python{version}"), reverse=True,
+                   key=lambda p: [int(n) for n in re.findall(r"\d+", p.parent.parent.name)])
+    for candidate in [*found, shutil.which(f"python{version}")]:
+        if candidate:
+            return str(candidate)
+    raise RuntimeError(f"no Python {version}: pyenv install {version}, or put "
+                       f"python{version} on PATH")
 
 
 def wheel_for(python: str) -> Path:

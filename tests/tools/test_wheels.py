@@ -1,13 +1,17 @@
 """The release wheels (tools/build-wheels): a cp311 and a cp312-abi3 wheel, each tagged
 manylinux_2_28 as `auditwheel show` confirms, each under 8 MB with the CPU and the CUDA
-modules and nothing to load but glibc's own libraries; importing one on a machine without
-a GPU loads no libcuda; the sdist they are built from holds every source; the release
+modules and nothing to load but glibc's own libraries, nor any symbol but glibc's and the
+interpreter's; each CUDA module imports with every kernel in the registry its handlers
+walk; importing one on a machine without a GPU loads no libcuda; the sdist they are built from holds every source; the release
 workflow runs the same command. tests/helpers/release_wheels.py builds them once per hash
 of their inputs (kept in build/wheels); tests/integration/test_jax_window.py installs them
 beside jax 0.7.2 to 0.12.0.1 and runs the `jax_window` subset there."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +20,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import cuda_kernels
 import pytest
 import release_wheels
 from elftools.elf.dynamic import DynamicSection
@@ -93,6 +98,101 @@ def test_each_module_needs_only_glibc_and_no_newer_than_2_28(wheels, tag, tmp_pa
                  if v.startswith("GLIBC_")]
         assert glibc and max(glibc) <= (2, 28), (name, sorted(versions))
         assert not [v for v in versions if not v.startswith("GLIBC_")], (name, versions)
+
+
+# The Python C API, which the interpreter defines.
+PYTHON_SYMBOL = re.compile(r"_?Py[A-Z_]\w*")
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_each_module_leaves_undefined_only_glibcs_and_pythons_symbols(wheels, tag, tmp_path):
+    # The modules carry their C++ runtime (libc++, static): a symbol they leave undefined
+    # must be glibc's (versioned) or the interpreter's. Anything else fails the import, as
+    # libstdc++'s std::__throw_length_error did, left by a CUDA kernel object (nvcc's GCC)
+    # that used std::vector.
+    for name, data in _modules(wheels[tag]).items():
+        path = tmp_path / Path(name).name
+        path.write_bytes(data)
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            versions = {aux.entry["vna_other"]: aux.name
+                        for _, auxiliaries in elf.get_section_by_name(".gnu.version_r")
+                        .iter_versions() for aux in auxiliaries}
+            versym = elf.get_section_by_name(".gnu.version")
+            unresolved = [
+                symbol.name for i, symbol in enumerate(elf.get_section_by_name(".dynsym")
+                                                       .iter_symbols())
+                if symbol.name and symbol["st_shndx"] == "SHN_UNDEF"
+                and symbol["st_info"]["bind"] != "STB_WEAK"
+                and not str(versions.get(versym.get_symbol(i)["ndx"], "")).startswith("GLIBC_")
+                and not PYTHON_SYMBOL.fullmatch(symbol.name)]
+        assert not unresolved, (name, unresolved)
+
+
+# Loads a wheel's CUDA module alone (no jax): its kernel registry and targets.
+LOAD_CUDA_MODULE = """\
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("_jax_unpool_cuda", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps({"stats": module.kernel_stats(), "targets": sorted(module.registrations())}))
+"""
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_each_cuda_module_imports_with_every_kernel_in_the_handlers_registry(wheels, tag,
+                                                                             tmp_path):
+    # The kernels (nvcc with GCC) register themselves when the module loads, in the
+    # registry that the handlers (zig's clang with libc++) walk at their instantiate stage:
+    # one registry, which holds every kernel of the module's machine code (cuobjdump).
+    from jax_unpool.backends import cuda
+
+    (name,) = [n for n in _modules(wheels[tag]) if "/_jax_unpool_cuda" in n]
+    path = tmp_path / Path(name).name
+    path.write_bytes(_modules(wheels[tag])[name])
+    python = release_wheels.interpreter("3.11" if tag.startswith("cp311") else "3.12")
+    done = subprocess.run([python, "-I", "-c", LOAD_CUDA_MODULE, str(path)],
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert loaded["targets"] == sorted(cuda.TARGETS)
+    assert loaded["stats"] == {"kernels": len(cuda_kernels.kernel_names(path)),
+                               "captured_calls": 0, "loads_in_capture": 0}
+
+
+def _build_wheels_script():
+    """tools/build-wheels as a module."""
+    loader = importlib.machinery.SourceFileLoader("build_wheels",
+                                                  str(REPO / "tools" / "build-wheels"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_the_build_checks_each_wheels_cuda_kernel_objects(wheels):
+    # Every object of ffi/cuda/*.cu, once per wheel, before the module above was linked.
+    log = (release_wheels.build() / "build-wheels.log").read_text()
+    checked = re.findall(r"the CUDA kernels' (\d+) objects need nothing of the standard library",
+                         log)
+    assert checked == [str(len(list((REPO / "ffi" / "cuda").glob("*.cu"))))] * len(TAGS), log
+
+
+def test_the_check_of_the_kernel_objects_refuses_one_that_needs_libstdcxx(tmp_path):
+    # What the kernel registry's std::vector did: GCC's out-of-line error of a vector.
+    sources = {"plain": "int Twice(int n) { return 2 * n; }\n",
+               "vector": "#include <vector>\nint Count(int n) { std::vector<int> v; "
+                         "v.reserve(n); return int(v.capacity()); }\n"}
+    objects = {}
+    for name, text in sources.items():
+        (tmp_path / f"{name}.cc").write_text(text)
+        objects[name] = tmp_path / f"{name}.o"
+        subprocess.run(["g++", "-O2", "-c", str(tmp_path / f"{name}.cc"), "-o",
+                        str(objects[name])], check=True, timeout=120)
+    script = _build_wheels_script()
+    script.check_kernel_objects([objects["plain"]])
+    with pytest.raises(SystemExit, match=r"std::__throw_length_error\(char const\*\)"):
+        script.check_kernel_objects([objects["plain"], objects["vector"]])
 
 
 IMPORT_CHECK = """\

@@ -5,10 +5,8 @@ registry that stage walks -- so that none is first loaded inside a CUDA graph ca
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
+import cuda_kernels
 import pytest
 
 from jax_unpool.backends import cuda
@@ -27,30 +25,8 @@ def test_every_target_loads_the_kernels_at_its_instantiate_stage():
     assert loaders.isdisjoint(id(bundle["execute"]) for bundle in stages.values())
 
 
-def _cuobjdump() -> str:
-    """The CUDA toolkit's cuobjdump, else the test extra's (nvidia-cuda-cuobjdump): where the
-    module was built with nvcc, one of them is there."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    import nvidia
-
-    copies = [p for base in nvidia.__path__ for p in Path(base).glob("*/bin/cuobjdump")]
-    assert copies, "cuobjdump: neither on PATH nor from the test extra's nvidia-cuda-cuobjdump"
-    return str(copies[0])
-
-
 def test_every_kernel_of_the_module_is_registered():
-    cuobjdump = _cuobjdump()
-    usage = subprocess.run([cuobjdump, "--dump-resource-usage", cuda._jax_unpool_cuda.__file__],
-                           capture_output=True, text=True, check=True).stdout
-    # One architecture's cubin lists each kernel once.
-    arch = re.findall(r"arch = (sm_\d+)", usage) or [None]
-    kernels = set()
-    for block in re.split(r"Fatbin elf code:", usage)[1:]:
-        if arch[0] is None or f"arch = {arch[0]}" in block:
-            kernels |= set(re.findall(r"Function (\S+):", block))
-    assert kernels, usage[:2000]
+    kernels = cuda_kernels.kernel_names(cuda._jax_unpool_cuda.__file__)
     assert cuda._jax_unpool_cuda.kernel_stats()["kernels"] == len(kernels)
 
 
