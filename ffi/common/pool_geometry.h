@@ -31,6 +31,33 @@ struct PoolGeometry : PoolAxes {
   int64_t out_plane() const { return out[0] * out[1] * out[2]; }
 };
 
+// floor(n / d) for d >= 1 without a 128-bit division: that is a library call (__divti3),
+// which the wheels' toolchain takes from zig's compiler_rt, and with it compiler_rt's
+// generic memset, memcpy and memmove, which then replace glibc's in the whole module (the
+// unpool forward's zero-fill took 1.25x the time). One 64-bit division where |n| fits in
+// 64 bits (any real call), else binary long division (|n| < 2^127, d < 2^63).
+inline __int128 FloorDivide(__int128 n, int64_t d) {
+  using U128 = unsigned __int128;
+  const uint64_t divisor = static_cast<uint64_t>(d);
+  const U128 m = n < 0 ? -static_cast<U128>(n) : static_cast<U128>(n);  // |n|
+  U128 q = 0;
+  uint64_t r = 0;
+  if ((m >> 64) == 0) {
+    q = static_cast<uint64_t>(m) / divisor;
+    r = static_cast<uint64_t>(m) % divisor;
+  } else {
+    for (int bit = 127; bit >= 0; --bit) {
+      r = (r << 1) | static_cast<uint64_t>((m >> bit) & 1);
+      q <<= 1;
+      if (r >= divisor) {
+        r -= divisor;
+        q |= 1;
+      }
+    }
+  }
+  return n < 0 ? -static_cast<__int128>(q + (r != 0)) : static_cast<__int128>(q);
+}
+
 // PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h; CANN's PoolingOutShape is
 // the same), in 128 bits so that no attribute value overflows it. May be <= 0.
 inline __int128 PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t pad,
@@ -38,7 +65,7 @@ inline __int128 PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t
   const __int128 s = stride;
   const __int128 num = __int128{size} + 2 * __int128{pad} - __int128{dilation} * (kernel - 1) -
                        1 + (ceil_mode ? s - 1 : 0);
-  __int128 out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
+  __int128 out = FloorDivide(num, stride) + 1;
   // The last window must start inside the input or the left padding.
   if (ceil_mode && (out - 1) * s >= __int128{size} + pad) --out;
   return out;
