@@ -89,7 +89,7 @@ calling thread's ACL context is on XLA's device of the call, runs on XLA's strea
 XLA's scratch memory as its workspace (else one cached block per device and stream), and
 channels-last calls are split along N and C per device. Shapes aclnn refuses -- an empty
 input, or an output plane smaller than the input plane (only possible with duplicated
-indices; the 3-D backward refuses it too) -- are lowered to the jnp reference, which
+indices; the 3-D backward refuses it too) -- are lowered to XLA's ops, which
 gives the same result. With a CANN without the (optional) 3-D ops, channels-first 3-D
 runs on the 2-D ops' view too (a direct call of the 3-D targets fails with
 FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
@@ -306,7 +306,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     (310P) and Atlas 200I/500 A2 none. Elsewhere the op runs XLA's ops. A chip name no
     product has (or none) is a RuntimeWarning, and every op runs XLA's ops. If the op
     library has no aclnnMaxUnpool2d entry points on a chip that should have them, a
-    RuntimeWarning says so and the forward unpools lower to the jnp reference
+    RuntimeWarning says so and the forward unpools lower to XLA's ops
     (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn. On a
     device, a CANN without aclnnClamp (its ops-math package) cannot keep indices inside
     their plane: a RuntimeWarning says so, and every unpool runs XLA's ops.
@@ -359,8 +359,8 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
         elif "max_unpool2d" in chip.unpool_ops and "max_unpool2d" not in _jax_unpool.cann_ops():
             warnings.warn(
                 f"jax_unpool.npu.register: the CANN op library {where['opapi']} has no "
-                f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run the "
-                f"jnp reference (XLA's scatter; channels-first 3-D runs aclnnMaxUnpool3d if "
+                f"aclnnMaxUnpool2d, so on platform {platform!r} the forward unpools run "
+                f"XLA's ops (as on a TPU; channels-first 3-D runs aclnnMaxUnpool3d if "
                 f"present); the backwards run aclnn.", RuntimeWarning, stacklevel=2)
         if platform not in _targets_registered:
             capsules = _jax_unpool.npu_registrations()

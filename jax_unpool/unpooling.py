@@ -173,7 +173,7 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       ``x``'s layout with ``(H, W)`` replaced by ``(H_out, W_out)`` and ``x``'s dtype.
       Positions no index names are zero. Among duplicated indices in a plane the element
       with the largest flat input position wins, deterministically, on CPU, on NVIDIA
-      GPUs (the CUDA kernels) and wherever the jnp reference runs (other GPUs, TPU), as
+      GPUs (the CUDA kernels) and wherever XLA's ops run (other GPUs, TPU), as
       PyTorch's CPU kernel does on one thread (on several its winner is unspecified);
       on an Ascend NPU through aclnn the result is deterministic but which duplicate
       wins is unspecified (CANN names no winner).

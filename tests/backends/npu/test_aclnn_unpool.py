@@ -834,8 +834,8 @@ def test_a_cann_without_the_forward_ops_runs_them_on_the_reference_and_says_so(t
     opapi = lib_dir / "libopapi.so"
     assert _fresh_process(WITHOUT_FORWARD, lib_dir).splitlines() == [
         (f"RuntimeWarning: jax_unpool.npu.register: the CANN op library {opapi} has no "
-         f"aclnnMaxUnpool2d, so on platform 'cpu' the forward unpools run the jnp reference "
-         f"(XLA's scatter; channels-first 3-D runs aclnnMaxUnpool3d if present); the "
+         f"aclnnMaxUnpool2d, so on platform 'cpu' the forward unpools run XLA's ops "
+         f"(as on a TPU; channels-first 3-D runs aclnnMaxUnpool3d if present); the "
          f"backwards run aclnn."),
         "1 False True", "2 False True", "3 False True",  # k, forward / backward on aclnn
         (f"FAILED_PRECONDITION: max_unpool2d: the loaded CANN op library ({opapi}) has no "
