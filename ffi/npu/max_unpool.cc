@@ -216,32 +216,15 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
                            t.k);
 }
 
+// `checked`: the *DeviceChecked targets (the same calling convention, indices checked).
 template <const auto& target, bool checked>
-ffi::Error OnDeviceWith(void* stream, std::optional<int32_t> device_ordinal,
-                        ffi::ScratchAllocator& scratch, ffi::AnyBuffer values,
-                        ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                        const LayoutAttribute<target.k>& layout) {
-  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
-    return MaxUnpoolAclnn(target, checked, launch, values, indices, out, layout);
-  });
-}
-
-template <const auto& target>
 ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
                         ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
                         ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                         LayoutAttribute<target.k> layout) {
-  return OnDeviceWith<target, false>(stream, device_ordinal, scratch, values, indices, out,
-                                     layout);
-}
-
-template <const auto& target>
-ffi::Error OnDeviceCheckedImpl(void* stream, std::optional<int32_t> device_ordinal,
-                               ffi::ScratchAllocator scratch, ffi::AnyBuffer values,
-                               ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
-                               LayoutAttribute<target.k> layout) {
-  return OnDeviceWith<target, true>(stream, device_ordinal, scratch, values, indices, out,
-                                    layout);
+  return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
+    return MaxUnpoolAclnn(target, checked, launch, values, indices, out, layout);
+  });
 }
 
 // Host memory: the indices are checked on the host whichever target (checked or not)
@@ -274,30 +257,33 @@ auto HostBinding() { return WithBuffers(ffi::Ffi::Bind()); }
 }  // namespace
 
 // The 2-D targets take channels_last; the 3-D ones bind every attribute to refuse it.
-// *DeviceChecked: the same calling convention as *Device, checked indices.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice, OnDeviceImpl<kMaxUnpool2d>,
+// *DeviceChecked: the same calling convention as *Device, checked indices. The handlers
+// are parenthesised: the macro would split a template's argument list at its comma.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice, (OnDeviceImpl<kMaxUnpool2d, false>),
                               DeviceBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDeviceChecked, OnDeviceCheckedImpl<kMaxUnpool2d>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDeviceChecked, (OnDeviceImpl<kMaxUnpool2d, true>),
                               DeviceBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost, OnHostImpl<kMaxUnpool2d>,
                               HostBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice, OnDeviceImpl<kMaxUnpool2dBackward>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice,
+                              (OnDeviceImpl<kMaxUnpool2dBackward, false>),
                               DeviceBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDeviceChecked,
-                              OnDeviceCheckedImpl<kMaxUnpool2dBackward>,
+                              (OnDeviceImpl<kMaxUnpool2dBackward, true>),
                               DeviceBinding().Attr<bool>("channels_last"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost, OnHostImpl<kMaxUnpool2dBackward>,
                               HostBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, OnDeviceImpl<kMaxUnpool3d>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, (OnDeviceImpl<kMaxUnpool3d, false>),
                               DeviceBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDeviceChecked, OnDeviceCheckedImpl<kMaxUnpool3d>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDeviceChecked, (OnDeviceImpl<kMaxUnpool3d, true>),
                               DeviceBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost, OnHostImpl<kMaxUnpool3d>,
                               HostBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice, OnDeviceImpl<kMaxUnpool3dBackward>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice,
+                              (OnDeviceImpl<kMaxUnpool3dBackward, false>),
                               DeviceBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDeviceChecked,
-                              OnDeviceCheckedImpl<kMaxUnpool3dBackward>,
+                              (OnDeviceImpl<kMaxUnpool3dBackward, true>),
                               DeviceBinding().Attrs<AttributeNames>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl<kMaxUnpool3dBackward>,
                               HostBinding().Attrs<AttributeNames>());

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import io
 import json
 import re
 import subprocess
@@ -65,6 +66,11 @@ def _modules(wheel: Path) -> dict[str, bytes]:
         return {n: whl.read(n) for n in whl.namelist() if n.endswith(".so")}
 
 
+def _elves(wheel: Path) -> dict[str, ELFFile]:
+    """Each module of the wheel, as pyelftools reads it (from memory)."""
+    return {n: ELFFile(io.BytesIO(data)) for n, data in _modules(wheel).items()}
+
+
 @pytest.mark.parametrize("tag", TAGS)
 def test_each_wheel_holds_the_package_and_both_modules_in_under_8_mb(wheels, tag):
     wheel = wheels[tag]
@@ -79,20 +85,16 @@ def test_each_wheel_holds_the_package_and_both_modules_in_under_8_mb(wheels, tag
 
 
 @pytest.mark.parametrize("tag", TAGS)
-def test_each_module_needs_only_glibc_and_no_newer_than_2_28(wheels, tag, tmp_path):
+def test_each_module_needs_only_glibc_and_no_newer_than_2_28(wheels, tag):
     # Read from the ELF files themselves: the libraries they name (DT_NEEDED) and the
     # glibc symbol versions they require.
-    for name, data in _modules(wheels[tag]).items():
-        path = tmp_path / Path(name).name
-        path.write_bytes(data)
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            dynamic = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
-            needed = {t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"}
-            versions = {aux.name for section in elf.iter_sections()
-                        if section.name == ".gnu.version_r"
-                        for _, auxiliaries in section.iter_versions()
-                        for aux in auxiliaries}
+    for name, elf in _elves(wheels[tag]).items():
+        dynamic = next(s for s in elf.iter_sections() if isinstance(s, DynamicSection))
+        needed = {t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"}
+        versions = {aux.name for section in elf.iter_sections()
+                    if section.name == ".gnu.version_r"
+                    for _, auxiliaries in section.iter_versions()
+                    for aux in auxiliaries}
         assert needed and needed <= GLIBC_LIBRARIES, (name, needed)
         glibc = [tuple(int(p) for p in v.split("_")[1].split(".")) for v in versions
                  if v.startswith("GLIBC_")]
@@ -105,43 +107,35 @@ PYTHON_SYMBOL = re.compile(r"_?Py[A-Z_]\w*")
 
 
 @pytest.mark.parametrize("tag", TAGS)
-def test_each_module_leaves_undefined_only_glibcs_and_pythons_symbols(wheels, tag, tmp_path):
+def test_each_module_leaves_undefined_only_glibcs_and_pythons_symbols(wheels, tag):
     # The modules carry their C++ runtime (libc++, static): a symbol they leave undefined
     # must be glibc's (versioned) or the interpreter's. Anything else fails the import, as
     # libstdc++'s std::__throw_length_error did, left by a CUDA kernel object (nvcc's GCC)
     # that used std::vector.
-    for name, data in _modules(wheels[tag]).items():
-        path = tmp_path / Path(name).name
-        path.write_bytes(data)
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            versions = {aux.entry["vna_other"]: aux.name
-                        for _, auxiliaries in elf.get_section_by_name(".gnu.version_r")
-                        .iter_versions() for aux in auxiliaries}
-            versym = elf.get_section_by_name(".gnu.version")
-            unresolved = [
-                symbol.name for i, symbol in enumerate(elf.get_section_by_name(".dynsym")
-                                                       .iter_symbols())
-                if symbol.name and symbol["st_shndx"] == "SHN_UNDEF"
-                and symbol["st_info"]["bind"] != "STB_WEAK"
-                and not str(versions.get(versym.get_symbol(i)["ndx"], "")).startswith("GLIBC_")
-                and not PYTHON_SYMBOL.fullmatch(symbol.name)]
+    for name, elf in _elves(wheels[tag]).items():
+        versions = {aux.entry["vna_other"]: aux.name
+                    for _, auxiliaries in elf.get_section_by_name(".gnu.version_r")
+                    .iter_versions() for aux in auxiliaries}
+        versym = elf.get_section_by_name(".gnu.version")
+        unresolved = [
+            symbol.name for i, symbol in enumerate(elf.get_section_by_name(".dynsym")
+                                                   .iter_symbols())
+            if symbol.name and symbol["st_shndx"] == "SHN_UNDEF"
+            and symbol["st_info"]["bind"] != "STB_WEAK"
+            and not str(versions.get(versym.get_symbol(i)["ndx"], "")).startswith("GLIBC_")
+            and not PYTHON_SYMBOL.fullmatch(symbol.name)]
         assert not unresolved, (name, unresolved)
 
 
 @pytest.mark.parametrize("tag", TAGS)
-def test_the_cpu_module_takes_memset_and_memcpy_from_glibc(wheels, tag, tmp_path):
+def test_the_cpu_module_takes_memset_and_memcpy_from_glibc(wheels, tag):
     # A runtime helper the toolchain links statically (zig's compiler_rt, brought in by a
     # 128-bit division) defines its own generic memset/memcpy/memmove, and the module's
     # calls then bind to those instead of glibc's: the unpool forward's zero fill took
     # 1.25x the time. The module must leave them undefined, for glibc's.
-    data = next(d for n, d in _modules(wheels[tag]).items()
-                if Path(n).name.startswith("_jax_unpool."))
-    path = tmp_path / "module.so"
-    path.write_bytes(data)
-    with open(path, "rb") as f:
-        symbols = {s.name: s["st_shndx"] for s in
-                   ELFFile(f).get_section_by_name(".dynsym").iter_symbols()}
+    elf = next(e for n, e in _elves(wheels[tag]).items()
+               if Path(n).name.startswith("_jax_unpool."))
+    symbols = {s.name: s["st_shndx"] for s in elf.get_section_by_name(".dynsym").iter_symbols()}
     for name in ("memset", "memcpy", "memmove"):
         assert symbols.get(name) == "SHN_UNDEF", (name, symbols.get(name))
     assert "__divti3" not in symbols
