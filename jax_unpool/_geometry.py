@@ -219,6 +219,12 @@ class PoolGeometry(NamedTuple):
         """The last window's `first_in_bounds` along `axis`."""
         return self.first_in_bounds(axis, self.out_size[axis] - 1)
 
+    def argmax_in_window(self) -> bool:
+        """Whether every window's argmax is an input position inside the window, whatever x
+        holds: unless some window holds only padding (PyTorch then reports an index past
+        the row or the plane: `first_in_bounds`)."""
+        return all(self.last_first_in_bounds(a) < self.in_size[a] for a in range(self.k))
+
     def extent(self) -> tuple[int, ...]:
         """The dilated window's extent per axis: dilation * (kernel - 1) + 1."""
         return tuple(d * (kk - 1) + 1 for d, kk in zip(self.dilation, self.kernel))
@@ -234,9 +240,8 @@ class PoolGeometry(NamedTuple):
         the start), and later winners are in-bounds taps (padding never wins), so every
         index is an in-bounds position of its own window. Excluded: a window holding only
         padding, whose index lies past the row or plane (PyTorch's quirk)."""
-        return all(self.stride[a] >= self.extent()[a]
-                   and self.last_first_in_bounds(a) < self.in_size[a]
-                   for a in range(self.k))
+        return (all(s >= e for s, e in zip(self.stride, self.extent()))
+                and self.argmax_in_window())
 
     def window(self) -> tuple:
         """The unpool primitives' `window` hint for a scatter to the argmax positions:

@@ -194,13 +194,6 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
     return out.reshape(idx.shape)
 
 
-def _argmax_in_window(g: PoolGeometry) -> bool:
-    """Whether every window's argmax is an input position inside the window, whatever x
-    holds: unless some window holds only padding (PyTorch then reports an index past the
-    row or the plane: `PoolGeometry.first_in_bounds`)."""
-    return all(g.last_first_in_bounds(a) < g.in_size[a] for a in range(g.k))
-
-
 def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
     """`gather_at_argmax`'s result (batched t and idx), as dense ops where every argmax
     lies in its window (`_unpool_dense.gather`), with the dense sum into the argmax
@@ -208,7 +201,7 @@ def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Arra
     in increasing window position, as PyTorch's CPU backward does); XLA's gather and
     scatter-add otherwise, and for the packed sub-byte dtypes."""
     b = _unpool_dense.boxes(g.out_size, g.in_size, g.window(), g.index_dtype)
-    if b is None or not _args.is_movable(t.dtype) or not _argmax_in_window(g) or any(
+    if b is None or not _args.is_movable(t.dtype) or not g.argmax_in_window() or any(
             not _symbolic.is_symbolic(d) and d == 0 for d in t.shape):
         return gather_at_argmax(t, idx, g)
     last = g.channels_last
