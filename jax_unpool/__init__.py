@@ -25,16 +25,13 @@ from jax_unpool.pooling import (
     max_pool3d_with_indices,
     max_pool3d_with_indices_p,
 )
-# Then the platforms register their lowerings, and the modules built on them follow.
-from jax_unpool import backends
+from jax_unpool import backends, npu, reference
 from jax_unpool.backends import export_safety_checks
-
-backends.load()
-from jax_unpool import npu, reference
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "backends",
     "export_safety_checks",
     "max_pool1d_with_indices",
     "max_pool1d_with_indices_p",

@@ -58,10 +58,21 @@ def spatial_axis(ndim: int, channels_last: bool, k: int) -> int:
     return ndim - k - 1 if channels_last else ndim - k
 
 
+def spatial_axes(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
+    """Positions of the k spatial dims of an operand of rank `ndim`."""
+    s = spatial_axis(ndim, channels_last, k)
+    return tuple(range(s, s + k))
+
+
 def spatial_dims(shape: Sequence, channels_last: bool, k: int) -> tuple:
     """The k spatial sizes of `shape`."""
-    s = spatial_axis(len(shape), channels_last, k)
-    return tuple(shape[s:s + k])
+    return tuple(shape[a] for a in spatial_axes(len(shape), channels_last, k))
+
+
+def with_spatial(shape: Sequence, sizes: Sequence, channels_last: bool) -> tuple:
+    """`shape` with its len(sizes) spatial dims replaced by `sizes`."""
+    s = spatial_axis(len(shape), channels_last, len(sizes))
+    return (*shape[:s], *sizes, *shape[s + len(sizes):])
 
 
 def plane_dims(ndim: int, channels_last: bool, k: int) -> tuple[int, ...]:
@@ -80,6 +91,70 @@ def check_rank(fn: str, name: str, shape: Sequence[int], k: int,
         raise ValueError(
             f"{fn}: {name} must have rank {k + 1} {one} or {k + 2} {batch}, got rank "
             f"{len(shape)} with shape {tuple(shape)}")
+
+
+# --------------------------------------------------------------------------------------
+# The unpool's window
+# --------------------------------------------------------------------------------------
+
+
+class Window(NamedTuple):
+    """Where an unpool's indices are expected, per spatial axis: input position q's index
+    lies in the box [q * stride - padding, q * stride - padding + extent) of the output
+    plane, as a max pool's argmax lies in its window (extent: the dilated kernel's). The
+    unpool primitives' `window` hint: it never changes a result; kernels use it to write
+    each output window once (`unpool_window` says which hints they may use)."""
+
+    extent: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+
+    @property
+    def k(self) -> int:
+        return len(self.extent)
+
+    @staticmethod
+    def check(fn: str, window: Any, k: int) -> None:
+        """A primitive's `window` parameter: None or k ints each (extent and stride
+        positive, padding not negative); TypeError naming `fn` otherwise."""
+        ok = window is None or (
+            isinstance(window, tuple) and len(window) == 3
+            and all(isinstance(w, tuple) and len(w) == k and all(map(_args.is_int, w))
+                    for w in window)
+            and min(window[0]) >= 1 and min(window[1]) >= 1 and min(window[2]) >= 0)
+        if not ok:
+            raise TypeError(f"{fn}: window must be None or (extent, stride, padding), tuples "
+                            f"of {k} ints (extent and stride positive, padding not negative), "
+                            f"got {_args.received(window)}")
+
+
+def unpool_window(in_size: Sequence, out_size: Sequence, hint: Window | tuple | None
+                  ) -> Window | None:
+    """The window the unpool kernels may use for input spatial sizes `in_size` (where the
+    indices are) and output sizes `out_size` (the plane they point into): the `hint` where
+    it can be a max pool's window for these sizes; without one, the window of output sizes
+    that are whole multiples of the input's (extent = stride = out // in, no padding);
+    otherwise None (no window: the kernels' general paths). Every lowering takes its window
+    from here, so no kernel infers one.
+
+    A hint is used only where, per axis, padding < extent (each box reaches into the plane)
+    and the sizes are those of a pool of that window, ceil_mode or not: (in - 2) * stride <
+    out + 2 * padding - extent < in * stride (PyTorch's max_unpool rule, "within stride of
+    the default size", with the extent as the kernel). Any other hint is ignored: a hint
+    never changes a result."""
+    sizes = (*in_size, *out_size)
+    if any(_symbolic.is_symbolic(d) for d in sizes) or min(sizes, default=0) <= 0:
+        return None
+    if hint is None:
+        if any(o % i for i, o in zip(in_size, out_size)):
+            return None
+        ratio = tuple(o // i for i, o in zip(in_size, out_size))
+        return Window(ratio, ratio, (0,) * len(ratio))
+    extent, stride, padding = (tuple(int(v) for v in w) for w in hint)
+    for i, o, e, s, p in zip(in_size, out_size, extent, stride, padding):
+        if not (p < e and (i - 2) * s < o + 2 * p - e < i * s):
+            return None
+    return Window(extent, stride, padding)
 
 
 # --------------------------------------------------------------------------------------
@@ -109,7 +184,7 @@ def output_spatial(fn: str, output_size: Any, ndim: int, channels_last: bool,
 
 def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kernel_size: Any,
                        stride: Any, padding: Any, output_size: Any,
-                       k: int) -> tuple[tuple[int, ...], tuple | None]:
+                       k: int) -> tuple[tuple[int, ...], Window | None]:
     """torch.nn.functional.max_unpool{k}d's output size rule, with its range check, and
     the window (kernel, stride, padding) when `kernel_size` is given, else None. As in
     PyTorch an output size may be 0 (the result is empty), none negative."""
@@ -124,7 +199,7 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
     kernel = _args.positive_sizes(fn, "kernel_size", kernel_size, k)
     strides = kernel if stride is None else _args.positive_sizes(fn, "stride", stride, k)
     pads = _args.positive_sizes(fn, "padding", padding, k, allow_zero=True)
-    window = (kernel, strides, pads)
+    window = Window(kernel, strides, pads)
     spatial = spatial_dims(shape, channels_last, k)
     default = tuple((spatial[d] - 1) * strides[d] - 2 * pads[d] + kernel[d] for d in range(k))
     if output_size is None:
@@ -243,10 +318,10 @@ class PoolGeometry(NamedTuple):
         return (all(s >= e for s, e in zip(self.stride, self.extent()))
                 and self.argmax_in_window())
 
-    def window(self) -> tuple:
-        """The unpool primitives' `window` hint for a scatter to the argmax positions:
-        each window's argmax lies in its dilated extent."""
-        return (self.extent(), self.stride, self.padding)
+    def window(self) -> Window:
+        """The window of the argmax positions: each window's argmax lies in its dilated
+        extent (where `argmax_in_window`)."""
+        return Window(self.extent(), self.stride, self.padding)
 
 
 def _pool_sizes(fn: str, value: object, name: str, k: int) -> tuple[int, ...]:
@@ -366,6 +441,16 @@ def pool_geometry(fn: str, shape: tuple, kernel: tuple, stride: tuple, padding: 
             f"({', '.join(names)})={in_size} {'plane' if k < 3 else 'volume'} (up to "
             f"{largest}); use index_dtype=int64 with jax_enable_x64")
     return g
+
+
+def pool_geometry_of(shape, **params) -> PoolGeometry:
+    """A pool primitive's geometry from its parameters (kernel_size, stride, padding,
+    dilation, ceil_mode, channels_last, index_dtype), checked against x's `shape` (cached),
+    errors naming the public function of its rank."""
+    fn = f"max_pool{len(params['kernel_size'])}d_with_indices"
+    return pool_geometry(fn, tuple(shape), *(tuple(params[name]) for name in (
+        "kernel_size", "stride", "padding", "dilation")), bool(params["ceil_mode"]),
+        bool(params["channels_last"]), index_dtype(fn, params["index_dtype"]))
 
 
 def largest_index(g: PoolGeometry) -> int:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _symbolic, _unpool_dense
+from jax_unpool import _args, _geometry, _symbolic, _unpool_dense
 from jax_unpool._geometry import PoolGeometry
 
 # Up to this many kernel taps inside the input the taps are a Python loop, whose dense
@@ -33,11 +33,6 @@ def _tap_range(g: PoolGeometry, axis: int) -> tuple[int, int]:
     first = max(0, -((-(p - (g.out_size[axis] - 1) * s)) // d))
     last = min(g.kernel[axis] - 1, (g.in_size[axis] - 1 + p) // d)
     return first, max(1, last - first + 1)
-
-
-def _spatial_axes(g: PoolGeometry) -> tuple[int, ...]:
-    # Operands are always batched here (an unbatched x gets a unit batch axis).
-    return tuple(range(1, g.k + 1)) if g.channels_last else tuple(range(2, g.k + 2))
 
 
 def _plane(a, g: PoolGeometry):
@@ -81,7 +76,7 @@ def _padded(x: jax.Array, g: PoolGeometry, taps, fill: jax.Array) -> jax.Array:
     """x padded (or trimmed: lax.pad takes negative widths) so that relative tap j of each
     axis is one strided slice starting at j * dilation."""
     config = [(0, 0, 0)] * x.ndim
-    for a, ax in enumerate(_spatial_axes(g)):
+    for a, ax in enumerate(_geometry.spatial_axes(x.ndim, g.channels_last, g.k)):
         first, count = taps[a]
         lo = g.padding[a] - first * g.dilation[a]
         span = (g.out_size[a] - 1) * g.stride[a] + (count - 1) * g.dilation[a] + 1
@@ -93,7 +88,7 @@ def _tap(xp: jax.Array, g: PoolGeometry, rel) -> jax.Array:
     """Relative tap `rel` (one per axis, static ints or traced scalars) of every window, as
     one (dynamic) slice strided by the pool's stride: the output's shape."""
     start, size, strides = [0] * xp.ndim, list(xp.shape), [1] * xp.ndim
-    for a, ax, j in zip(range(g.k), _spatial_axes(g), rel):
+    for a, ax, j in zip(range(g.k), _geometry.spatial_axes(xp.ndim, g.channels_last, g.k), rel):
         start[ax] = j * g.dilation[a]
         size[ax] = (g.out_size[a] - 1) * g.stride[a] + 1
         strides[ax] = g.stride[a]
@@ -164,16 +159,11 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
 
 
 def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
-    """t at the argmax positions, on the flattened (D*H*W, H*W or W) plane, with XLA's
-    gather: linear in t, and reverse mode transposes it into XLA's scatter-add of each
-    output cotangent to its argmax position (overlapping windows sum up). The reference's
-    pool gradient, and `tangent_at_argmax`'s where the dense ops do not apply.
-
-    On CPU this measured faster than a select chain over the tap slices left to jax's
-    transpose (interior pads), which XLA fused with a recomputation of the whole forward
-    pass per input element; `tangent_at_argmax` gives its select chain an explicit
-    transpose instead.
-    """
+    """t at the argmax positions (batched t and idx), on the flattened (D*H*W, H*W or W)
+    plane, with XLA's gather: linear in t, and reverse mode transposes it into XLA's
+    scatter-add of each output cotangent to its argmax position (overlapping windows sum
+    up). The reference's pool gradient, and the derivative's lowering (`gather`) where the
+    dense ops do not apply."""
     n = t.shape[0]
     plane = int(np.prod(g.in_size))
     out_plane = int(np.prod(g.out_size))  # explicit: -1 fails for N=0 or C=0
@@ -194,46 +184,52 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
     return out.reshape(idx.shape)
 
 
-def tangent_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
-    """`gather_at_argmax`'s result (batched t and idx), as dense ops where every argmax
-    lies in its window (`_unpool_dense.gather`), with the dense sum into the argmax
-    positions as its transpose (`_unpool_dense.scatter` with add: overlapping windows add up
-    in increasing window position, as PyTorch's CPU backward does); XLA's gather and
-    scatter-add otherwise, and for the packed sub-byte dtypes."""
-    b = _unpool_dense.boxes(g.out_size, g.in_size, g.window(), g.index_dtype)
-    if b is None or not _args.is_movable(t.dtype) or not g.argmax_in_window() or any(
-            not _symbolic.is_symbolic(d) and d == 0 for d in t.shape):
-        return gather_at_argmax(t, idx, g)
-    last = g.channels_last
-    return _paired(t, idx.shape, lambda v: _unpool_dense.gather(v, idx, b, last),
-                   lambda ct: _unpool_dense.scatter(ct, idx, b, last, add=True))
+# --------------------------------------------------------------------------- #
+# The derivative's pair (pooling.max_pool_gather_p, max_pool_scatter_add_p)
+# --------------------------------------------------------------------------- #
+
+def _dense_boxes(g: PoolGeometry, dtype, shape) -> _unpool_dense.Boxes | None:
+    """The boxes of the dense ops where they apply to the pool's own indices, decided at
+    trace time (the indices are the pool's, so every one lies in its window wherever
+    `argmax_in_window`: no check on the device); None for XLA's gather and scatter-add:
+    windows of padding only, packed sub-byte dtypes, empty operands, boxes too large."""
+    if not (g.argmax_in_window() and _args.is_movable(dtype)) or any(
+            not _symbolic.is_symbolic(d) and d == 0 for d in shape):
+        return None
+    window = _geometry.unpool_window(g.out_size, g.in_size, g.window())
+    return _unpool_dense.boxes(g.out_size, g.in_size, window, g.index_dtype)
 
 
-def _paired(t: jax.Array, out_shape, move, transpose) -> jax.Array:
-    """move(t), a linear map that reverse mode transposes to `transpose`: as
-    `_unpool_xla._paired` (custom_linear_solve on the input and the output together), with
-    the two stacked on a new leading axis, each padded to the larger spatial sizes,
-    instead of flattened and laid end to end: N and C stay whole dims, so that a split
-    along them stays a split (jax names no sharding for a flattened one)."""
-    common = tuple(max(i, o) for i, o in zip(t.shape, out_shape))
-    zero = jnp.zeros((), t.dtype)
+def _batched(fn, a: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+    if idx.ndim == g.k + 1:  # unbatched
+        return fn(a[None], idx[None])[0]
+    return fn(a, idx)
 
-    def widen(a):
-        return lax.pad(a, zero, [(0, c - d, 0) for d, c in zip(a.shape, common)])
 
-    def narrow(a, shape):
-        return lax.slice(a, (0,) * a.ndim, tuple(shape))
+def gather(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+    """max_pool_gather_p's XLA ops: dense selects where `_dense_boxes` applies, XLA's
+    gather otherwise."""
+    b = _dense_boxes(g, t.dtype, t.shape)
+    if b is None:
+        return _batched(lambda t, i: gather_at_argmax(t, i, g), t, idx, g)
+    return _unpool_dense.gather(t, idx, b, g.channels_last)
 
-    def solve(_, v):  # (t, 0) -> (0, move(t))
-        return jnp.stack([jnp.zeros_like(v[0]), widen(move(narrow(v[0], t.shape)))])
 
-    def transpose_solve(_, v):  # (0, ct) -> (transpose(ct), 0)
-        return jnp.stack([widen(transpose(narrow(v[1], out_shape))), jnp.zeros_like(v[1])])
+def scatter_add(ct: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+    """max_pool_scatter_add_p's XLA ops: dense sums where `_dense_boxes` applies (in
+    increasing window position, as PyTorch's CPU backward adds), XLA's scatter-add (the
+    transpose of `gather_at_argmax`) otherwise."""
+    b = _dense_boxes(g, ct.dtype, ct.shape)
+    if b is not None:
+        return _unpool_dense.scatter(ct, idx, b, g.channels_last, add=True)
 
-    wide = widen(t)
-    both = lax.custom_linear_solve(lambda v: v, jnp.stack([wide, jnp.zeros_like(wide)]), solve,
-                                   transpose_solve)
-    return narrow(both[1], out_shape)
+    def general(ct, idx):
+        t_shape = _geometry.with_spatial(idx.shape, g.in_size, g.channels_last)
+        transposed = jax.linear_transpose(lambda t: gather_at_argmax(t, idx, g),
+                                          jax.ShapeDtypeStruct(t_shape, ct.dtype))
+        return transposed(ct)[0]
+
+    return _batched(general, ct, idx, g)
 
 
 # custom_jvp rather than differentiating the select chain: the tangent is one gather at

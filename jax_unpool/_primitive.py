@@ -19,18 +19,24 @@ from jax_unpool import _args, _compat
 class Primitive(core.Primitive):
     """A primitive whose operands vary over the same manual axes when it is bound (as
     jax's own ops cast them: `_sharding`'s docstring says why), and whose lowering sees
-    the devices (custom_partitioning needs them). `check_params(**params)` runs first at
-    every bind: before jax's caches, which hold 2.0 equal to 2 and 1 equal to True, so
-    that a bad parameter fails the same way every time."""
+    the devices (custom_partitioning needs them). `defaults()` fills the parameters a bind
+    omits; `check_params(**params)` then runs at every bind: before jax's caches, which
+    hold 2.0 equal to 2 and 1 equal to True, so that a bad parameter fails the same way
+    every time."""
 
     def __init__(self, name: str, check_params: Callable[..., object], *,
-                 multiple_results: bool = False):
+                 multiple_results: bool = False, defaults: Callable[[], dict] | None = None):
         super().__init__(name)
         self.multiple_results = multiple_results
         self._check_params = check_params
+        self._defaults = defaults
         _compat.require_devices_during_lowering(self)
 
     def bind(self, *args, **params):
+        # Parameters a bind may omit get their defaults here, so that every rule, and the
+        # jaxpr, sees them all.
+        if self._defaults is not None:
+            params = {**self._defaults(), **params}
         self._check_params(**params)
         return super().bind(*_vary_to_union(args), **params)
 

@@ -19,8 +19,8 @@ Positions are compared as offsets from each box's corner, `index - corner(q)`, w
 for a position in the box depends only on where in the box it is (the shift and the
 phase): an iota over that small shape, never a table of the operand's size.
 
-`in_boxes` is the check that chooses this path on the device (`_unpool_xla`); `boxes`
-says, at trace time, whether it can apply at all. Operands here are batched (N first),
+`in_boxes` is the check that chooses this path on the device for indices of unknown
+origin (`_unpool_xla`); `boxes` says, at trace time, whether it can apply at all. Operands here are batched (N first),
 channels-first or channels-last, of spatial rank k.
 """
 
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _geometry, _symbolic
+from jax_unpool import _args, _geometry
 
 # Boxes of up to this many positions: the gather's select chain has one step per box
 # position, the forward one per shift (fewer).
@@ -70,20 +70,13 @@ class Boxes(NamedTuple):
                                                          self.stride))
 
 
-def boxes(in_size, out_size, window, index_dtype) -> Boxes | None:
-    """The boxes of a `window` hint (extent, stride, padding), or, without one, of output
-    sizes that are multiples of the input's (extent = stride = out // in, no padding);
-    None where the dense ops cannot apply: symbolic or zero spatial sizes, no window,
-    boxes of more than MAX_BOX positions, or offsets that no index dtype here holds."""
-    sizes = (*in_size, *out_size)
-    if any(_symbolic.is_symbolic(d) for d in sizes) or min(sizes) <= 0:
-        return None
+def boxes(in_size, out_size, window: _geometry.Window | None, index_dtype) -> Boxes | None:
+    """The boxes of `window` (`_geometry.unpool_window`'s) between these sizes; None where
+    the dense ops do not apply: no window, boxes of more than MAX_BOX positions, or
+    offsets that no index dtype here holds."""
     if window is None:
-        if any(o % i for i, o in zip(in_size, out_size)):
-            return None
-        ratio = tuple(o // i for i, o in zip(in_size, out_size))
-        window = (ratio, ratio, (0,) * len(ratio))
-    extent, stride, padding = (tuple(int(v) for v in w) for w in window)
+        return None
+    extent, stride, padding = window
     if math.prod(extent) > MAX_BOX:
         return None
     strides = [math.prod(out_size[a + 1:]) for a in range(len(out_size))]
@@ -101,8 +94,7 @@ def boxes(in_size, out_size, window, index_dtype) -> Boxes | None:
 
 
 def _spatial(ndim: int, channels_last: bool, k: int) -> list[int]:
-    s = _geometry.spatial_axis(ndim, channels_last, k)
-    return list(range(s, s + k))
+    return list(_geometry.spatial_axes(ndim, channels_last, k))
 
 
 def _iota(shape, axis: int, dtype=None) -> jax.Array:

@@ -43,8 +43,7 @@ def _plane(sizes) -> int:
 def _to_planes(a: jax.Array, channels_last: bool, k: int) -> jax.Array:
     """(N, C, *spatial) / (N, *spatial, C) / unbatched, k spatial dims -> (N, C, plane)."""
     a = a if a.ndim == k + 2 else a[None]
-    s = 1 if channels_last else 2
-    plane = _plane(a.shape[s:s + k])  # explicit: -1 fails for zero-size dims
+    plane = _plane(_geometry.spatial_dims(a.shape, channels_last, k))  # not -1: zero sizes
     if channels_last:
         return a.reshape(a.shape[0], plane, a.shape[-1]).transpose(0, 2, 1)
     return a.reshape(a.shape[0], a.shape[1], plane)
@@ -102,16 +101,15 @@ def _scatter(x, indices, output_size, channels_last, exact_bits):
 
 
 def _gather(grad_output, indices, channels_last, k, exact_bits):
-    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
-    plane = _plane(grad_output.shape[h:h + k])
+    plane = _plane(_grad_size(grad_output, channels_last, k))
     gp, ip = _to_planes(grad_output, channels_last, k), _to_planes(indices, channels_last, k)
     vals = _as_bits(gp) if exact_bits else gp
     out = jnp.take_along_axis(vals, _drop_outside(ip, plane), axis=-1,
                               mode="fill", fill_value=0)
     if exact_bits:
         out = lax.bitcast_convert_type(out, grad_output.dtype)
-    hi = _geometry.spatial_axis(indices.ndim, channels_last, k)
-    return _from_planes(out, indices.ndim, tuple(indices.shape[hi:hi + k]), channels_last)
+    return _from_planes(out, indices.ndim, _geometry.spatial_dims(indices.shape, channels_last, k),
+                        channels_last)
 
 
 def _tangent(tangent, out, move, transpose):
@@ -177,10 +175,8 @@ def scatter_planes(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...
     Values move as same-width unsigned ints, bit-exactly. `jax.linear_transpose` gives
     gather_planes, as for the primitive (see _exact).
     """
-    k = len(output_size)
-    h = _geometry.spatial_axis(x.ndim, channels_last, k)
     _plane(output_size)  # before _exact's flattening, for its message
-    return _exact(x, (*x.shape[:h], *output_size, *x.shape[h + k:]),
+    return _exact(x, _geometry.with_spatial(x.shape, output_size, channels_last),
                   *_moves(indices, output_size, channels_last, True))
 
 
@@ -213,8 +209,7 @@ def _gather_planes_jvp(channels_last, k, primals, tangents):
 
 def _grad_size(grad_output, channels_last: bool, k: int) -> tuple[int, ...]:
     """The spatial size of the backward's grad_output: the forward's output_size."""
-    h = _geometry.spatial_axis(grad_output.ndim, channels_last, k)
-    return tuple(grad_output.shape[h:h + k])
+    return _geometry.spatial_dims(grad_output.shape, channels_last, k)
 
 
 # --------------------------------------------------------------------------------------
@@ -247,9 +242,9 @@ def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, .
     """The forward for the primitive's lowering: `scatter_planes`' result, with dense ops
     where `window` (extent, stride, padding) is given or output sizes are multiples of
     the input's, and every index lies in its window's box; XLA's scatter otherwise."""
-    k = len(output_size)
-    h = _geometry.spatial_axis(x.ndim, channels_last, k)
-    b = _unpool_dense.boxes(x.shape[h:h + k], output_size, window, indices.dtype)
+    in_size = _geometry.spatial_dims(x.shape, channels_last, len(output_size))
+    b = _unpool_dense.boxes(in_size, output_size,
+                            _geometry.unpool_window(in_size, output_size, window), indices.dtype)
     if b is None or _empty(x.shape):
         return _scatter(x, indices, output_size, channels_last, exact_bits=True)
 
@@ -267,9 +262,10 @@ def gather_windowed(grad_output: jax.Array, indices: jax.Array, channels_last: b
     """The backward for the primitive's lowering: `gather_planes`' result, with dense ops
     where the window is known (as `scatter_windowed`) and every index lies in its box."""
     k = spatial_rank
-    h = _geometry.spatial_axis(indices.ndim, channels_last, k)
-    b = _unpool_dense.boxes(indices.shape[h:h + k], _grad_size(grad_output, channels_last, k),
-                            window, indices.dtype)
+    in_size = _geometry.spatial_dims(indices.shape, channels_last, k)
+    out_size = _grad_size(grad_output, channels_last, k)
+    b = _unpool_dense.boxes(in_size, out_size, _geometry.unpool_window(in_size, out_size, window),
+                            indices.dtype)
     if b is None or _empty(indices.shape) or _empty(grad_output.shape):
         return _gather(grad_output, indices, channels_last, k, exact_bits=True)
 

@@ -10,9 +10,10 @@ max_pool{k}d_with_indices_p(x; kernel_size, stride, padding, dilation, ceil_mode
     flat positions inside one input plane, in both layouts.
 
 Values and indices come from one bind, so one pass over x computes both (on CPU the
-jax_unpool_max_pool_v1 kernel; elsewhere XLA ops). The tangent is gathered at the argmax,
-which reverse mode turns into a scatter to the argmax: the unpool primitive where each
-input position is the argmax of at most one window, a dense sum otherwise.
+jax_unpool_max_pool_v1 kernel; elsewhere XLA ops). The derivative is a pair of linear
+primitives, each the other's transpose, as jax's max reduce_window has: the JVP binds
+max_pool{k}d_gather_p (the tangent at the argmax), which reverse mode transposes into
+max_pool{k}d_scatter_add_p (each cotangent added into its argmax position).
 
 The window is checked once per shape and window (`_geometry.pool_geometry`, cached),
 whichever rule asks for it.
@@ -25,11 +26,11 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
-from jax_unpool import _args, _compat, _geometry, _pool_xla, _primitive, _sharding
+from jax_unpool import _args, _compat, _geometry, _primitive, _sharding
 from jax_unpool._geometry import RANKS, PoolGeometry
 from jax_unpool.backends import registry
-from jax_unpool.unpooling import max_unpool_backward_p
 
 __all__ = ["max_pool1d_with_indices", "max_pool1d_with_indices_p", "max_pool2d_with_indices",
            "max_pool2d_with_indices_p", "max_pool3d_with_indices", "max_pool3d_with_indices_p"]
@@ -232,47 +233,22 @@ max_pool1d_with_indices_p, max_pool2d_with_indices_p, max_pool3d_with_indices_p 
     max_pool_p.values())
 
 
-def geometry(shape, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
-             index_dtype) -> PoolGeometry:
-    """A bind's geometry: its parameters checked against x's `shape` (cached)."""
-    fn = f"max_pool{len(kernel_size)}d_with_indices"
-    return _geometry.pool_geometry(fn, tuple(shape), tuple(kernel_size), tuple(stride),
-                                   tuple(padding), tuple(dilation), bool(ceil_mode),
-                                   bool(channels_last), _geometry.index_dtype(fn, index_dtype))
-
-
 def _max_pool_abstract_eval(x, **params):
     k = _rank(params["kernel_size"])
     fn = f"max_pool{k}d_with_indices"
     _check_real(fn, x.dtype)
-    g = geometry(x.shape, **params)
-    s = _geometry.spatial_axis(x.ndim, g.channels_last, k)
-    shape = (*x.shape[:s], *g.out_size, *x.shape[s + k:])
+    g = _geometry.pool_geometry_of(x.shape, **params)
+    shape = _geometry.with_spatial(x.shape, g.out_size, g.channels_last)
     return [_sharding.result_type(fn, x, [], shape, dtype, g.channels_last, k)
             for dtype in (x.dtype, g.index_dtype)]
-
-
-def _gather_tangent(t: jax.Array, indices: jax.Array, g: PoolGeometry) -> jax.Array:
-    """t at the argmax positions. With unique argmaxes it is the unpool primitives'
-    gather, whose transpose is the unpool primitive (the native kernels, or the XLA ops'
-    dense lowering; second order transposes back to the gather), with the window as its
-    hint; otherwise (overlapping windows) dense XLA ops whose transpose adds each
-    cotangent into its argmax position (`_pool_xla.tangent_at_argmax`). Packed sub-byte
-    dtypes (float4_e2m1fn, int4), which the unpool kernels do not move, take XLA's gather
-    and scatter-add."""
-    if g.argmax_is_unique() and _args.is_movable(t.dtype):
-        return max_unpool_backward_p[g.k].bind(t, indices, channels_last=g.channels_last,
-                                               spatial_rank=g.k, window=g.window())
-    if t.ndim == g.k + 1:  # unbatched
-        return _pool_xla.tangent_at_argmax(t[None], indices[None], g)[0]
-    return _pool_xla.tangent_at_argmax(t, indices, g)
 
 
 def _max_pool_jvp(primals, tangents, **params):
     (x,), (t,) = primals, tangents
     values, indices = max_pool_p[len(params["kernel_size"])].bind(x, **params)
+    g = _geometry.pool_geometry_of(x.shape, **params)
     t_values = _primitive.tangent_or_zero(
-        t, values, lambda t: _gather_tangent(t, indices, geometry(x.shape, **params)))
+        t, values, lambda t: max_pool_gather_p[g.k].bind(t, indices, geometry=g))
     return [values, indices], [t_values, _compat.zero_tangent(indices)]
 
 
@@ -286,3 +262,89 @@ def _max_pool_batch(args, dims, **params):
 _primitive.define_rules(max_pool_p.values(), _max_pool_abstract_eval, _max_pool_jvp,
                         _max_pool_batch)
 registry.declare("max_pool", max_pool_p.values())
+
+
+# --------------------------------------------------------------------------------------
+# The pool's derivative: two linear primitives, each the other's transpose, as jax's max
+# reduce_window has select_and_gather_add_p and select_and_scatter_add_p.
+#
+# max_pool{k}d_gather_p(t, indices; geometry) -> t at the argmax positions (values' shape)
+# max_pool{k}d_scatter_add_p(ct, indices; geometry) -> each cotangent added into its argmax
+#     position (x's shape): overlapping windows add up, in increasing window position as
+#     PyTorch's CPU backward does; an index past the plane (a window of padding only)
+#     reads 0 and is dropped.
+# `geometry` is the pool's `_geometry.PoolGeometry` and `indices` its own output: each
+# backend lowers the pair with its unpool kernels where the argmaxes allow it
+# (`registry.pool_derivative`), with XLA ops otherwise.
+# --------------------------------------------------------------------------------------
+
+def _derivative_params(primitive: str, *, geometry) -> None:
+    if not isinstance(geometry, PoolGeometry):
+        raise TypeError(f"{primitive}: geometry must be a pool's PoolGeometry, got "
+                        f"{_args.received(geometry)}")
+
+
+def _check_derivative_operands(fn: str, values, indices, g: PoolGeometry, size) -> None:
+    """`values` has the shape of `indices` with spatial sizes `size`."""
+    if indices.dtype != g.index_dtype or tuple(values.shape) != _geometry.with_spatial(
+            indices.shape, size, g.channels_last):
+        raise ValueError(f"{fn}: operands of shapes {tuple(values.shape)} and "
+                         f"{tuple(indices.shape)} ({indices.dtype}) do not fit the pool "
+                         f"{g.in_size} -> {g.out_size} with {g.index_dtype} indices")
+
+
+def _pair_member(name: str):
+    return {k: _primitive.Primitive(f"max_pool{k}d_{name}",
+                                    partial(_derivative_params, f"max_pool{k}d_{name}_p"))
+            for k in RANKS}
+
+
+max_pool_gather_p = _pair_member("gather")
+max_pool_scatter_add_p = _pair_member("scatter_add")
+
+
+def _gather_abstract_eval(t, indices, *, geometry):
+    g = geometry
+    fn = f"max_pool{g.k}d_gather"
+    _check_derivative_operands(fn, t, indices, g, g.in_size)
+    return _sharding.result_type(fn, indices, [t], indices.shape, t.dtype, g.channels_last, g.k)
+
+
+def _scatter_add_abstract_eval(ct, indices, *, geometry):
+    g = geometry
+    fn = f"max_pool{g.k}d_scatter_add"
+    _check_derivative_operands(fn, ct, indices, g, g.out_size)
+    shape = _geometry.with_spatial(indices.shape, g.in_size, g.channels_last)
+    return _sharding.result_type(fn, ct, [indices], shape, ct.dtype, g.channels_last, g.k)
+
+
+def _linear_rules(primitives: dict, transposed: dict):
+    """JVP, batching and transpose of one primitive of the pair (`transposed`: the other)."""
+    def jvp(primals, tangents, *, geometry):
+        t, indices = primals
+
+        def bind(values):
+            return primitives[geometry.k].bind(values, indices, geometry=geometry)
+
+        out = bind(t)
+        return out, _primitive.tangent_or_zero(tangents[0], out, bind)
+
+    def batch(args, dims, *, geometry):
+        (t, indices), unfold = _primitive.fold_batch(args, dims, geometry.k)
+        return unfold(primitives[geometry.k].bind(t, indices, geometry=geometry))
+
+    def transpose(ct, t, indices, *, geometry):
+        assert ad.is_undefined_primal(t) and not ad.is_undefined_primal(indices)
+        if type(ct) is ad.Zero:
+            return ad.Zero(t.aval), None
+        return transposed[geometry.k].bind(ct, indices, geometry=geometry), None
+
+    return jvp, batch, transpose
+
+
+for _op, _prims, _transposed, _abstract_eval in (
+        ("max_pool_gather", max_pool_gather_p, max_pool_scatter_add_p, _gather_abstract_eval),
+        ("max_pool_scatter_add", max_pool_scatter_add_p, max_pool_gather_p,
+         _scatter_add_abstract_eval)):
+    _primitive.define_rules(_prims.values(), _abstract_eval, *_linear_rules(_prims, _transposed))
+    registry.declare(_op, _prims.values())

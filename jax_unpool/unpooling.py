@@ -6,18 +6,26 @@ Each operation has one primitive per spatial rank k, so that a jaxpr names its r
 jax's order: abstract evaluation, JVP, transpose (each binds the other), batching; each
 platform's lowering is a backend's (`jax_unpool.backends`):
 
-max_unpool{k}d_p(x, indices; output_size, channels_last, window=None) -> out
+max_unpool{k}d_p(x, indices; output_size, channels_last, window, check_indices) -> out
     scatter: zeros of x's shape with its k spatial dims -> output_size (k = its length),
     then out[n, c, idx] = x; among duplicated indices the largest input position wins.
-max_unpool{k}d_backward_p(grad_output, indices; channels_last, spatial_rank, window=None)
-    -> out
+max_unpool{k}d_backward_p(grad_output, indices; channels_last, spatial_rank, window,
+                          check_indices) -> out
     gather: out[n, c, i] = grad_output[n, c, indices[n, c, i]]; out has indices' shape.
 
-`window` is a hint that never changes a result: None, or (extent, stride, padding), k
-ints each, saying that input position p's index is expected in the box [p * stride -
-padding, p * stride - padding + extent) of each axis (a max pool's argmax is). A kernel
-may use it to write each output window once (the CUDA scatter does where the boxes are
-disjoint); an index outside its box only takes a slower path.
+`window` is a hint that never changes a result: None, or a `_geometry.Window` (extent,
+stride, padding; k ints each), saying that input position p's index is expected in the
+box [p * stride - padding, p * stride - padding + extent) of each axis (a max pool's
+argmax is). Every lowering takes the window it may use from `_geometry.unpool_window`
+(which ignores a hint that cannot be a pool's window for the shapes); an index outside
+its box only takes a slower path.
+
+`check_indices` is the out-of-range policy, in the jaxpr (docs/semantics.md has it per
+platform): an index outside its plane always fails the call on CPU (the check is free
+there); with True it fails it on CUDA and Ascend NPUs too (a synchronisation per call),
+which otherwise drop such an element (CUDA; the forward, or read 0 in the backward) or
+clamp it into the plane (NPU). XLA's ops cannot fail at run time: they drop it. Its
+default is ``JAX_UNPOOL_CHECK_INDICES`` (`_settings`); binds that omit it get that.
 
 The rank is in the parameters (len(output_size), spatial_rank), not in the primitive:
 `max_unpool2d_p` and `max_unpool2d_backward_p`, which served every rank before the
@@ -38,7 +46,7 @@ import jax
 import numpy as np
 from jax.interpreters import ad
 
-from jax_unpool import _args, _geometry, _primitive, _sharding, _symbolic
+from jax_unpool import _args, _geometry, _primitive, _settings, _sharding, _symbolic
 from jax_unpool._geometry import RANKS
 from jax_unpool.backends import registry
 
@@ -271,18 +279,6 @@ def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
 # Shared by both primitives
 # --------------------------------------------------------------------------------------
 
-def _check_window(fn: str, window, k: int) -> None:
-    ok = window is None or (
-        isinstance(window, tuple) and len(window) == 3
-        and all(isinstance(w, tuple) and len(w) == k and all(map(_args.is_int, w))
-                for w in window)
-        and min(window[0]) >= 1 and min(window[1]) >= 1 and min(window[2]) >= 0)
-    if not ok:
-        raise TypeError(f"{fn}: window must be None or (extent, stride, padding), tuples of "
-                        f"{k} ints (extent and stride positive, padding not negative), got "
-                        f"{_args.received(window)}")
-
-
 def _plane_guard(ctx, fn: str, plane) -> None:
     if ctx.avals_in[1].dtype == np.int32:
         _symbolic.assert_at_most(
@@ -295,25 +291,33 @@ def _plane_guard(ctx, fn: str, plane) -> None:
 # max_unpool{k}d_p: the scatter
 # --------------------------------------------------------------------------------------
 
-def _max_unpool_params(primitive: str, *, output_size, channels_last, window=None) -> None:
+def _max_unpool_params(primitive: str, *, output_size, channels_last, window=None,
+                       check_indices=False) -> None:
     k = len(output_size) if isinstance(output_size, tuple) else 0
     if k not in RANKS:
         raise ValueError(f"{primitive}: output_size must be a tuple of 1, 2 or 3 sizes "
                          f"(the spatial rank), got {_args.received(output_size)}")
     fn = f"max_unpool{k}d"
     _primitive.check_bool(fn, "channels_last", channels_last)
-    _check_window(fn, window, k)
+    _geometry.Window.check(fn, window, k)
+    _primitive.check_bool(fn, "check_indices", check_indices)
     _args.positive_sizes(fn, "output_size", output_size, k, allow_zero=True, symbolic=True)
 
 
+def _defaults() -> dict:
+    """What a bind may omit (binds written before these parameters existed)."""
+    return {"window": None, "check_indices": _settings.CHECK_INDICES}
+
+
 max_unpool_p = {k: _primitive.Primitive(f"max_unpool{k}d",
-                                        partial(_max_unpool_params, f"max_unpool{k}d_p"))
+                                        partial(_max_unpool_params, f"max_unpool{k}d_p"),
+                                        defaults=_defaults)
                 for k in RANKS}
 max_unpool1d_p, max_unpool2d_p, max_unpool3d_p = max_unpool_p.values()
 
 
 # The parameters are checked at bind (_max_unpool_params), the operands here.
-def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, window=None):
+def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, **_):
     k = len(output_size)
     fn = f"max_unpool{k}d"
     check_unpool_operands(fn, x, indices, k)
@@ -322,35 +326,32 @@ def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, window=
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
 
 
-def _max_unpool_jvp(primals, tangents, *, output_size, channels_last, window=None):
+def _max_unpool_jvp(primals, tangents, **params):
     x, indices = primals
+
     def bind(values):
-        return max_unpool_p[len(output_size)].bind(
-            values, indices, output_size=output_size, channels_last=channels_last,
-            window=window)
+        return max_unpool_p[len(params["output_size"])].bind(values, indices, **params)
 
     out = bind(x)
     return out, _primitive.tangent_or_zero(tangents[0], out, bind)  # indices: no tangent
 
 
-def _max_unpool_transpose(ct, x, indices, *, output_size, channels_last, window=None):
+def _max_unpool_transpose(ct, x, indices, *, output_size, **params):
     # Linear in x only: its cotangent gathers ct at the indices.
     assert ad.is_undefined_primal(x) and not ad.is_undefined_primal(indices)
     if type(ct) is ad.Zero:
         return ad.Zero(x.aval), None
     k = len(output_size)
-    return max_unpool_backward_p[k].bind(ct, indices, channels_last=channels_last,
-                                         spatial_rank=k, window=window), None
+    return max_unpool_backward_p[k].bind(ct, indices, spatial_rank=k, **params), None
 
 
-def _max_unpool_batch(args, dims, *, output_size, channels_last, window=None):
-    k = len(output_size)
+def _max_unpool_batch(args, dims, **params):
+    k = len(params["output_size"])
     (x, indices), unfold = _primitive.fold_batch(args, dims, k)
-    return unfold(max_unpool_p[k].bind(x, indices, output_size=output_size,
-                                       channels_last=channels_last, window=window))
+    return unfold(max_unpool_p[k].bind(x, indices, **params))
 
 
-def _max_unpool_call_guards(ctx, *, output_size, channels_last, window=None):
+def _max_unpool_call_guards(ctx, *, output_size, **_):
     fn = f"max_unpool{len(output_size)}d"
     _symbolic.assert_at_most(
         ctx, ctx.avals_out[0].shape, _args.MAX_ELEMENTS,
@@ -369,7 +370,7 @@ registry.declare("max_unpool", max_unpool_p.values(), _max_unpool_call_guards)
 # --------------------------------------------------------------------------------------
 
 def _max_unpool_backward_params(primitive: str, *, channels_last, spatial_rank=2,
-                                window=None) -> None:
+                                window=None, check_indices=False) -> None:
     # Integral numpy ints count as ints (they hash and index as ints do); floats do not.
     if not _args.is_int(spatial_rank):
         raise TypeError(f"{primitive}: spatial_rank must be an int (1, 2 or 3), got "
@@ -378,20 +379,22 @@ def _max_unpool_backward_params(primitive: str, *, channels_last, spatial_rank=2
         raise ValueError(f"{primitive}: spatial_rank must be 1, 2 or 3, got {spatial_rank!r}")
     fn = f"max_unpool{spatial_rank}d_backward"
     _primitive.check_bool(fn, "channels_last", channels_last)
-    _check_window(fn, window, spatial_rank)
+    _geometry.Window.check(fn, window, spatial_rank)
+    _primitive.check_bool(fn, "check_indices", check_indices)
 
 
 max_unpool_backward_p = {
     k: _primitive.Primitive(f"max_unpool{k}d_backward",
-                            partial(_max_unpool_backward_params, f"max_unpool{k}d_backward_p"))
+                            partial(_max_unpool_backward_params, f"max_unpool{k}d_backward_p"),
+                            defaults=lambda: {**_defaults(), "spatial_rank": 2})
     for k in RANKS}
 max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
     max_unpool_backward_p.values())
 
 
-# spatial_rank defaults to 2 in every rule: binds written before 1-D and 3-D omit it.
-def _max_unpool_backward_abstract_eval(grad_output, indices, *, channels_last,
-                                       spatial_rank=2, window=None):
+# spatial_rank defaults to 2 at bind: binds written before 1-D and 3-D omit it.
+def _max_unpool_backward_abstract_eval(grad_output, indices, *, channels_last, spatial_rank,
+                                       **_):
     k = spatial_rank  # checked at bind (_max_unpool_backward_params), as channels_last
     fn = f"max_unpool{k}d_backward"
     check_gather_operands(fn, grad_output, indices, channels_last, k)
@@ -401,37 +404,32 @@ def _max_unpool_backward_abstract_eval(grad_output, indices, *, channels_last,
                                  grad_output.dtype, channels_last, k)
 
 
-def _max_unpool_backward_jvp(primals, tangents, *, channels_last, spatial_rank=2,
-                             window=None):
+def _max_unpool_backward_jvp(primals, tangents, **params):
     grad_output, indices = primals
+
     def bind(values):
-        return max_unpool_backward_p[spatial_rank].bind(
-            values, indices, channels_last=channels_last, spatial_rank=spatial_rank,
-            window=window)
+        return max_unpool_backward_p[params["spatial_rank"]].bind(values, indices, **params)
 
     out = bind(grad_output)
     return out, _primitive.tangent_or_zero(tangents[0], out, bind)
 
 
-def _max_unpool_backward_transpose(ct, grad_output, indices, *, channels_last,
-                                   spatial_rank=2, window=None):
+def _max_unpool_backward_transpose(ct, grad_output, indices, *, spatial_rank, **params):
     # Linear in grad_output only: its cotangent scatters ct to the indices.
     assert ad.is_undefined_primal(grad_output) and not ad.is_undefined_primal(indices)
     if type(ct) is ad.Zero:
         return ad.Zero(grad_output.aval), None
-    size = _geometry.spatial_dims(grad_output.aval.shape, channels_last, spatial_rank)
-    return max_unpool_p[spatial_rank].bind(ct, indices, output_size=size,
-                                           channels_last=channels_last, window=window), None
+    size = _geometry.spatial_dims(grad_output.aval.shape, params["channels_last"], spatial_rank)
+    return max_unpool_p[spatial_rank].bind(ct, indices, output_size=size, **params), None
 
 
-def _max_unpool_backward_batch(args, dims, *, channels_last, spatial_rank=2, window=None):
-    (grad_output, indices), unfold = _primitive.fold_batch(args, dims, spatial_rank)
-    return unfold(max_unpool_backward_p[spatial_rank].bind(
-        grad_output, indices, channels_last=channels_last, spatial_rank=spatial_rank,
-        window=window))
+def _max_unpool_backward_batch(args, dims, **params):
+    (grad_output, indices), unfold = _primitive.fold_batch(args, dims, params["spatial_rank"])
+    return unfold(max_unpool_backward_p[params["spatial_rank"]].bind(grad_output, indices,
+                                                                     **params))
 
 
-def _max_unpool_backward_call_guards(ctx, *, channels_last, spatial_rank=2, window=None):
+def _max_unpool_backward_call_guards(ctx, *, channels_last, spatial_rank, **_):
     _plane_guard(ctx, f"max_unpool{spatial_rank}d_backward",
                  _geometry.spatial_dims(ctx.avals_in[0].shape, channels_last, spatial_rank))
 

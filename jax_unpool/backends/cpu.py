@@ -7,8 +7,6 @@ changed calling convention gets a new `_vN` name, and the old target stays regis
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jax_unpool._extension import module
 from jax_unpool.backends import custom_call, registry
@@ -34,32 +32,24 @@ for _op, _capsule in module.cpu_registrations().items():
     jax.ffi.register_ffi_target(_TARGETS[_op], _capsule, platform="cpu")
     jax.ffi.register_ffi_target_as_batch_partitionable(_TARGETS[_op])
 
-# What the C++ pool orders (ffi/cpu/pool_values.h); other dtypes (the sub-byte ones) keep
-# the XLA ops on CPU too.
-NATIVE_POOL_DTYPES = frozenset(np.dtype(d) for d in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", jnp.bfloat16, "float32", "float64", *(
-        getattr(jnp, f) for f in ("float8_e5m2", "float8_e4m3", "float8_e3m4", "float8_e4m3fn",
-                                  "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz",
-                                  "float8_e8m0fnu") if hasattr(jnp, f))))
-
-_native_pool = custom_call.pool_lowering(MAX_POOL_TARGET)
-
-
-def _max_pool(ctx, x, **params):
-    if np.dtype(ctx.avals_in[0].dtype) in NATIVE_POOL_DTYPES:
-        return _native_pool(ctx, x, **params)
-    return registry.rule(None, "max_pool")(ctx, x, **params)
-
+_unpool = custom_call.unpool_lowering(MAX_UNPOOL_TARGET)
+_gather = custom_call.unpool_lowering(MAX_UNPOOL_BACKWARD_TARGET)
+_derivative = registry.pool_derivative(_gather, _unpool)
 
 LOWERINGS = {
-    "max_unpool": registry.Lowering(custom_call.unpool_lowering(MAX_UNPOOL_TARGET), "cpu",
-                                    f"C++ kernel {MAX_UNPOOL_TARGET}"),
-    "max_unpool_backward": registry.Lowering(
-        custom_call.unpool_lowering(MAX_UNPOOL_BACKWARD_TARGET), "cpu",
-        f"C++ kernel {MAX_UNPOOL_BACKWARD_TARGET}"),
-    "max_pool": registry.Lowering(_max_pool, "cpu", f"C++ kernel {MAX_POOL_TARGET} (sub-byte "
-                                  "dtypes: XLA ops)"),
+    "max_unpool": registry.Lowering(_unpool, "cpu", f"C++ kernel {MAX_UNPOOL_TARGET}"),
+    "max_unpool_backward": registry.Lowering(_gather, "cpu",
+                                             f"C++ kernel {MAX_UNPOOL_BACKWARD_TARGET}"),
+    "max_pool": registry.Lowering(
+        custom_call.native_pool_or_xla(custom_call.pool_lowering(MAX_POOL_TARGET)), "cpu",
+        f"C++ kernel {MAX_POOL_TARGET} (sub-byte dtypes: XLA ops)"),
+    "max_pool_gather": registry.Lowering(
+        _derivative["max_pool_gather"], "cpu",
+        f"C++ kernel {MAX_UNPOOL_BACKWARD_TARGET} (XLA ops for windows of padding only)"),
+    "max_pool_scatter_add": registry.Lowering(
+        _derivative["max_pool_scatter_add"], "cpu",
+        f"C++ kernel {MAX_UNPOOL_TARGET} where windows cannot share an argmax; XLA ops "
+        "otherwise"),
 }
 for _op, _lowering in LOWERINGS.items():
     registry.register(_op, _lowering, platform="cpu")

@@ -15,21 +15,20 @@ Targets (platform "CUDA"; semantics in ``ffi/cuda/unpool_call.h`` and ``pool_cal
 - ``jax_unpool_cuda_max_pool_v1``: the CPU pool target's calling convention.
 - ``..._checked_v1`` of both unpool ops: the same, but an index outside its plane fails
   the call with the CPU kernels' message. They wait for the GPU (a device-to-host copy
-  per call), so they are opt-in: ``JAX_UNPOOL_CUDA_CHECK_INDICES=1``, read when a function
-  is lowered. By default an out-of-range index is dropped (forward) or reads 0
-  (backward), as XLA's scatter and gather do on GPU.
+  per call), so they serve the unpool primitives' ``check_indices=True`` only. Otherwise
+  an out-of-range index is dropped (forward) or reads 0 (backward), as XLA's scatter and
+  gather do on GPU.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import numpy as np
 
-from jax_unpool import _geometry, _sharding
-from jax_unpool.backends import cpu, custom_call, registry
+from jax_unpool import _geometry, _settings, _sharding
+from jax_unpool.backends import custom_call, registry
 
 try:
     from jax_unpool import _jax_unpool_cuda
@@ -45,13 +44,11 @@ TARGETS = {
     "max_pool": "jax_unpool_cuda_max_pool_v1",
 }
 STABLE_TARGETS = tuple(TARGETS.values())
-CHECK_INDICES_ENV = "JAX_UNPOOL_CUDA_CHECK_INDICES"
 # The ops whose CUDA kernels serve the GPU; the others keep XLA's ops. Each op goes to the
 # faster of the two, as the GPU benchmark measures it (benchmarks/gpu.py prints a
-# "routing"): all three until a GPU says otherwise. JAX_UNPOOL_CUDA_OPS (comma-separated
-# op names, empty for none), read at import, overrides it: how the benchmark measures each.
-CUDA_OPS = ("max_unpool", "max_unpool_backward", "max_pool")
-CUDA_OPS_ENV = "JAX_UNPOOL_CUDA_OPS"
+# "routing"): all three until a GPU says otherwise. JAX_UNPOOL_CUDA_OPS (`_settings`)
+# overrides it: how the benchmark measures each.
+CUDA_OPS = _settings.OPS
 HEADER_BYTES = 16  # kHeaderBytes in ffi/cuda/unpool_plan.h
 _UINT32_MAX = 2**32 - 1
 
@@ -59,28 +56,6 @@ _UINT32_MAX = 2**32 - 1
 def available() -> bool:
     """Whether this build has the CUDA module (whether a GPU is present is jax's business)."""
     return _jax_unpool_cuda is not None
-
-
-def check_indices() -> bool:
-    """Whether lowerings choose the checked targets: ``JAX_UNPOOL_CUDA_CHECK_INDICES``."""
-    value = os.environ.get(CHECK_INDICES_ENV, "")
-    if value not in ("", "0", "1"):
-        raise ValueError(f"jax_unpool: environment variable {CHECK_INDICES_ENV} must be '1', "
-                         f"'0' or unset, got {value!r}")
-    return value == "1"
-
-
-def routed_ops() -> tuple[str, ...]:
-    """The ops the CUDA kernels serve: ``CUDA_OPS``, or ``JAX_UNPOOL_CUDA_OPS`` where set."""
-    value = os.environ.get(CUDA_OPS_ENV)
-    if value is None:
-        return CUDA_OPS
-    ops = tuple(op for op in (v.strip() for v in value.split(",")) if op)
-    unknown = sorted(set(ops) - set(CUDA_OPS))
-    if unknown:
-        raise ValueError(f"jax_unpool: environment variable {CUDA_OPS_ENV} must name ops among "
-                         f"{', '.join(CUDA_OPS)} (comma-separated), got {value!r}")
-    return ops
 
 
 def position_bytes(width: int, plane, out_plane) -> int:
@@ -120,25 +95,26 @@ def _window_attributes(window) -> tuple:
             ("window_padding", tuple(padding)))
 
 
-def _max_unpool(ctx, x, indices, *, output_size, channels_last, window=None):
+def _max_unpool(ctx, x, indices, *, output_size, channels_last, window, check_indices):
     k = len(output_size)
     x_aval, out = ctx.avals_in[0], ctx.avals_out[0]
-    per_element = position_bytes(np.dtype(x_aval.dtype).itemsize,
-                                 math.prod(_geometry.spatial_dims(x_aval.shape, channels_last, k)),
+    in_size = _geometry.spatial_dims(x_aval.shape, channels_last, k)
+    per_element = position_bytes(np.dtype(x_aval.dtype).itemsize, math.prod(in_size),
                                  math.prod(output_size))
-    target = TARGETS["max_unpool_checked" if check_indices() else "max_unpool"]
+    target = TARGETS["max_unpool_checked" if check_indices else "max_unpool"]
     return _call_dropping_workspace(
         target, ctx, (x, indices), _workspace(out, channels_last, k, per_element),
         channels_last, k, (*custom_call.unpool_attributes(k, bool(channels_last), window),
-                           *_window_attributes(window)))
+                           *_window_attributes(_geometry.unpool_window(in_size, output_size,
+                                                                       window))))
 
 
 _gather = custom_call.unpool_lowering(TARGETS["max_unpool_backward"])
 
 
-def _max_unpool_backward(ctx, grad_output, indices, *, channels_last, spatial_rank=2,
-                         window=None):
-    if not check_indices():  # a gather needs no window hint
+def _max_unpool_backward(ctx, grad_output, indices, *, channels_last, spatial_rank, window,
+                         check_indices):
+    if not check_indices:  # a gather needs no window hint
         return _gather(ctx, grad_output, indices, channels_last=channels_last,
                        spatial_rank=spatial_rank)
     k = spatial_rank
@@ -148,14 +124,7 @@ def _max_unpool_backward(ctx, grad_output, indices, *, channels_last, spatial_ra
         custom_call.unpool_attributes(k, bool(channels_last), None))
 
 
-_native_pool = custom_call.pool_lowering(TARGETS["max_pool"])
-
-
-def _max_pool(ctx, x, **params):
-    """The native kernel for every dtype it orders (the CPU kernel's), XLA ops otherwise."""
-    if np.dtype(ctx.avals_in[0].dtype) in cpu.NATIVE_POOL_DTYPES:
-        return _native_pool(ctx, x, **params)
-    return registry.rule(None, "max_pool")(ctx, x, **params)
+_max_pool = custom_call.native_pool_or_xla(custom_call.pool_lowering(TARGETS["max_pool"]))
 
 
 # Registered only where this build has the CUDA module; other GPU platforms (rocm) keep
@@ -176,7 +145,13 @@ if _jax_unpool_cuda is not None:
         jax.ffi.register_ffi_target_as_batch_partitionable(TARGETS[_op])
     _rules = {"max_unpool": _max_unpool, "max_unpool_backward": _max_unpool_backward,
               "max_pool": _max_pool}
-    for _op in routed_ops():
+    for _op in _settings.CUDA_OPS:
         registry.register(_op, registry.Lowering(_rules[_op], "cuda",
                                                  f"CUDA kernel {TARGETS[_op]}"),
                           platform="cuda")
+    # The pool's derivative runs the unpool kernels where they serve the GPU.
+    if {"max_unpool", "max_unpool_backward"} <= set(_settings.CUDA_OPS):
+        for _op, _rule in registry.pool_derivative(_max_unpool_backward, _max_unpool).items():
+            registry.register(_op, registry.Lowering(_rule, "cuda", "CUDA unpool kernels "
+                                                     "where the argmaxes allow, XLA ops "
+                                                     "otherwise"), platform="cuda")

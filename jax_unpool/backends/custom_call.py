@@ -13,10 +13,21 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import mlir
 
 from jax_unpool import _compat, _sharding
+from jax_unpool.backends import registry
+
+# What the native pools order (ffi/common/pool_values.h), on CPU and CUDA alike; other
+# dtypes (the packed sub-byte ones) keep the XLA ops there too.
+NATIVE_POOL_DTYPES = frozenset(np.dtype(d) for d in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", jnp.bfloat16, "float32", "float64", *(
+        getattr(jnp, f) for f in ("float8_e5m2", "float8_e4m3", "float8_e3m4", "float8_e4m3fn",
+                                  "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                  "float8_e8m0fnu") if hasattr(jnp, f))))
 
 
 def unpool_attributes(k: int, channels_last: bool, window) -> tuple:
@@ -32,7 +43,7 @@ def unpool_lowering(target: str, attributes: Callable[..., tuple] = unpool_attri
     `per_shard=False` keeps a channels-last call whole (it is gathered on several
     devices): for targets with no channels-last partitioning."""
     def lowering(ctx, *operands, channels_last, output_size=None, spatial_rank=2,
-                 window=None):
+                 window=None, check_indices=False):
         k = len(output_size) if output_size is not None else spatial_rank
         pairs = attributes(k=int(k), channels_last=bool(channels_last), window=window)
         if channels_last and per_shard and not _compat.lowering_for_export(ctx):
@@ -51,6 +62,16 @@ def pool_attributes(channels_last: bool, kernel_size, stride, padding, dilation,
     return (("kernel_size", tuple(kernel_size)), ("stride", tuple(stride)),
             ("padding", tuple(padding)), ("dilation", tuple(dilation)),
             ("ceil_mode", bool(ceil_mode)), ("channels_last", bool(channels_last)))
+
+
+def native_pool_or_xla(native: Callable) -> Callable:
+    """The pool rule `native` for the dtypes the native pools order, the XLA ops' for the
+    others."""
+    def lowering(ctx, x, **params):
+        if np.dtype(ctx.avals_in[0].dtype) in NATIVE_POOL_DTYPES:
+            return native(ctx, x, **params)
+        return registry.rule(None, "max_pool")(ctx, x, **params)
+    return lowering
 
 
 def pool_lowering(target: str, attributes: Callable[..., tuple] = pool_attributes):

@@ -9,15 +9,14 @@ each op runs on.
 
 Indices: CANN's unpool ops do not range-check them, so the handlers make every index they
 hand CANN safe themselves (ffi/npu/index_safety.h): on a device the default targets clamp
-them into the plane there, and the ``*_checked_v1`` targets, chosen when a function is
-lowered with ``JAX_UNPOOL_NPU_CHECK_INDICES=1``, fail the call with the CPU kernels'
-OUT_OF_RANGE message instead, at the cost of a stream synchronisation per call.
+them into the plane there, and the ``*_checked_v1`` targets, which serve the unpool
+primitives' ``check_indices=True``, fail the call with the CPU kernels' OUT_OF_RANGE
+message instead, at the cost of a stream synchronisation per call.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from functools import partial
 from typing import NamedTuple
 
@@ -60,19 +59,6 @@ HANDLERS = {"max_unpool2d": MAX_UNPOOL2D_TARGET,
             "max_unpool3d_checked": MAX_UNPOOL3D_CHECKED_TARGET,
             "max_unpool3d_backward_checked": MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET,
             "max_pool2d": MAX_POOL2D_TARGET, "max_pool3d": MAX_POOL3D_TARGET}
-CHECK_INDICES_ENV = "JAX_UNPOOL_NPU_CHECK_INDICES"
-
-
-def check_indices() -> bool:
-    """Whether lowerings choose the checked unpool targets: ``JAX_UNPOOL_NPU_CHECK_INDICES``
-    ("1"; "0" or unset: the default targets), read when a function is lowered."""
-    value = os.environ.get(CHECK_INDICES_ENV, "")
-    if value not in ("", "0", "1"):
-        raise ValueError(f"jax_unpool: environment variable {CHECK_INDICES_ENV} must be '1', "
-                         f"'0' or unset, got {value!r}")
-    return value == "1"
-
-
 class Routing(NamedTuple):
     """What the NPU rules route by, fixed when `register` installs them."""
 
@@ -181,14 +167,13 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
     return [reshape(out, plane_ctx.avals_out[0], ctx.avals_out[0])]
 
 
-def _forward(ctx, x, indices, output_size, channels_last):
+def _forward(ctx, x, indices, output_size, channels_last, checked):
     """aclnnMaxUnpool2d, or aclnnMaxUnpool3d for an NCDHW output_size of 3 sizes."""
     if not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
     # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
     # conversion is cheap next to the scatter.
-    checked = check_indices()
     indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64, checked)
     if len(output_size) == 3:
         return _aclnn_volume_call(_VOLUME_TARGETS[True, checked], ctx, x, indices)
@@ -216,8 +201,8 @@ def _symbolic_planes(ctx, channels_last: bool, k: int) -> bool:
                for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape[s:s + k])
 
 
-def _max_unpool(routing: Routing, ctx, x, indices, *, output_size, channels_last,
-                window=None):
+def _max_unpool(routing: Routing, ctx, x, indices, *, output_size, channels_last, window,
+                check_indices):
     k = len(output_size)
     if _symbolic_planes(ctx, channels_last, k):
         return _forward_reference(ctx, x, indices, output_size=output_size,
@@ -230,12 +215,12 @@ def _max_unpool(routing: Routing, ctx, x, indices, *, output_size, channels_last
     if on_2d:
         plane = (math.prod(output_size[:-1]), output_size[-1])
         return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
-                                                                   channels_last),
+                                                                   channels_last, check_indices),
                           ctx, x, indices, channels_last, k)
-    return _forward(ctx, x, indices, output_size, channels_last)
+    return _forward(ctx, x, indices, output_size, channels_last, check_indices)
 
 
-def _backward(ctx, grad_output, indices, channels_last, k):
+def _backward(ctx, grad_output, indices, channels_last, k, checked):
     """aclnnMaxUnpool2dBackward (k = 2), or aclnnMaxUnpool3dBackward (NCDHW, k = 3)."""
     g_shape, i_shape = ctx.avals_in[0].shape, ctx.avals_in[1].shape
     s = _geometry.spatial_axis(len(g_shape), channels_last, k)
@@ -246,7 +231,6 @@ def _backward(ctx, grad_output, indices, channels_last, k):
             and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
-    checked = check_indices()
     if k == 3:  # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only
         indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64, checked)
         return _aclnn_volume_call(_VOLUME_TARGETS[False, checked], ctx, grad_output, indices)
@@ -255,7 +239,7 @@ def _backward(ctx, grad_output, indices, channels_last, k):
 
 
 def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channels_last,
-                         spatial_rank=2, window=None):
+                         spatial_rank, window, check_indices):
     k = spatial_rank
     if _symbolic_planes(ctx, channels_last, k):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
@@ -265,9 +249,10 @@ def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channel
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
     if on_2d:
-        return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2),
+        return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2,
+                                                                   check_indices),
                           ctx, grad_output, indices, channels_last, k)
-    return _backward(ctx, grad_output, indices, channels_last, k)
+    return _backward(ctx, grad_output, indices, channels_last, k, check_indices)
 
 
 # --------------------------------------------------------------------------------------
@@ -370,14 +355,22 @@ def lowerings(routing: Routing) -> dict[str, registry.Lowering]:
     def runs(ops: str, names: tuple) -> str:
         return ops if routing.ops & set(names) else "XLA ops (no aclnn op used)"
 
+    unpool, gather = partial(_max_unpool, routing), partial(_max_unpool_backward, routing)
+    derivative = registry.pool_derivative(gather, unpool)
     return {
         "max_unpool": registry.Lowering(
-            partial(_max_unpool, routing), "npu",
-            runs("aclnnMaxUnpool2d/3d", ("max_unpool2d", "max_unpool3d"))),
+            unpool, "npu", runs("aclnnMaxUnpool2d/3d", ("max_unpool2d", "max_unpool3d"))),
         "max_unpool_backward": registry.Lowering(
-            partial(_max_unpool_backward, routing), "npu",
-            runs("aclnnMaxUnpool2d/3dBackward", ("max_unpool2d_backward",
-                                                  "max_unpool3d_backward"))),
+            gather, "npu", runs("aclnnMaxUnpool2d/3dBackward", ("max_unpool2d_backward",
+                                                                 "max_unpool3d_backward"))),
         "max_pool": registry.Lowering(pool_lowering(routing, registry.rule(None, "max_pool")),
                                       "npu", pools),
+        "max_pool_gather": registry.Lowering(
+            derivative["max_pool_gather"], "npu",
+            runs("aclnnMaxUnpool2d/3dBackward where the argmaxes are in their windows",
+                 ("max_unpool2d_backward", "max_unpool3d_backward"))),
+        "max_pool_scatter_add": registry.Lowering(
+            derivative["max_pool_scatter_add"], "npu",
+            runs("aclnnMaxUnpool2d/3d where windows cannot share an argmax",
+                 ("max_unpool2d", "max_unpool3d"))),
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
 import platform
 import re
 import sys
@@ -88,10 +87,10 @@ def info() -> int:
         devices = client.devices()
         kinds = sorted({d.device_kind for d in devices})
         print(f"  {name}: {len(devices)} x {', '.join(kinds)}")
-    from jax_unpool import backends
+    from jax_unpool import _settings, backends
 
     switch = backends.switch()
-    print(f"{backends.SWITCH_ENV}: " + (f"{switch} (every platform lowers through XLA ops)"
+    print(f"{_settings.BACKEND_ENV}: " + (f"{switch} (every platform lowers through XLA ops)"
                                          if switch else "unset (each platform's own backend)"))
     print("implementation of each op on each platform:")
     from jax_unpool.backends import cuda
@@ -108,7 +107,7 @@ def info() -> int:
 
     gather = _extension.module.cpu_gather()
     print(f"CPU unpool backward gathers with {_GATHERS[gather]} "
-          f"({_extension.GATHER_ENV}={os.environ.get(_extension.GATHER_ENV) or 'unset'})")
+          f"({_settings.CPU_GATHER_ENV}={_settings.CPU_GATHER or 'unset'})")
     routed_to_aclnn = any("aclnn" in row for row in rows.values())
     found = npu.is_available()
     print(f"CANN (Ascend NPU toolkit): {'found' if found else 'not found'}"

@@ -76,8 +76,8 @@ def test_unknown_value_is_refused_at_import():
                           env=fresh_process.child_env(JAX_UNPOOL_BACKEND="cpu"),
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode != 0
-    assert ("ValueError: jax_unpool: environment variable JAX_UNPOOL_BACKEND must be one of "
-            "'xla' or unset (each platform's own backend), got 'cpu'") in proc.stderr
+    assert ("SettingError: jax_unpool: environment variable JAX_UNPOOL_BACKEND must be 'xla' "
+            "or unset, got 'cpu'") in proc.stderr
 
 
 def test_unset_or_empty_keeps_each_platforms_backend():

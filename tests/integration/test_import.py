@@ -35,8 +35,8 @@ def test_a_misspelt_gather_choice_is_an_import_error_naming_the_variable():
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
-        "ImportError: jax_unpool: environment variable JAX_UNPOOL_CPU_GATHER must be "
-        "'vector', 'scalar' or unset, got 'avx2'"), done.stderr
+        "jax_unpool._settings.SettingError: jax_unpool: environment variable "
+        "JAX_UNPOOL_CPU_GATHER must be 'vector' or 'scalar' or unset, got 'avx2'"), done.stderr
 
 
 def _package_imports(module: Path, package: Path) -> set[str]:
@@ -55,8 +55,12 @@ def _package_imports(module: Path, package: Path) -> set[str]:
             names.update(a.name for a in node.names if a.name.startswith("jax_unpool"))
     modules = {".".join(p.relative_to(package.parent).with_suffix("").parts)
                for p in package.rglob("*.py")}
-    return {n.removesuffix(".__init__") for n in names} & {
-        m.removesuffix(".__init__") for m in modules}
+    # A module's own packages are not edges: a package's __init__ runs before its modules
+    # whatever they import (`from jax_unpool.backends import registry` in backends/cpu.py).
+    own = ".".join(module.relative_to(package.parent).with_suffix("").parts).split(".")
+    ancestors = {".".join(own[:i]) for i in range(1, len(own))}
+    return ({n.removesuffix(".__init__") for n in names} & {
+        m.removesuffix(".__init__") for m in modules}) - ancestors
 
 
 def test_the_package_has_no_import_circle():
@@ -75,3 +79,41 @@ def test_the_package_has_no_import_circle():
     assert len(graph) > 10
     for name in graph:
         visit(name, [])
+
+
+# The layers, top to bottom: a module imports only its own layer's modules and lower ones.
+LAYERS = (
+    ("jax_unpool.__main__", "jax_unpool.cli", "jax_unpool.nnx", "jax_unpool.linen",
+     "jax_unpool.equinox", "jax_unpool._layers"),                # what users call
+    ("jax_unpool.npu", "jax_unpool.reference"),                   # public modules on the ops
+    ("jax_unpool.unpooling", "jax_unpool.pooling"),               # the op modules
+    ("jax_unpool.backends",),                                     # the platforms, the registry
+    ("jax_unpool._",),                                            # geometry, lowerings, jax
+)
+
+
+def _layer(name: str) -> int:
+    return next(i for i, prefixes in enumerate(LAYERS)
+                if any(name == p or name.startswith(p if p.endswith("_") else p + ".")
+                       for p in prefixes))
+
+
+def test_no_import_runs_back_up_a_layer():
+    package = Path(jax_unpool.__file__).parent
+    upward = []
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        name = name.removesuffix(".__init__")
+        if name == "jax_unpool":
+            continue
+        for dep in _package_imports(path, package) - {"jax_unpool"}:
+            if _layer(dep) < _layer(name):
+                upward.append(f"{name} -> {dep}")
+    assert not upward, upward
+
+
+def test_no_backend_imports_an_op_module():
+    package = Path(jax_unpool.__file__).parent
+    for path in (package / "backends").glob("*.py"):
+        imports = _package_imports(path, package)
+        assert not imports & {"jax_unpool.unpooling", "jax_unpool.pooling"}, (path, imports)

@@ -1,7 +1,7 @@
 """The CUDA backend without a GPU: the optional module loads where it was built, and
 `jax.export(..., platforms=["cuda"])` of every op, rank, layout and index dtype calls its
 `jax_unpool_cuda_*` target (the forward with its workspace as a dropped second result),
-the checked targets where JAX_UNPOOL_CUDA_CHECK_INDICES=1, never a CPU target; other GPU
+the checked targets where check_indices=True, never a CPU target; other GPU
 platforms keep the XLA ops; `export_safety_checks()` covers the new targets.
 
 Where the package was built without CUDA these tests skip, saying so;
@@ -118,25 +118,18 @@ def test_the_pool_gradient_is_the_cuda_scatter():
     assert sorted(custom_calls(text)) == [TARGETS["max_pool"], TARGETS["max_unpool"]]
 
 
-def test_the_check_variable_selects_the_checked_targets(monkeypatch):
-    monkeypatch.setenv(cuda.CHECK_INDICES_ENV, "1")
+@pytest.mark.parametrize("check, suffix", [(True, "_checked"), (False, "")])
+def test_check_indices_selects_the_checked_targets(check, suffix):
     x = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.float32)
     i = jax.ShapeDtypeStruct((2, 3, 4, 4), jnp.int32)
 
-    def step(x, i):
-        return jax.value_and_grad(lambda x: ju.max_unpool2d(x, i, 2).sum())(x)
+    def step(x, i):  # the primitive's check_indices goes on to its transpose
+        unpool = lambda x: ju.max_unpool2d_p.bind(x, i, output_size=(8, 8),
+                                                  channels_last=False, check_indices=check)
+        return jax.value_and_grad(lambda x: unpool(x).sum())(x)
 
     assert sorted(custom_calls(export(step, x, i).mlir_module())) == sorted([
-        TARGETS["max_unpool_checked"], TARGETS["max_unpool_backward_checked"]])
-
-
-def test_a_misspelt_check_variable_is_refused(monkeypatch):
-    monkeypatch.setenv(cuda.CHECK_INDICES_ENV, "yes")
-    x = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.float32)
-    i = jax.ShapeDtypeStruct((1, 1, 2, 2), jnp.int32)
-    with pytest.raises(ValueError, match="JAX_UNPOOL_CUDA_CHECK_INDICES must be '1', '0' or "
-                                         "unset, got 'yes'"):
-        export(lambda x, i: ju.max_unpool2d(x, i, 2), x, i)
+        TARGETS[f"max_unpool{suffix}"], TARGETS[f"max_unpool_backward{suffix}"]])
 
 
 def test_a_symbolic_batch_lowers_to_the_cuda_targets():
@@ -200,15 +193,9 @@ print(sorted(set(re.findall(r"stablehlo\\.custom_call @(jax_unpool\\w+)\\(", tex
 ])
 def test_only_the_routed_ops_take_the_cuda_kernels(ops, expected):
     proc = subprocess.run([sys.executable, "-c", ROUTING_STEP], capture_output=True, text=True,
-                          env=fresh_process.child_env(**{cuda.CUDA_OPS_ENV: ops}), timeout=300,
+                          env=fresh_process.child_env(JAX_UNPOOL_CUDA_OPS=ops), timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == repr(expected)
 
-
-def test_an_unknown_routed_op_is_refused(monkeypatch):
-    monkeypatch.setenv(cuda.CUDA_OPS_ENV, "max_pool,max_unpoool")
-    with pytest.raises(ValueError, match="JAX_UNPOOL_CUDA_OPS must name ops among max_unpool, "
-                                         "max_unpool_backward, max_pool"):
-        cuda.routed_ops()
 

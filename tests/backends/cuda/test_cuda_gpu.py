@@ -203,14 +203,14 @@ def test_indices_outside_the_plane_are_dropped_and_read_as_zero(k, last):
     np.testing.assert_array_equal(out, to_layout(read, k, last))
 
 
-def test_checked_calls_fail_with_the_cpu_kernels_message(monkeypatch):
-    monkeypatch.setenv(cuda.CHECK_INDICES_ENV, "1")
+def test_checked_calls_fail_with_the_cpu_kernels_message():
     x = np.ones((2, 3, 4, 4), np.float32)
     idx = np.zeros(x.shape, np.int32)
     idx[1, 2, 3, 1] = 64
 
-    def unpool(x, i):  # a new function: lowered with the variable set
-        return ju.max_unpool2d(x, i, 2)
+    def unpool(x, i):  # check_indices=True: the checked targets
+        return ju.max_unpool2d_p.bind(x, i, output_size=(8, 8), channels_last=False,
+                                      check_indices=True)
 
     with pytest.raises(jax.errors.JaxRuntimeError) as cpu:
         cpu_unpool(x, idx, (8, 8), 2, False)

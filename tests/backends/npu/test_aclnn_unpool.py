@@ -27,7 +27,7 @@ from dtypes import INDEX_DTYPES, VALUE_DTYPES, assert_bits_equal, needs_x64, ran
 from fake_cann.check_fake_cann import build
 
 import jax_unpool as ju
-from jax_unpool import _compat
+from jax_unpool import _compat, unpooling
 from jax_unpool._compat import enable_x64
 from jax_unpool.backends import npu_chips
 
@@ -499,23 +499,32 @@ def test_3d_out_of_range_indices_are_clamped_and_int64(emulated, rng, op):
     assert emulated.last_indices_dtype(run.encode()) == ACL["INT64"]
 
 
-# JAX_UNPOOL_NPU_CHECK_INDICES=1: the checked targets, and no clamp in the program.
+def _checked(k: int, forward: bool, size):
+    """The primitive of rank k bound with check_indices=True."""
+    if forward:
+        return jax.jit(lambda x, i: unpooling.max_unpool_p[k].bind(
+            x, i, output_size=size, channels_last=False, check_indices=True))
+    return jax.jit(lambda g, i: unpooling.max_unpool_backward_p[k].bind(
+        g, i, channels_last=False, spatial_rank=k, check_indices=True))
+
+
+# check_indices=True: the checked targets, and no clamp in the program.
 CHECKED_CASES = {  # (k, op): (function maker, values shape, plane, the targets)
-    (2, "forward"): (lambda: _forward(), SHAPES[4], HW, npu.MAX_UNPOOL2D_CHECKED_TARGET,
-                     npu.MAX_UNPOOL2D_TARGET),
-    (2, "backward"): (lambda: _backward(SHAPES[4], np.float32), (*SHAPES[4][:2], *HW), HW,
+    (2, "forward"): (lambda: _checked(2, True, HW), SHAPES[4], HW,
+                     npu.MAX_UNPOOL2D_CHECKED_TARGET, npu.MAX_UNPOOL2D_TARGET),
+    (2, "backward"): (lambda: _checked(2, False, HW), (*SHAPES[4][:2], *HW), HW,
                       npu.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET,
                       npu.MAX_UNPOOL2D_BACKWARD_TARGET),
-    (3, "forward"): (lambda: _forward3(), SHAPE3, SIZE3, npu.MAX_UNPOOL3D_CHECKED_TARGET,
-                     npu.MAX_UNPOOL3D_TARGET),
-    (3, "backward"): (lambda: _backward3(SHAPE3), (*SHAPE3[:2], *SIZE3), SIZE3,
+    (3, "forward"): (lambda: _checked(3, True, SIZE3), SHAPE3, SIZE3,
+                     npu.MAX_UNPOOL3D_CHECKED_TARGET, npu.MAX_UNPOOL3D_TARGET),
+    (3, "backward"): (lambda: _checked(3, False, SIZE3), (*SHAPE3[:2], *SIZE3), SIZE3,
                       npu.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET,
                       npu.MAX_UNPOOL3D_BACKWARD_TARGET),
 }
 
 
 @pytest.mark.parametrize("case", list(CHECKED_CASES))
-def test_the_check_variable_lowers_to_the_checked_targets(emulated, rng, monkeypatch, case):
+def test_check_indices_lowers_to_the_checked_targets(emulated, rng, case):
     # The NPU lowering calls the checked targets, and hands them the indices unclamped: an
     # index out of range fails the call with the CPU kernels' message (index, position,
     # plane) instead of landing on the plane's end; in-range indices give the values.
@@ -524,7 +533,6 @@ def test_the_check_variable_lowers_to_the_checked_targets(emulated, rng, monkeyp
     idx_shape = SHAPES[4] if k == 2 else SHAPE3
     idx = oracle.random_indices(rng, idx_shape, int(np.prod(size)))
     values = random_values(rng, values_shape, "float32")
-    monkeypatch.setenv("JAX_UNPOOL_NPU_CHECK_INDICES", "1")
     f = make()
     text = f.lower(values, idx).as_text()
     assert checked in text and f"@{default}(" not in text and "clamp" not in text
@@ -543,14 +551,6 @@ def test_the_check_variable_lowers_to_the_checked_targets(emulated, rng, monkeyp
                                                        spatial_rank=k))(values, idx))
     assert str(err.value) == str(cpu_err.value)
     assert str(err.value).startswith(f"OUT_OF_RANGE: {name}: index {int(np.prod(size)) + 5} ")
-
-
-def test_a_misspelt_check_variable_is_refused(emulated, monkeypatch):
-    monkeypatch.setenv("JAX_UNPOOL_NPU_CHECK_INDICES", "yes")
-    x = np.ones((1, 1, 2, 2), np.float32)
-    with pytest.raises(ValueError, match="JAX_UNPOOL_NPU_CHECK_INDICES must be '1', '0' or "
-                                         "unset, got 'yes'"):
-        _forward(hw=(2, 2)).lower(x, np.zeros(x.shape, np.int32))
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
