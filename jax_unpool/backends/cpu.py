@@ -34,7 +34,7 @@ for _op, _capsule in module.cpu_registrations().items():
     jax.ffi.register_ffi_target(_TARGETS[_op], _capsule, platform="cpu")
     jax.ffi.register_ffi_target_as_batch_partitionable(_TARGETS[_op])
 
-# What the C++ pool orders (ffi/cpu/pool_values.h); other dtypes (the sub-byte ones) keep
+# What the C++ pool orders (ffi/common/pool_values.h); other dtypes (the sub-byte ones) keep
 # the XLA ops on CPU too.
 NATIVE_POOL_DTYPES = frozenset(np.dtype(d) for d in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
