@@ -95,18 +95,56 @@ def test_the_api_reference_has_every_public_name(html):
     import jax_unpool.linen
     import jax_unpool.nnx
 
-    page = (html / "api.html").read_text()
-    modules = [jax_unpool, jax_unpool.reference, jax_unpool.npu, jax_unpool.nnx,
-               jax_unpool.linen, jax_unpool.equinox]
+    # The NPU's names have their own page; every other public name is on the API page.
+    pages = {module: (html / "api.html").read_text()
+             for module in (jax_unpool, jax_unpool.reference, jax_unpool.nnx,
+                            jax_unpool.linen, jax_unpool.equinox)}
+    pages[jax_unpool.npu] = (html / "npu-reference.html").read_text()
     missing = []
-    for module in modules:
+    for module, page in pages.items():
         for name in module.__all__:
-            target = f"{module.__name__}.{name}"
+            target, where = f"{module.__name__}.{name}", page
             if isinstance(getattr(module, name), type(jax_unpool)):
-                target = f"module-{target}"
-            if f'id="{target}"' not in page:
+                # jax_unpool.npu: its module entry is on its own page
+                target, where = f"module-{target}", "".join(pages.values())
+            if f'id="{target}"' not in where:
                 missing.append(target)
     assert not missing, f"no entry in the API reference for {missing}"
+
+
+def _contents(page: str) -> list[str]:
+    """The entries of a page's contents list (the right-hand sidebar), as text."""
+    toc = page[page.index('id="pst-page-toc-nav"'):]
+    toc = toc[:toc.index("</nav>")]
+    return [_text(link) for link in re.findall(r"<a class=\"reference internal nav-link\"[^>]*>"
+                                               r"(.*?)</a>", toc, re.DOTALL)]
+
+
+def test_the_api_page_leads_with_the_ops_and_layers_and_lists_no_constants(html):
+    contents = _contents((html / "api.html").read_text())
+    ops = [f"max_unpool{k}d()" for k in (1, 2, 3)] + [
+        f"max_unpool{k}d_backward()" for k in (1, 2, 3)] + [
+        f"max_pool{k}d_with_indices()" for k in (1, 2, 3)] + ["export_safety_checks()"]
+    assert contents[:len(ops) + 1] == ["Operations", *ops], contents
+    layers = contents.index("Layers")
+    assert layers == len(ops) + 1
+    assert contents[layers + 1:layers + 8] == ["jax_unpool.nnx", "MaxPool1d", "MaxPool2d",
+                                               "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d",
+                                               "MaxUnpool3d"], contents
+    for name in ("api", "npu-reference"):
+        listed = _contents((html / f"{name}.html").read_text())
+        assert not [e for e in listed if e.endswith(("_TARGET", "_p"))], (name, listed)
+    assert "register()" in _contents((html / "npu-reference.html").read_text())
+
+
+def test_the_npu_reference_has_no_code_blocks_but_its_tables(html):
+    # Issue 43: the NPU module's docstring, with its function list and chip table as
+    # code blocks, is not rendered; the page has tables and lists.
+    page = (html / "npu-reference.html").read_text()
+    article = page[page.index("<article"):page.index("</article>")]
+    assert "<pre" not in article
+    assert article.count("<table") >= 1 and "<ul" in article
+    assert "<em>" not in article  # no `*` of a path taken for emphasis
 
 
 def test_the_architecture_page_maps_every_module_and_test_file(html):
@@ -169,12 +207,13 @@ def test_raises_lists_name_an_exception_per_item(api):
     assert ":raises" not in _text(api)
 
 
-def test_the_npu_targets_are_described_by_their_own_text(api):
+def test_the_npu_targets_are_described_by_their_own_text(html):
+    page = (html / "npu-reference.html").read_text()
     for name in ("MAX_UNPOOL2D_TARGET", "MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_TARGET",
                  "MAX_UNPOOL3D_BACKWARD_TARGET", "MAX_POOL2D_TARGET", "MAX_POOL3D_TARGET",
                  "MAX_UNPOOL2D_CHECKED_TARGET", "MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET",
                  "MAX_UNPOOL3D_CHECKED_TARGET", "MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET"):
-        text = _text(_entry(api, f"jax_unpool.npu.{name}"))
+        text = _text(_entry(page, f"jax_unpool.npu.{name}"))
         assert "FFI target of aclnn" in text and "str(object=" not in text, text
 
 
@@ -272,7 +311,7 @@ def test_every_signature_names_its_arguments_and_defaults_without_type_hints(api
 def test_long_names_in_the_contents_list_may_break_after_an_underscore(api):
     toc = api[api.index('id="pst-page-toc-nav"'):]
     toc = toc[:toc.index("</nav>")]
-    for name in ("MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_BACKWARD_TARGET"):
+    for name in ("max_unpool3d_backward", "max_pool3d_with_indices"):
         assert name.replace("_", "_<wbr/>") in toc, name  # as the theme writes <wbr>
     assert "<wbr" not in api[api.index("<article"):api.index("</article>")]
 
