@@ -59,8 +59,8 @@ def test_the_export_page_leads_with_the_safety_checks_and_shows_the_error_withou
     assert "disabled_checks=ju.export_safety_checks()" in blocks[0].code
     refused = [b for b in blocks if "jax.export.export(jax.jit(step))(" in b.code]
     assert [b.expected for b in refused] == [
-        "ValueError: Cannot serialize code with custom calls whose targets have no "
-        "compatibility guarantees"]
+        ("ValueError: Cannot serialize code with custom calls whose targets have no "
+         "compatibility guarantees")]
     run = "\n".join(b.code for b in blocks if not b.skip)
     assert "nnx.to_pure_dict(" in run and "nnx.replace_by_pure_dict(" in run
 

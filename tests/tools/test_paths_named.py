@@ -39,8 +39,8 @@ FOREIGN = {
     "docs/api_docs/aclrtMemcpy.md": "hicann/runtime",
 }
 
-PATH = re.compile(r"(?<![\w./@~$-])(?:%s)/[\w.*?{},/-]*"
-                  % "|".join(re.escape(folder) for folder in FOLDERS))
+_FOLDERS = "|".join(re.escape(folder) for folder in FOLDERS)
+PATH = re.compile(rf"(?<![\w./@~$-])(?:{_FOLDERS})/[\w.*?{{}},/-]*")
 TEST_FILE = re.compile(r"(?<![\w./@~$-])test_[\w*?]*\.py\b")
 # A placeholder in a path: `results-MACHINE.json`, `results-<machine>.json`.
 PLACEHOLDER = re.compile(r"(?<=[-_])[A-Z][A-Z0-9]{2,}(?=[.-])")
