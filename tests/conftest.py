@@ -4,6 +4,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The heavy suites, opt-in: each file marks itself (`pytestmark`).
+HEAVY = ("release", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run the heavy suites too: the tests marked release or slow "
+                          "(plain `pytest` leaves them out)")
+
 
 @pytest.fixture
 def rng():
@@ -22,26 +31,17 @@ def fake_cann_dir(tmp_path_factory):
     return build(Path(prebuilt) if prebuilt else tmp_path_factory.mktemp("fake_cann_npu"))
 
 
-# Files that take minutes. They start first: under xdist (a file per worker, in collection
-# order with pyproject's --no-loadscope-reorder) one started last would leave the other
-# workers idle while it runs alone. They carry the `slow` marker, which the quick run
-# `pytest -m "not slow"` leaves out.
-SLOW_FILES_FIRST = ("test_sanitizers.py", "test_jax_window.py", "test_docs.py",
-                    "test_unpool_ranks.py", "test_notebook.py", "test_aclnn_unpool.py",
-                    "test_sharding.py")
-# Also slow for the quick run: files of a minute or so of CPU each (builds, child
-# processes, the CUDA host emulation's compile, the torch sweeps), measured on 2 cores.
-SLOW_FILES = (*SLOW_FILES_FIRST, "test_multiprocess.py", "test_large_offsets.py",
-              "test_memory.py", "test_doc_examples.py", "test_demo.py",
-              "test_cuda_logic.py", "test_packaging.py", "test_properties.py", "test_cli.py",
-              "test_bench.py", "test_pool_ranks_vs_torch.py", "test_ffi_boundary.py",
-              "test_pool_dtypes.py", "test_gpu_tools.py", "test_dense_lowering.py",
-              "test_wheels.py")
+def _heaviness(item) -> int:
+    """0 for release, 1 for slow, 2 for the rest: the heavy files start first, so that
+    under xdist (a file per worker, in collection order) none is left running alone at
+    the end while the other workers idle."""
+    return next((i for i, m in enumerate(HEAVY) if item.get_closest_marker(m)), len(HEAVY))
 
 
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    for item in items:
-        if item.path.name in SLOW_FILES:
-            item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable otherwise
+def pytest_collection_modifyitems(config, items):
+    if not (config.getoption("--all") or config.getoption("markexpr")):
+        heavy = [item for item in items if _heaviness(item) < len(HEAVY)]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if _heaviness(item) == len(HEAVY)]
+    items.sort(key=_heaviness)  # stable otherwise

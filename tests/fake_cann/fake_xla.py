@@ -29,6 +29,9 @@ from fake_cann.build import _compiler  # the same compiler choice
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCE = HERE / "fake_xla_ffi.cc"
+# The package's own FFI headers (jaxlib 0.7.2's, vendored), never the installed jaxlib's:
+# the handlers under test were compiled against these.
+FFI_INCLUDE = HERE.parents[1] / "ffi" / "third_party"
 LIBRARY = "libfakexlaffi.so"
 CXXFLAGS = ("-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall",
             "-Wextra", "-pthread")
@@ -43,10 +46,9 @@ CODES = {0: "OK", 3: "INVALID_ARGUMENT", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRE
 
 
 def build(out_dir: pathlib.Path) -> pathlib.Path:
-    """Compiles libfakexlaffi.so into `out_dir` against jax's FFI headers; returns it."""
-    from jax import ffi  # the headers of the jaxlib the tests run with
-
-    include = ffi.include_dir()
+    """Compiles libfakexlaffi.so into `out_dir` against the package's FFI headers; returns
+    it."""
+    include = FFI_INCLUDE
     header = pathlib.Path(include) / "xla" / "ffi" / "api" / "c_api.h"
     out_dir = pathlib.Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)

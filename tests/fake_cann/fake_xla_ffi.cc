@@ -141,7 +141,7 @@ XLA_FFI_Api MakeApi() {
   api.XLA_FFI_Error_Destroy = ErrorDestroy;
   api.XLA_FFI_Handler_Register = Unexpected<XLA_FFI_Handler_Register_Args>;
   api.XLA_FFI_Stream_Get = StreamGet;
-  api.XLA_FFI_Type_Register = Unexpected<XLA_FFI_Type_Register_Args>;
+  api.XLA_FFI_TypeId_Register = Unexpected<XLA_FFI_TypeId_Register_Args>;
   api.XLA_FFI_ExecutionContext_Get = Unexpected<XLA_FFI_ExecutionContext_Get_Args>;
   api.XLA_FFI_State_Set = Unexpected<XLA_FFI_State_Set_Args>;
   api.XLA_FFI_State_Get = Unexpected<XLA_FFI_State_Get_Args>;

@@ -37,6 +37,8 @@ import release_wheels
 
 from jax_unpool import _compat
 
+pytestmark = pytest.mark.release
+
 REPO = Path(__file__).resolve().parents[2]
 # The newest patch release of every minor in the window, oldest first, and the Python it
 # runs on: the extension is built against the first one's headers.

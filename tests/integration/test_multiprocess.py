@@ -21,6 +21,8 @@ import multiprocess_worker as worker
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow
+
 PROCESSES = 2
 DEADLINE_S = 240
 

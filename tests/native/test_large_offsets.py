@@ -23,6 +23,8 @@ from out_of_range import RUNTIME_ERRORS, expected_message
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow
+
 GB = 2**30
 HW = (30000, 40000)          # 1.2e9 positions per plane: two planes pass 2**31
 HUGE_HW = (46341, 46341)     # 2_147_488_281 positions: one plane past 2**31 - 1

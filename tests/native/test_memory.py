@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 MB = 2**20
 CALLS, ERROR_CALLS, WARMUP = 3000, 1000, 300
 MAX_GROWTH_MB = 8  # no growth measured here; a leak of 1.5 KB per call would exceed it

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from cpu_features import cpu_has_avx2
 
+pytestmark = pytest.mark.release
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "helpers" / "exercise_kernels.py"
 REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")

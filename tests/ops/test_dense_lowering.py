@@ -24,6 +24,8 @@ from jax_unpool import _unpool_dense, _unpool_xla
 from jax_unpool._compat import enable_x64
 from jax_unpool.backends import registry, xla
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 

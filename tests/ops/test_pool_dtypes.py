@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow
+
 POOL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
         3: ju.max_pool3d_with_indices}
 XLA_POOL = {k: getattr(ju.reference, f"max_pool{k}d_with_indices") for k in (1, 2, 3)}

@@ -20,6 +20,8 @@ from torch_threads import one_torch_thread
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow
+
 POOL = {1: ju.max_pool1d_with_indices, 3: ju.max_pool3d_with_indices}
 XLA_POOL = {1: ju.reference.max_pool1d_with_indices, 3: ju.reference.max_pool3d_with_indices}
 TORCH = {1: F.max_pool1d, 3: F.max_pool3d}

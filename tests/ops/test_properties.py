@@ -26,6 +26,8 @@ import jax_unpool as ju
 from jax_unpool import reference
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow
+
 # Every 1-, 2-, 4- and 8-byte kind: the ops move bits, so each width and kind must survive.
 VALUE_DTYPES = [np.dtype(d) for d in (
     np.bool_, np.int8, np.uint8, jnp.float8_e4m3fn, jnp.float8_e5m2,

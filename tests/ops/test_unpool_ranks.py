@@ -20,6 +20,8 @@ from out_of_range import POOL_HINT
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 

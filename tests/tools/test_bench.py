@@ -16,6 +16,8 @@ from fresh_process import child_env
 import jax_unpool as ju
 from jax_unpool.cli.bench import cli, measure, step, targets, unpool
 
+pytestmark = pytest.mark.slow
+
 UNPOOL_FIELDS = {"jax_unpool_ms", "xla_ms", "torch_ms", "roofline_ms", "speedup_vs_xla",
                  "speedup_vs_torch", "vs_roofline", "bytes", "jax_unpool_gbps",
                  "bandwidth_fraction", "jax_unpool_sys_ms", "xla_sys_ms"}

@@ -12,9 +12,12 @@ import numpy as np
 import optax
 import pytest
 from fresh_process import child_env
-from matplotlib import image
 
 from jax_unpool.cli import demo, picture
+
+pytestmark = pytest.mark.slow
+# An independent PNG decoder: the release extra's (pip install '.[release]').
+image = pytest.importorskip("matplotlib.image")
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import doc_examples
 import pytest
 
+pytestmark = pytest.mark.slow
+
 PAGES = [doc_examples.parse(path) for path in doc_examples.pages()]
 WITH_EXAMPLES = [page for page in PAGES if page.blocks]
 

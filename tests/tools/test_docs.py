@@ -22,6 +22,8 @@ from pathlib import Path
 import installed_build
 import pytest
 
+pytestmark = pytest.mark.release
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_ENV = ROOT / "build" / "docs-env"
 

@@ -3,8 +3,13 @@
 import ast
 import pathlib
 
-import nbclient
-import nbformat
+import pytest
+
+# The release extra's (pip install '.[release]'); the test extra has no Jupyter.
+nbclient = pytest.importorskip("nbclient")
+nbformat = pytest.importorskip("nbformat")
+
+pytestmark = pytest.mark.release
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "segnet_unpool.ipynb"
 # Samples, loss curve, evaluation, timing chart: one figure each.

@@ -16,6 +16,9 @@ import tomllib
 from pathlib import Path
 
 import installed_build
+import pytest
+
+pytestmark = pytest.mark.release
 
 REPO = installed_build.REPO
 LICENSE = (REPO / "LICENSE").read_bytes()

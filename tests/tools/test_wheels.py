@@ -24,8 +24,11 @@ from pathlib import Path
 import cuda_kernels
 import pytest
 import release_wheels
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
+
+pytestmark = pytest.mark.release
+# auditwheel's, in the release extra (pip install '.[release]').
+DynamicSection = pytest.importorskip("elftools.elf.dynamic").DynamicSection
+ELFFile = pytest.importorskip("elftools.elf.elffile").ELFFile
 
 REPO = release_wheels.REPO
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

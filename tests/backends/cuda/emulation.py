@@ -1,5 +1,5 @@
 """The CUDA handlers' host emulation (emulation.cc): built with the system C++ compiler
-against the headers of ffi/ and the running jax's XLA FFI headers, and called through
+against the headers of ffi/ and the package's vendored XLA FFI headers (ffi/third_party), and called through
 ctypes with numpy arrays. See emulation.cc for what it runs and what it does not.
 
 ``build(out_dir)`` compiles it (skipped when a stamp matches the sources' hash) and returns
@@ -57,7 +57,8 @@ def build(out_dir: pathlib.Path) -> Emulation:
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cxx = _compiler()
-    command = [cxx, *CXXFLAGS, f"-I{FFI}", "-isystem", jax.ffi.include_dir(), "-o"]
+    # The package's FFI headers (vendored), as the handlers are built with.
+    command = [cxx, *CXXFLAGS, f"-I{FFI}", "-isystem", str(FFI / "third_party"), "-o"]
     digest = hashlib.sha256(" ".join(command).encode())
     for path in (HERE / "emulation.cc", *HEADERS):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

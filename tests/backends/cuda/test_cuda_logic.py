@@ -41,6 +41,8 @@ import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 from jax_unpool.backends import cuda
 
+pytestmark = pytest.mark.slow
+
 # --------------------------------------------------------------------------------------
 # The forward: the windowed pass, its fallback, the general pass
 # --------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import pytest
 
 from jax_unpool.backends import cuda
 
-pytestmark = pytest.mark.skipif(not cuda.available(),
-                                reason="jax_unpool was built without its CUDA module")
+pytestmark = [pytest.mark.release, pytest.mark.skipif(not cuda.available(),
+                                reason="jax_unpool was built without its CUDA module")]
 
 
 def test_every_target_loads_the_kernels_at_its_instantiate_stage():

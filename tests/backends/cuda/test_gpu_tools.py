@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 import fresh_process
+import pytest
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tools" / "gpu-check"
