@@ -85,5 +85,13 @@ def _signature_as_written(app, what, name, obj, options, signature, return_annot
                                         unqualified_typehints=short), return_annotation)
 
 
+def _no_contents_entry_for_data(app, domain, objtype, content):
+    """Constants and primitives (py:data: the NPU's FFI target names, the primitives) stay
+    out of the page's contents list, which lists the functions and classes."""
+    if domain == "py" and objtype == "data":
+        content.parent["no-contents-entry"] = True
+
+
 def setup(app):
     app.connect("autodoc-process-signature", _signature_as_written)
+    app.connect("object-description-transform", _no_contents_entry_for_data)

@@ -25,7 +25,7 @@ import jaxlib.version
 # channels-last sharding rule needs (_sharding.py).
 JAX_REQUIREMENT = ">=0.7.2"
 OLDEST = (0, 7, 2)
-# The newest minor release tested (tests/test_jax_window.py runs its newest patch).
+# The newest minor release tested (tests/integration/test_jax_window.py runs its newest patch).
 NEWEST_TESTED = (0, 12)
 TESTED = f"{'.'.join(map(str, OLDEST))} to {'.'.join(map(str, NEWEST_TESTED))}"
 

@@ -11,13 +11,18 @@ pasted copy:
     ```
     ```{benchmark-targets} ../benchmarks/results-epyc-2core.json
     ```
+    ```{benchmark-csv} ../benchmarks/results-epyc-2core.json
+    ```
 
 Paths are relative to the page, as literalinclude's. The plot is an inline SVG drawn with
-matplotlib. A missing field shows as "-"; a section the run did not measure says so.
+matplotlib. The tables show the columns that fit a page; benchmark-csv links every field
+of every row, as a CSV file that the build writes into the HTML output. A missing field
+shows as "-"; a section the run did not measure says so.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -29,6 +34,7 @@ from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
+from sphinx.util.osutil import relative_uri
 
 
 def _shape(values: list[int] | None) -> str:
@@ -47,23 +53,23 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-# The timing columns of the unpool and the pool sections: ours against XLA and PyTorch.
+# The timing columns of the unpool and the pool sections: ours against XLA and PyTorch, as
+# speedups, and ours against the memory bandwidth. The milliseconds of XLA and PyTorch, the
+# GB/s of each contender and the OS time are in the CSV (benchmark-csv): all twelve
+# columns do not fit a page 1280 px wide.
 _TIMINGS: list[tuple[str, Any]] = [
     ("ours ms", lambda r: _number(r.get("jax_unpool_ms"))),
-    ("XLA ms", lambda r: _number(r.get("xla_ms"))),
-    ("torch ms", lambda r: _number(r.get("torch_ms"))),
     ("xla/ours", lambda r: _ratio(r.get("speedup_vs_xla"))),
     ("torch/ours", lambda r: _ratio(r.get("speedup_vs_torch"))),
-    ("GB/s", lambda r: _number(r.get("jax_unpool_gbps"), 1)),
     ("of bw", lambda r: _ratio(r.get("bandwidth_fraction"))),
-    ("sys ms", lambda r: _number(r.get("jax_unpool_sys_ms"))),
 ]
 
 # Per section: its caption and its columns (heading, how to render a row).
 COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     "unpool": (
-        ("max_unpool, channels first: milliseconds per call; xla/ours and torch/ours are "
-         "speedups (above 1: ours is faster); GB/s of the op's least traffic"),
+        ("max_unpool, channels first: ours ms is jax_unpool's milliseconds per call; "
+         "xla/ours and torch/ours are speedups (above 1: ours is faster); of bw is the op's "
+         "least traffic per second as a fraction of the memory bandwidth"),
         [("op", lambda r: r["op"]), ("rank", lambda r: str(r.get("rank", "-"))),
          ("shape", lambda r: _shape(r.get("shape"))),
          ("index", lambda r: r.get("index_dtype", "-"))] + _TIMINGS,
@@ -79,7 +85,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
     ),
     "pool": (
         ("max_poolNd_with_indices (2 per axis, stride 2; shape = the pooled result) against "
-         "torch.max_poolNd(return_indices=True) [+ autograd]; XLA = jax_unpool.reference"),
+         "torch.max_poolNd(return_indices=True) [+ autograd] and jax_unpool.reference's XLA "
+         "ops; columns as above"),
         [("op", lambda r: r["op"]), ("layout", lambda r: r.get("format", "-")),
          ("shape", lambda r: _shape(r.get("shape")))] + _TIMINGS,
     ),
@@ -95,6 +102,27 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Any]]]] = {
          ("share", lambda r: _ratio(r.get("pooling_share")))],
     ),
 }
+
+# The CSV's first columns, in this order; every other field of the rows follows, sorted.
+CSV_FIRST = ["section", "op", "rank", "layout", "format", "shape", "output_shape",
+             "input_shape", "dtype", "index_dtype", "jax_unpool_ms", "xla_ms", "torch_ms",
+             "speedup_vs_xla", "speedup_vs_torch", "jax_unpool_gbps", "xla_gbps",
+             "torch_gbps", "bandwidth_fraction", "jax_unpool_sys_ms", "xla_sys_ms"]
+
+
+def rows_as_csv(result: dict[str, Any]) -> str:
+    """Every field of every row of a run, one line per row (shapes as 8x64x112x112, a
+    missing field empty)."""
+    rows = result.get("rows", [])
+    fields = {key for row in rows for key in row}
+    header = [f for f in CSV_FIRST if f in fields] + sorted(fields - set(CSV_FIRST))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([_shape(v) if isinstance(v, list) else "" if v is None else v
+                         for v in (row.get(f) for f in header)])
+    return out.getvalue()
 
 
 def _table(heading: list[str], body: list[list[str]], caption: str | None = None) -> nodes.table:
@@ -185,25 +213,76 @@ class BenchmarkTargets(_BenchmarkDirective):
                        "2-D shapes")]
 
 
-def speedup_figure(result: dict[str, Any]):
-    """The speedups of jax_unpool over XLA and over PyTorch per shape (float32 values, int32
-    indices), one panel per measured op; None when the run has no such rows."""
+class BenchmarkCsv(_BenchmarkDirective):
+    """A link to every field of every row of the run as CSV, which the build writes into
+    the HTML output (_downloads/<the JSON's name>.csv) when it finishes."""
+
+    def run(self) -> list[nodes.Node]:
+        rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
+        self.env.note_dependency(rel)
+        name = f"{Path(path).stem}.csv"
+        if not hasattr(self.env, "benchmark_csv"):
+            self.env.benchmark_csv = {}
+        self.env.benchmark_csv[name] = path
+        uri = relative_uri(self.env.app.builder.get_target_uri(self.env.docname),
+                           f"{DOWNLOADS}/{name}")
+        paragraph = nodes.paragraph(text="Every column of every row, the times and GB/s of "
+                                         "XLA and PyTorch and the OS time included: ")
+        paragraph += nodes.reference("", name, refuri=uri, classes=["benchmark-csv"])
+        paragraph += nodes.Text(" (CSV).")
+        return [paragraph]
+
+
+DOWNLOADS = "_downloads"
+
+
+def _merge_csv(app: Sphinx, env: Any, docnames: set[str], other: Any) -> None:
+    env.benchmark_csv = {**getattr(env, "benchmark_csv", {}),
+                         **getattr(other, "benchmark_csv", {})}
+
+
+def _write_csv(app: Sphinx, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for name, path in getattr(app.env, "benchmark_csv", {}).items():
+        out = Path(app.outdir) / DOWNLOADS / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(rows_as_csv(json.loads(Path(path).read_text())))
+
+
+PLOT_CAPTION = ("Speedup of jax_unpool per shape over XLA's ops (jax_unpool.reference) and "
+                "over PyTorch, log scale: above 1 (the black line) ours is faster. float32 "
+                "values, int32 indices, channels first.")
+_PANELS = (("unpool", "forward", "max_unpool forward"),
+           ("unpool", "backward", "max_unpool backward"),
+           ("pool", "forward", "max_pool forward"),
+           ("pool", "forward+grad", "max_pool forward + gradient"))
+
+
+def speedup_figure(result: dict[str, Any], columns: int = 2):
+    """The speedups of jax_unpool over XLA and over PyTorch per shape (float32 values,
+    int32 indices, channels first), one panel per measured op, `columns` panels a row;
+    None when the run has no such rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     rows = [r for r in result.get("rows", [])
             if r.get("section") in ("unpool", "pool") and r.get("index_dtype") == "int32"
-            and r.get("dtype") == "float32"]
-    panels = [(s, op) for s, op in (("unpool", "forward"), ("unpool", "backward"),
-                                    ("pool", "forward"), ("pool", "forward+grad"))
+            and r.get("dtype") == "float32"
+            and r.get("layout", "channels_first") == "channels_first"]
+    panels = [(s, op, title) for s, op, title in _PANELS
               if any(r["section"] == s and r["op"] == op for r in rows)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.4), sharey=True,
-                             squeeze=False)
-    for ax, (section, op) in zip(axes[0], panels):
+    lines = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(3.3 * columns, 2.9 * lines + 0.4),
+                             sharey=True, squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (section, op, title) in zip(axes.flat, panels):
         mine = [r for r in rows if r["section"] == section and r["op"] == op]
         at = range(len(mine))
         for offset, key, label in ((-0.2, "speedup_vs_xla", "over XLA"),
@@ -212,36 +291,49 @@ def speedup_figure(result: dict[str, Any]):
                    width=0.4, label=label)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")
-        ax.set_xticks(list(at), [_shape(r.get("shape")) for r in mine], rotation=60,
-                      ha="right")
-        ax.set_title(f"{'max_unpool' if section == 'unpool' else 'max_pool'} {op}")
-    axes[0][0].set_ylabel("speedup of jax_unpool (log scale)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+        # Speedups read as 0.5x, 1x, 2x, ... rather than powers of ten.
+        ax.yaxis.set_major_locator(ticker.FixedLocator([0.5, 1, 2, 5, 10, 20]))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
+        ax.set_xticks(list(at), [_shape(r.get("shape")) for r in mine], rotation=40,
+                      ha="right", rotation_mode="anchor", fontsize="small")
+        ax.set_title(title)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=2, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (2.9 * lines + 0.4)))
     return fig
 
 
 class BenchmarkPlot(_BenchmarkDirective):
-    """Speedups of jax_unpool over XLA and over PyTorch per shape, as an inline SVG."""
+    """Speedups of jax_unpool over XLA and over PyTorch per shape, as inline SVG: panels two
+    a row, and one a row for phones (docs/_static/custom.css shows one of the two)."""
 
     def run(self) -> list[nodes.Node]:
         import matplotlib
         import matplotlib.pyplot as plt
 
-        with matplotlib.rc_context({"svg.hashsalt": "jax-unpool", "font.size": 8}):
-            fig = speedup_figure(self.result())
-            if fig is None:
-                return [nodes.paragraph(text="(This run measured no unpool or pool rows.)")]
-            svg = io.StringIO()
-            fig.savefig(svg, format="svg", metadata={"Date": None})
-            plt.close(fig)
-        text = svg.getvalue()
-        text = text[text.index("<svg"):]  # drop the XML prologue: the SVG sits in the page
-        # Scale with the column (the viewBox keeps the aspect) instead of a fixed size in pt.
-        text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 width="100%"',
-                      text, count=1)
-        return [nodes.raw("", f'<div class="benchmark-plot">{text}</div>', format="html")]
+        result = self.result()
+        svgs = []
+        # Text stays text (the page's font, searchable); the same hash salt every build.
+        with matplotlib.rc_context({"svg.hashsalt": "jax-unpool", "svg.fonttype": "none",
+                                    "font.size": 10}):
+            for columns in (2, 1):
+                fig = speedup_figure(result, columns)
+                if fig is None:
+                    return [nodes.paragraph(text="(This run measured no unpool or pool rows.)")]
+                svg = io.StringIO()
+                fig.savefig(svg, format="svg", metadata={"Date": None})
+                plt.close(fig)
+                text = svg.getvalue()
+                text = text[text.index("<svg"):]  # drop the XML prologue: the SVG sits in the page
+                # Scale with the column (the viewBox keeps the aspect) instead of a size in pt.
+                text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"',
+                              rf'<svg\1 class="benchmark-plot-{columns}" width="100%"', text,
+                              count=1)
+                svgs.append(text)
+        html = ('<figure class="benchmark-plot">' + "".join(svgs)
+                + f"<figcaption>{PLOT_CAPTION}</figcaption></figure>")
+        return [nodes.raw("", html, format="html")]
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -249,4 +341,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("benchmark-table", BenchmarkTable)
     app.add_directive("benchmark-targets", BenchmarkTargets)
     app.add_directive("benchmark-plot", BenchmarkPlot)
+    app.add_directive("benchmark-csv", BenchmarkCsv)
+    app.connect("env-merge-info", _merge_csv)
+    app.connect("build-finished", _write_csv)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -5,7 +5,7 @@
 // (unpool_plan.h, pool_plan.h) without waiting for it, Zero(device pointer, bytes),
 // CopyToHost(host, device, bytes), which waits for the copy, and Status(op): the first
 // failure of any of them as an ffi::Error. cuda_device.h is the GPU on XLA's stream; the
-// host emulation (tests/cuda/emulation.cc) runs the plans with a looping launcher.
+// host emulation (tests/backends/cuda/emulation.cc) runs the plans with a looping launcher.
 #pragma once
 
 #include "common/no_throw.h"  // NoThrow, shared with the CPU handlers

@@ -1,6 +1,6 @@
 // What the CUDA kernels' per-element code needs from the compiler, in one place: the
 // qualifiers, the atomics, bit casts and division by a run-time constant. Under nvcc this
-// is device code. The host emulation (tests/cuda/emulation.cc) compiles the same headers
+// is device code. The host emulation (tests/backends/cuda/emulation.cc) compiles the same headers
 // with a plain C++ compiler: the qualifiers vanish and the atomics become the host's, so
 // that the kernels' logic runs, and is checked, where there is no GPU.
 #pragma once

@@ -1,4 +1,4 @@
-// The CUDA kernels' entry points (kernels.cu): each launches one plan (unpool_plan.h,
+// The CUDA kernels' entry points (*_kernels.cu): each launches one plan (unpool_plan.h,
 // pool_plan.h) on `stream` and returns the first CUDA error of its launches, without
 // synchronising. The handlers (*.cc) call them; nothing here needs the XLA headers.
 //

@@ -4,7 +4,7 @@
 // a `Key` -- the value itself for float32 and float64, an unsigned int ordered as the
 // value for the integers and bool, the exact float32 value for float16, bfloat16 and the
 // float8 types (so -0.0 == 0.0 and NaN is unordered, as in PyTorch's loop). The host
-// emulation (tests/cuda) checks every dtype against the CPU kernel bit for bit.
+// emulation (tests/backends/cuda) checks every dtype against the CPU kernel bit for bit.
 //
 // The kernels are built without fast math: float compares on the GPU are exact for
 // subnormals too, as the CPU kernel makes its own (ExactFloatCompares in cpu/max_pool.cc).

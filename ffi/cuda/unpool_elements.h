@@ -1,7 +1,7 @@
 // The unpool kernels' per-element code: each functor's operator()(t) is what one GPU
 // thread does for element t of its launch (unpool_plan.h launches them, and
 // device_launcher.cuh runs each as a grid-stride kernel). The host emulation runs the same
-// functors in a shuffled order (tests/cuda), so the results checked there are these
+// functors in a shuffled order (tests/backends/cuda), so the results checked there are these
 // functions' results.
 //
 // Every functor keeps the rule that makes a launch's result independent of the schedule:

@@ -1,7 +1,7 @@
 // What the unpool kernels are launched with, and in which order: the plan that the device
-// (kernels.cu, on XLA's stream) and the host emulation (tests/cuda) both run, each with
-// its own launcher. Plain C++ without the XLA headers, which would triple the device
-// compile's time (nvcc parses every header once per GPU architecture).
+// (the *_kernels.cu files, on XLA's stream) and the host emulation (tests/backends/cuda) both
+// run, each with its own launcher. Plain C++ without the XLA headers, which would triple the
+// device compile's time (nvcc parses every header once per GPU architecture).
 //
 // A launcher has Run(n, functor, guard), which runs functor(t) for every t < n -- nothing
 // when `guard` is non-null and *guard == 0 on the device --, Zero / Fill(device pointer,

@@ -202,7 +202,7 @@ def test_a_process_without_jax_unpool_cannot_run_the_artifact(artifact):
 
 V1_ARTIFACT = Path(__file__).parents[1] / "data" / "export_v1"
 # The committed artifacts were serialized by jax 0.10, whose device count jax 0.7 reads as 0
-# (the getting-started page's table of release differences): 0.7 refuses to call them.
+# (docs/packaging.md's table of release differences): 0.7 refuses to call them.
 CALLS_NEWER_ARTIFACTS = _compat._release(jax.__version__) >= (0, 8)
 
 

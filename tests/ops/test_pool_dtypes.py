@@ -1,5 +1,5 @@
 """The native CPU pool (jax_unpool_max_pool_v1 behind the pool primitives) where the torch
-parity tests (test_pooling*.py) cannot reach: dtypes torch does not pool (every float8
+parity tests (test_pool*_vs_torch.py) cannot reach: dtypes torch does not pool (every float8
 format, on all 256 of its codes; unsigned ints), against numpy's transcription of
 PyTorch's loop and the XLA-ops pool; random geometries of every rank and layout against
 torch (hypothesis); inputs large enough to be split across XLA's thread pool; kernels of

@@ -30,9 +30,9 @@ def test_the_page_examples_run_and_print_what_the_page_shows(page):
 def test_the_examples_are_found_on_every_page_that_has_them():
     # The parser sees the pages' blocks (an unrecognised fence would hide them all).
     names = {page.name for page in WITH_EXAMPLES}
-    assert {"README.md", "docs/getting-started.md", "docs/semantics.md", "docs/autodiff.md",
-            "docs/pooling.md", "docs/layers.md", "docs/porting.md", "docs/distributed.md",
-            "docs/export.md", "docs/npu.md"} <= names
+    assert {"README.md", "docs/index.md", "docs/getting-started.md", "docs/semantics.md",
+            "docs/autodiff.md", "docs/pooling.md", "docs/layers.md", "docs/porting.md",
+            "docs/distributed.md", "docs/export.md", "docs/npu.md"} <= names
     assert all(block.code.strip() for page in PAGES for block in page.blocks)
 
 
@@ -40,6 +40,31 @@ def test_only_what_cannot_run_here_is_skipped():
     skipped = [(page.name, block.skip) for page in PAGES for block in page.blocks
                if block.skip]
     assert skipped == [("docs/npu.md", "needs an Ascend device, its PJRT plugin and CANN")]
+
+
+def _page(name: str) -> doc_examples.Page:
+    return next(page for page in PAGES if page.name == name)
+
+
+def test_the_index_shows_the_readmes_first_example():
+    # Issue 43: the site's first page shows the README's first example and its output.
+    readme = _page("README.md")
+    heading = readme.path.read_text().splitlines().index("## A first example") + 1
+    first = next(block for block in readme.blocks if block.line > heading)
+    shown = _page("docs/index.md").blocks[0]
+    assert (shown.code, shown.expected) == (first.code, first.expected)
+    assert first.expected
+
+
+def test_the_export_page_leads_with_the_safety_checks_and_shows_the_error_without():
+    blocks = _page("docs/export.md").blocks
+    assert "disabled_checks=ju.export_safety_checks()" in blocks[0].code
+    refused = [b for b in blocks if "jax.export.export(jax.jit(step))(" in b.code]
+    assert [b.expected for b in refused] == [
+        ("ValueError: Cannot serialize code with custom calls whose targets have no "
+         "compatibility guarantees")]
+    run = "\n".join(b.code for b in blocks if not b.skip)
+    assert "nnx.to_pure_dict(" in run and "nnx.replace_by_pure_dict(" in run
 
 
 def test_a_failing_example_names_its_page_and_line(tmp_path):

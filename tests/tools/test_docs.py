@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import installed_build
@@ -87,7 +88,7 @@ def test_the_performance_page_shows_the_benchmark_json(html):
         assert f"{row['speedup_vs_xla']:.2f}" in page and f"{row['speedup_vs_torch']:.2f}" in page
     for name, target in result["targets"].items():
         assert name in page and markup.escape(target["target"]) in page
-    assert page.count("<svg") == 1  # the plot, drawn at build time
+    assert page.count("<svg") == 2  # the plot, drawn at build time: for screens and phones
     assert result["machine"]["cpu"] in page
 
 
@@ -97,18 +98,56 @@ def test_the_api_reference_has_every_public_name(html):
     import jax_unpool.linen
     import jax_unpool.nnx
 
-    page = (html / "api.html").read_text()
-    modules = [jax_unpool, jax_unpool.reference, jax_unpool.npu, jax_unpool.nnx,
-               jax_unpool.linen, jax_unpool.equinox]
+    # The NPU's names have their own page; every other public name is on the API page.
+    pages = {module: (html / "api.html").read_text()
+             for module in (jax_unpool, jax_unpool.reference, jax_unpool.nnx,
+                            jax_unpool.linen, jax_unpool.equinox)}
+    pages[jax_unpool.npu] = (html / "npu-reference.html").read_text()
     missing = []
-    for module in modules:
+    for module, page in pages.items():
         for name in module.__all__:
-            target = f"{module.__name__}.{name}"
+            target, where = f"{module.__name__}.{name}", page
             if isinstance(getattr(module, name), type(jax_unpool)):
-                target = f"module-{target}"
-            if f'id="{target}"' not in page:
+                # jax_unpool.npu: its module entry is on its own page
+                target, where = f"module-{target}", "".join(pages.values())
+            if f'id="{target}"' not in where:
                 missing.append(target)
     assert not missing, f"no entry in the API reference for {missing}"
+
+
+def _contents(page: str) -> list[str]:
+    """The entries of a page's contents list (the right-hand sidebar), as text."""
+    toc = page[page.index('id="pst-page-toc-nav"'):]
+    toc = toc[:toc.index("</nav>")]
+    return [_text(link) for link in re.findall(r"<a class=\"reference internal nav-link\"[^>]*>"
+                                               r"(.*?)</a>", toc, re.DOTALL)]
+
+
+def test_the_api_page_leads_with_the_ops_and_layers_and_lists_no_constants(html):
+    contents = _contents((html / "api.html").read_text())
+    ops = [f"max_unpool{k}d()" for k in (1, 2, 3)] + [
+        f"max_unpool{k}d_backward()" for k in (1, 2, 3)] + [
+        f"max_pool{k}d_with_indices()" for k in (1, 2, 3)] + ["export_safety_checks()"]
+    assert contents[:len(ops) + 1] == ["Operations", *ops], contents
+    layers = contents.index("Layers")
+    assert layers == len(ops) + 1
+    assert contents[layers + 1:layers + 8] == ["jax_unpool.nnx", "MaxPool1d", "MaxPool2d",
+                                               "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d",
+                                               "MaxUnpool3d"], contents
+    for name in ("api", "npu-reference"):
+        listed = _contents((html / f"{name}.html").read_text())
+        assert not [e for e in listed if e.endswith(("_TARGET", "_p"))], (name, listed)
+    assert "register()" in _contents((html / "npu-reference.html").read_text())
+
+
+def test_the_npu_reference_has_no_code_blocks_but_its_tables(html):
+    # Issue 43: the NPU module's docstring, with its function list and chip table as
+    # code blocks, is not rendered; the page has tables and lists.
+    page = (html / "npu-reference.html").read_text()
+    article = page[page.index("<article"):page.index("</article>")]
+    assert "<pre" not in article
+    assert article.count("<table") >= 1 and "<ul" in article
+    assert "<em>" not in article  # no `*` of a path taken for emphasis
 
 
 def test_the_architecture_page_maps_every_module_and_test_file(html):
@@ -171,12 +210,13 @@ def test_raises_lists_name_an_exception_per_item(api):
     assert ":raises" not in _text(api)
 
 
-def test_the_npu_targets_are_described_by_their_own_text(api):
+def test_the_npu_targets_are_described_by_their_own_text(html):
+    page = (html / "npu-reference.html").read_text()
     for name in ("MAX_UNPOOL2D_TARGET", "MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_TARGET",
                  "MAX_UNPOOL3D_BACKWARD_TARGET", "MAX_POOL2D_TARGET", "MAX_POOL3D_TARGET",
                  "MAX_UNPOOL2D_CHECKED_TARGET", "MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET",
                  "MAX_UNPOOL3D_CHECKED_TARGET", "MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET"):
-        text = _text(_entry(api, f"jax_unpool.npu.{name}"))
+        text = _text(_entry(page, f"jax_unpool.npu.{name}"))
         assert "FFI target of aclnn" in text and "str(object=" not in text, text
 
 
@@ -224,14 +264,15 @@ def test_the_pages_use_markdown_links_that_github_renders():
 THEMES = {"sphinx-book-theme": "1.4.0", "pydata-sphinx-theme": "0.20.0"}
 
 
-def test_the_themes_are_pinned_in_both_extras_and_installed_so(docs_python):
+def test_the_themes_are_pinned_in_the_docs_extra_and_installed_so(docs_python):
     import tomllib
 
+    # The docs extra alone holds them: the README's `pip install '.[test,release,docs]'`
+    # is what runs this file (pytest -m release).
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    for extra in ("docs", "test"):
-        for name, version in THEMES.items():
-            assert f"{name}=={version}" in extras[extra], (extra, name)
+    for name, version in THEMES.items():
+        assert f"{name}=={version}" in extras["docs"], name
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(docs_python),
                            "list", "--format", "json"],
                           capture_output=True, text=True, timeout=300, check=True)
@@ -274,7 +315,7 @@ def test_every_signature_names_its_arguments_and_defaults_without_type_hints(api
 def test_long_names_in_the_contents_list_may_break_after_an_underscore(api):
     toc = api[api.index('id="pst-page-toc-nav"'):]
     toc = toc[:toc.index("</nav>")]
-    for name in ("MAX_UNPOOL2D_BACKWARD_TARGET", "MAX_UNPOOL3D_BACKWARD_TARGET"):
+    for name in ("max_unpool3d_backward", "max_pool3d_with_indices"):
         assert name.replace("_", "_<wbr/>") in toc, name  # as the theme writes <wbr>
     assert "<wbr" not in api[api.index("<article"):api.index("</article>")]
 
@@ -318,3 +359,232 @@ def test_the_layouts_come_first_on_the_layer_and_porting_pages(html, name):
     first = _text(article[:article.index("<pre")])  # everything before the first example
     for said in ("channels-first", "channels-last", "Equinox", "NNX", "Linen", "silently"):
         assert said in first, said
+
+
+# --------------------------------------------------------------------------------------
+# Docs that put the user first (issue 43)
+# --------------------------------------------------------------------------------------
+
+def _bash_commands(markdown: str) -> list[str]:
+    blocks = re.findall(r"^```bash\n(.*?)^```", markdown, re.MULTILINE | re.DOTALL)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()
+            if line.strip()]
+
+
+def test_getting_started_opens_with_the_readmes_two_commands():
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    readme = _bash_commands((ROOT / "README.md").read_text())[:2]
+    assert readme == ["pip install . && python -m jax_unpool demo",
+                      "pip install '.[test]' && pytest"]
+    assert _bash_commands(page)[:2] == readme
+    first_section = page.split("\n## ")[1]
+    assert first_section.startswith("Install and run\n"), first_section[:40]
+    assert page.index("```python") > page.index(readme[1])  # the commands come first
+
+
+@pytest.mark.parametrize("internal", ["zig", "auditwheel", "FFI API", "manylinux",
+                                      "abi3", "CMAKE_CUDA_ARCHITECTURES", "jax.core"])
+def test_packaging_internals_are_on_the_packagers_page(internal):
+    assert internal not in (ROOT / "docs" / "getting-started.md").read_text()
+    assert internal in (ROOT / "docs" / "packaging.md").read_text()
+
+
+def test_the_index_page_shows_the_demos_picture_and_code(html):
+    page = (html / "index.html").read_text()
+    article = page[page.index("<article"):page.index("</article>")]
+    picture = re.search(r'<img alt="([^"]*)" src="(_images/demo\.png)"', article)
+    assert picture and "prediction" in picture.group(1)
+    assert (html / picture.group(2)).read_bytes() == (ROOT / "docs" / "demo.png").read_bytes()
+    assert article.index("<pre") < article.index("<img")  # the example first
+    assert "max_pool2d_with_indices" in _text(article[:article.index("<img")])
+
+
+def test_the_performance_tables_show_few_columns_and_the_csv_has_them_all(html):
+    import csv
+
+    page = (html / "performance.html").read_text()
+    tables = re.findall(r'<table class="benchmark-table.*?</table>', page, re.DOTALL)
+    assert len(tables) == 5  # the targets, then the unpool, layout, pool and step sections
+    for table in tables:
+        assert len(re.findall(r"<th\b", table.split("</thead>")[0])) <= 8, table[:300]
+    link = re.search(r'<a class="benchmark-csv reference external" href="([^"]+)">', page)
+    assert link, "no link to the CSV"
+    with (html / link.group(1)).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    result = json.loads((ROOT / "benchmarks" / "results-epyc-2core.json").read_text())
+    assert len(rows) == len(result["rows"])
+    for row, measured in zip(rows, result["rows"], strict=True):
+        assert row["section"] == measured["section"] and row["op"] == measured.get("op", "")
+        for field in ("jax_unpool_gbps", "jax_unpool_sys_ms", "xla_ms", "torch_ms"):
+            if measured.get(field) is not None:  # columns the page's tables leave out
+                assert float(row[field]) == measured[field], (field, row)
+
+
+# --------------------------------------------------------------------------------------
+# The pages as a browser lays them out (issue 43): headless Chromium at a phone's, a
+# laptop's and a large screen's width, driven through chromedriver's WebDriver protocol
+# (plain HTTP and JSON: no client library)
+# --------------------------------------------------------------------------------------
+
+WIDTHS = (420, 1280, 1920)
+
+# What a reader cannot see: a table, caption, code block or picture wider than the box
+# that shows it (a table that needs a sideways scroll counts: its last columns and its
+# caption's end are out of sight), content that a box with overflow hidden cuts off, and a
+# page wider than the window, or a caption squeezed into a narrow column above its table
+# (a table shown as blocks keeps a table caption's width: its longest word). A code block that scrolls sideways (overflow auto) shows a
+# scroll bar: allowed on a phone, but from 1200 px on, where docs/_static/custom.css wraps
+# code, it must not scroll.
+CLIPPED = """
+const found = [];
+const root = document.documentElement;
+const name = (el) => el.tagName.toLowerCase() + (typeof el.className === "string" && el.className
+  ? "." + el.className.trim().split(/\\s+/).join(".") : "");
+const text = (el) => (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 50);
+if (root.scrollWidth > root.clientWidth + 1)
+  found.push(`the page is ${root.scrollWidth} px wide in a ${root.clientWidth} px window`);
+for (const el of document.querySelectorAll("article.bd-article :is(table, caption, pre, img, svg)")) {
+  if (!el.getClientRects().length) continue;  // not shown at this width
+  const r = el.getBoundingClientRect();
+  const own = getComputedStyle(el).overflowX;
+  if (el.scrollWidth > el.clientWidth + 1 && (own === "hidden" || own === "clip"))
+    found.push(`${name(el)} "${text(el)}" hides ${el.scrollWidth - el.clientWidth} px of itself`);
+  else if (el.scrollWidth > el.clientWidth + 1 && el.tagName === "PRE" && innerWidth >= 1200)
+    found.push(`${name(el)} "${text(el)}" scrolls ${el.scrollWidth - el.clientWidth} px sideways`);
+  if (el.tagName === "CAPTION" && r.width < el.closest("table").getBoundingClientRect().width / 2)
+    found.push(`caption "${text(el)}" is ${Math.round(r.width)} px wide: a column of short lines`);
+  for (let box = el.parentElement; box; box = box.parentElement) {
+    const overflow = getComputedStyle(box).overflowX;
+    if (overflow === "visible" && box !== root) continue;
+    const left = box === root ? 0 : box.getBoundingClientRect().left + box.clientLeft;
+    if (r.right > left + box.clientWidth + 1 || r.left < left - 1)
+      found.push(`${name(el)} "${text(el)}" (${Math.round(r.width)} px) is cut by ${name(box)} ` +
+                 `(${box.clientWidth} px, overflow ${overflow})`);
+    break;
+  }
+}
+return [window.innerWidth, found];
+"""
+
+
+class Chromium:
+    """Headless Chromium through chromedriver: open a page, resize the window, run a
+    script."""
+
+    def __init__(self, driver: str, binary: str):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.process = subprocess.Popen([driver, f"--port={port}"], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                self._call("GET", "/status")
+                break
+            except OSError:
+                time.sleep(0.05)
+        options = {"binary": binary, "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                                              "--disable-dev-shm-usage"]}
+        self.session = self._call("POST", "/session", {"capabilities": {"alwaysMatch": {
+            "goog:chromeOptions": options}}})["sessionId"]
+
+    def _call(self, method: str, path: str, body: dict | None = None):
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())["value"]
+        except urllib.error.HTTPError as error:  # WebDriver's error, as its message says it
+            raise AssertionError(json.loads(error.read())["value"]["message"]) from None
+
+    def open(self, page: Path) -> None:
+        self._call("POST", f"/session/{self.session}/url", {"url": page.as_uri()})
+        # The theme animates its sidebars into place after a resize: measure where they end.
+        self.run("const still = document.createElement('style'); still.textContent = "
+                 "'*, *::before, *::after { transition: none !important; "
+                 "animation: none !important; }'; document.head.append(still);")
+
+    def resize(self, width: int, height: int = 1000) -> None:
+        self._call("POST", f"/session/{self.session}/window/rect",
+                   {"width": width, "height": height})
+        # The page may see the new width a moment after the window has it.
+        deadline = time.monotonic() + 10
+        while self.run("return window.innerWidth") != width and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def run(self, script: str):
+        return self._call("POST", f"/session/{self.session}/execute/sync",
+                          {"script": script, "args": []})
+
+    def close(self) -> None:
+        try:
+            self._call("DELETE", f"/session/{self.session}")
+        finally:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    driver = shutil.which("chromedriver")
+    binary = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                  "google-chrome"))), None)
+    if not driver or not binary:
+        pytest.skip("the width checks need headless Chromium and its driver: "
+                    "apt-get install chromium chromium-driver (Debian's packages)")
+    browser = Chromium(driver, binary)
+    yield browser
+    browser.close()
+
+
+def clipped(browser: Chromium, page: Path) -> list[str]:
+    """What `page` hides at each of WIDTHS."""
+    browser.open(page)
+    found = []
+    for width in WIDTHS:
+        browser.resize(width)
+        inner, what = browser.run(CLIPPED)
+        assert inner == width, (page.name, inner, width)  # the check ran at that width
+        found += [f"{page.name} at {width} px: {w}" for w in what]
+    return found
+
+
+def test_no_page_hides_a_table_caption_or_code_at_a_phones_a_laptops_or_a_large_width(
+        html, chromium):
+    found = [f for page in _pages(html) for f in clipped(chromium, page)]
+    assert not found, "\n".join(found)
+
+
+def test_the_width_check_sees_what_a_reader_cannot(tmp_path, chromium):
+    page = tmp_path / "page.html"
+    table = ('<table><caption>a caption</caption>'
+             '<tr><td><div style="width: 600px">wide</div></td></tr></table>')
+    page.write_text(
+        '<!DOCTYPE html><html><body><article class="bd-article">'
+        f'<div style="overflow: hidden; width: 300px">{table}</div>'  # cut off
+        f'<div style="overflow: auto; width: 300px">{table}</div>'  # a sideways scroll
+        '<pre style="overflow: auto; width: 300px">' + "x" * 200 + "</pre>"  # its own scroll
+        '<pre style="overflow: hidden; width: 300px">' + "y" * 200 + "</pre>"  # cut off
+        '<table style="display: block; width: 300px"><caption>a caption of a few words'
+        '</caption><tbody><tr><td>one cell</td></tr></tbody></table>'  # squeezed
+        '<div style="width: 2500px">wider than every window</div>'
+        "</article></body></html>")
+    found = clipped(chromium, page)
+    for width in WIDTHS:
+        at = [f.split(": ", 1)[1] for f in found if f.startswith(f"page.html at {width} px:")]
+        assert at[0].startswith("the page is 25"), at
+        # the pre that scrolls itself only where code should wrap
+        scrolls = ["pre"] if width >= 1200 else []
+        assert [f.split(" ")[0] for f in at[1:]] == ["table", "caption", "table", "caption",
+                                                    *scrolls, "pre", "caption"], at
+        assert "overflow hidden" in at[1] and "overflow auto" in at[3], at
+        assert at[-2].startswith(f'pre "{"y" * 50}" hides'), at
+        assert at[-1].endswith("a column of short lines"), at
+        assert not scrolls or at[5].startswith(f'pre "{"x" * 50}" scrolls'), at

@@ -1,4 +1,4 @@
-"""The aclnn 3-D targets (ffi/npu/max_unpool3d*.cc: aclnnMaxUnpool3d and its backward)
+"""The aclnn 3-D targets (ffi/npu/max_unpool.cc: aclnnMaxUnpool3d and its backward)
 against the emulated CANN in tests/fake_cann, in host-emulation mode, called directly with
 jax.ffi.ffi_call: values bit-exact against numpy loops for every dtype, rank 4 and 5 and
 both index dtypes; the aclDataTypes handed to aclnn; the handlers' own refusals and the
