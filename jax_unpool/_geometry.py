@@ -137,11 +137,14 @@ def unpool_window(in_size: Sequence, out_size: Sequence, hint: Window | tuple | 
     otherwise None (no window: the kernels' general paths). Every lowering takes its window
     from here, so no kernel infers one.
 
-    A hint is used only where, per axis, padding < extent (each box reaches into the plane)
-    and the sizes are those of a pool of that window, ceil_mode or not: (in - 2) * stride <
-    out + 2 * padding - extent < in * stride (PyTorch's max_unpool rule, "within stride of
-    the default size", with the extent as the kernel). Any other hint is ignored: a hint
-    never changes a result."""
+    A hint is used only where, per axis, it can be a pool's window for these sizes,
+    ceil_mode or not: padding < extent (each box reaches into the plane), the last box
+    starts inside it ((in - 1) * stride - padding < out), and out lies within stride of
+    the default size ((in - 2) * stride < out + 2 * padding - extent < in * stride:
+    PyTorch's max_unpool rule with the extent as the kernel). Any other hint is ignored (a
+    hint never changes a result), and so the dense lowering's intermediates stay within a
+    few times the plane (issue 47: a stride of 2**31 made XLA abort). Along an axis of one
+    input position the stride means nothing: the extent stands in for it."""
     sizes = (*in_size, *out_size)
     if any(_symbolic.is_symbolic(d) for d in sizes) or min(sizes, default=0) <= 0:
         return None
@@ -152,8 +155,9 @@ def unpool_window(in_size: Sequence, out_size: Sequence, hint: Window | tuple | 
         return Window(ratio, ratio, (0,) * len(ratio))
     extent, stride, padding = (tuple(int(v) for v in w) for w in hint)
     for i, o, e, s, p in zip(in_size, out_size, extent, stride, padding):
-        if not (p < e and (i - 2) * s < o + 2 * p - e < i * s):
+        if not (p < e and (i - 1) * s - p < o and (i - 2) * s < o + 2 * p - e < i * s):
             return None
+    stride = tuple(s if i > 1 else e for i, s, e in zip(in_size, stride, extent))
     return Window(extent, stride, padding)
 
 
@@ -220,7 +224,7 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
             raise ValueError(
                 f"{fn}: output_size {_symbolic.shape_text(size)} must lie within stride of "
                 f"the default {_symbolic.shape_text(default)} for every value of the symbolic "
-                f"dims, which their bounds do not decide for dim {d} ({lo} < {size[d]} < "
+                f"dims, which their bounds do not decide for {SPATIAL[k][d]}_out ({lo} < {size[d]} < "
                 f"{hi}); state it in the symbolic shape's constraints, or pass output_size "
                 "without kernel_size")
         if not inside:
@@ -228,7 +232,7 @@ def unpool_output_size(fn: str, shape: Sequence[int], channels_last: bool, kerne
                 f"{fn}: invalid output_size {_args.received(output_size)}: its spatial sizes "
                 f"{tuple(size)} (read as {data_format(k, channels_last, len(shape) == k + 2)}) "
                 "must lie strictly within stride of the default size "
-                f"{default} (dim {d} between {lo} and {hi}, exclusive) for "
+                f"{default} ({SPATIAL[k][d]}_out between {lo} and {hi}, exclusive) for "
                 f"kernel_size={kernel}, stride={strides}, padding={pads}")
     return size, window
 

@@ -96,6 +96,9 @@ def _tap(xp: jax.Array, g: PoolGeometry, rel) -> jax.Array:
     return lax.slice(window, [0] * xp.ndim, window.shape, strides)
 
 
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _lowest(dtype: np.dtype) -> np.ndarray:
     """Padding value: below (or tied with) every element, never NaN."""
     if jnp.issubdtype(dtype, jnp.floating):
@@ -159,12 +162,21 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
             return origin + _wrapped(sum(j * s for j, s in zip(rel, steps)), dt)
         return origin + sum(jnp.asarray(j, dt) * _wrapped(s, dt) for j, s in zip(rel, steps))
 
-    def step(rel, best, idx):
+    # Floats: the winner's bits are carried beside the value that is compared, and moved
+    # by a select on same-width unsigned ints: XLA's CPU backend selects bf16/f16 through
+    # f32 (quieting a signalling NaN's payload) and flushes f32 subnormals in a float
+    # select; the bits come back as x holds them, as the native kernels' and PyTorch's do.
+    xp_bits = lax.bitcast_convert_type(xp, _UINT[x.dtype.itemsize]) if is_float else None
+
+    def step(rel, best, bits, idx):
         # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN replaces an
         # earlier one, so the LAST NaN in scan order wins.
         v = _tap(xp, g, rel)
         take = (v > best) | jnp.isnan(v) if is_float else v > best
-        return jnp.where(take, v, best), jnp.where(take, _plane(tap_index(rel), g), idx)
+        if is_float:
+            bits = jnp.where(take, _tap(xp_bits, g, rel), bits)
+        return (jnp.where(take, v, best), bits,
+                jnp.where(take, _plane(tap_index(rel), g), idx))
 
     # Like PyTorch's loop: start from (lowest value, first in-bounds position) and let
     # only a strictly greater element or a NaN replace it. The first relevant tap is that
@@ -172,6 +184,7 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
     # loses every later comparison, so the index stays the first in-bounds one). Padding
     # is never selected, even against an all -inf / all dtype-min input.
     best = _tap(xp, g, (0,) * g.k)
+    bits = _tap(xp_bits, g, (0,) * g.k) if is_float else jnp.zeros((), np.uint8)
     first = _first_offsets(g) if window else _first_in_bounds(g)
     idx = jnp.broadcast_to(_plane(first, g), best.shape)
     counts = [count for _, count in taps]
@@ -180,12 +193,14 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
     if math.prod(counts) <= _UNROLLED_TAPS:
         for rel in itertools.product(*map(range, counts)):
             if any(rel):
-                best, idx = step(rel, best, idx)
+                best, bits, idx = step(rel, best, bits, idx)
     else:
         def body(j, carry):
             return step(jnp.unravel_index(j, counts), *carry)
 
-        best, idx = lax.fori_loop(1, math.prod(counts), body, (best, idx))
+        best, bits, idx = lax.fori_loop(1, math.prod(counts), body, (best, bits, idx))
+    if is_float:
+        best = lax.bitcast_convert_type(bits, x.dtype)
     return best, idx.astype(_window.OFFSET_DTYPE) if window else idx
 
 
@@ -211,8 +226,20 @@ def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array
         flat_t = t.reshape(n, t.shape[1], plane)
         flat_i = idx.reshape(n, idx.shape[1], out_plane)
         axis = 2
-    out = jnp.take_along_axis(flat_t, flat_i, axis=axis, mode="fill", fill_value=0)
-    return out.reshape(idx.shape)
+    # Indices past the plane read 0: a mask and lax's clamped gather, not jnp's
+    # take_along_axis, which writes the plane size in the index dtype (2**31 does not fit
+    # int32, though every index of such a plane does). N and C are batching dims: each
+    # plane gathers on its own.
+    inside = flat_i >= 0
+    if plane <= np.iinfo(flat_i.dtype).max:
+        inside = inside & (flat_i < plane)
+    batch = (0, 3 - axis)
+    dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(axis,),
+                                      start_index_map=(axis,), operand_batching_dims=batch,
+                                      start_indices_batching_dims=batch)
+    out = lax.gather(flat_t, jnp.where(inside, flat_i, 0)[..., None], dims, (1, 1, 1),
+                     mode=lax.GatherScatterMode.CLIP)
+    return jnp.where(inside, out, jnp.zeros((), out.dtype)).reshape(idx.shape)
 
 
 # --------------------------------------------------------------------------- #
@@ -228,7 +255,9 @@ def _dense_boxes(g: PoolGeometry, dtype, shape) -> _unpool_dense.Boxes | None:
             not _symbolic.is_symbolic(d) and d == 0 for d in shape):
         return None
     window = _geometry.unpool_window(g.out_size, g.in_size, g.window())
-    return _unpool_dense.boxes(g.out_size, g.in_size, window, g.index_dtype)
+    # Only the taps hold argmaxes: a dilated window's box has more positions than taps.
+    return _unpool_dense.boxes(g.out_size, g.in_size, window, g.index_dtype,
+                               taps=(g.kernel, g.dilation))
 
 
 def _batched(fn, a: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:

@@ -18,7 +18,7 @@ into: a pool's window, whose argmax it holds. When every index lies in its own b
 Positions are compared as codes: for flat indices the offset from each box's corner,
 `index - corner(q)`, which for a position in the box depends only on where in the box it
 is (the shift and the phase): an iota over that small shape, never a table of the
-operand's size; for window offsets (`_window`, a pool's boxes with `taps` set) the tap
+operand's size; for window offsets (`_window`; boxes with `tap_codes`) the tap
 number itself, which a box position has where it is a tap (a multiple of the dilation
 from the corner): small constants, no arithmetic on the operand at all.
 
@@ -40,8 +40,10 @@ from jax import lax
 
 from jax_unpool import _args, _geometry
 
-# Boxes of up to this many positions: the gather's select chain has one step per box
-# position, the forward one per shift (fewer).
+# Boxes of up to this many candidate positions (a pool's taps where it is known): the
+# gather's select chain has one step per candidate, the forward one per shift (fewer).
+# Window offsets, whose only path without XLA's gather this is, take any window their
+# format holds (at most 256 taps).
 MAX_BOX = 64
 
 
@@ -55,8 +57,14 @@ class Boxes(NamedTuple):
     stride: tuple[int, ...]
     padding: tuple[int, ...]
     offset_dtype: np.dtype  # of `index - corner`: int32 where every value fits
-    # Window offsets: the pool's (kernel, dilation), whose tap numbers are the codes.
+    # A pool's (kernel, dilation): only its taps can hold an index (None: any position).
     taps: tuple | None = None
+    # Whether the codes are tap numbers (window offsets) rather than flat offsets.
+    tap_codes: bool = False
+
+    def candidates(self) -> int:
+        """How many box positions can hold an index."""
+        return math.prod(self.taps[0]) if self.taps else math.prod(self.extent)
 
     @property
     def k(self) -> int:
@@ -75,14 +83,18 @@ class Boxes(NamedTuple):
                                                          self.stride))
 
 
-def boxes(in_size, out_size, window: _geometry.Window | None, index_dtype) -> Boxes | None:
-    """The boxes of `window` (`_geometry.unpool_window`'s) between these sizes; None where
-    the dense ops do not apply: no window, boxes of more than MAX_BOX positions, or
+def boxes(in_size, out_size, window: _geometry.Window | None, index_dtype,
+          taps: tuple | None = None) -> Boxes | None:
+    """The boxes of `window` (`_geometry.unpool_window`'s) between these sizes, where only
+    the pool's `taps` (kernel, dilation) can hold an index if they are known; None where
+    the dense ops do not apply: no window, more than MAX_BOX candidate positions, or
     offsets that no index dtype here holds."""
     if window is None:
         return None
     extent, stride, padding = window
-    if math.prod(extent) > MAX_BOX:
+    b = Boxes(tuple(in_size), tuple(out_size), extent, stride, padding, np.dtype(np.int32),
+              taps)
+    if b.candidates() > MAX_BOX:
         return None
     strides = [math.prod(out_size[a + 1:]) for a in range(len(out_size))]
     # Corners and in-box offsets, with margin: int32 where they fit (TPUs emulate int64),
@@ -90,12 +102,10 @@ def boxes(in_size, out_size, window: _geometry.Window | None, index_dtype) -> Bo
     reach = sum((max(p, (i - 1) * s) + e + s) * st for i, e, s, p, st in
                 zip(in_size, extent, stride, padding, strides)) + math.prod(out_size)
     if reach <= _args.INT32_MAX:
-        dtype = np.dtype(np.int32)
-    elif np.dtype(index_dtype) == np.int64 and reach < 2**62:
-        dtype = np.dtype(np.int64)
-    else:
-        return None
-    return Boxes(tuple(in_size), tuple(out_size), extent, stride, padding, dtype)
+        return b
+    if np.dtype(index_dtype) == np.int64 and reach < 2**62:
+        return b._replace(offset_dtype=np.dtype(np.int64))
+    return None
 
 
 def _spatial(ndim: int, channels_last: bool, k: int) -> list[int]:
@@ -103,12 +113,10 @@ def _spatial(ndim: int, channels_last: bool, k: int) -> list[int]:
 
 
 def window_boxes(g: _geometry.PoolGeometry) -> Boxes:
-    """The boxes of a pool's window offsets: the windows, coded by tap number. Along an
-    axis of one window the stride means nothing: the extent stands in for it, so that the
-    forward's (rows, stride) view stays the plane's size whatever the stride."""
-    stride = tuple(s if o > 1 else e for s, o, e in zip(g.stride, g.out_size, g.extent()))
-    return Boxes(g.out_size, g.in_size, g.extent(), stride, g.padding, np.dtype(np.int32),
-                 (g.kernel, g.dilation))
+    """The boxes of a pool's window offsets: its windows, coded by tap number."""
+    window = _geometry.unpool_window(g.out_size, g.in_size, g.window())
+    return Boxes(g.out_size, g.in_size, *window, np.dtype(np.int32), (g.kernel, g.dilation),
+                 tap_codes=True)
 
 
 def _tap_code(b: Boxes, pos) -> int | None:
@@ -123,7 +131,10 @@ def _tap_code(b: Boxes, pos) -> int | None:
 
 
 def _position_code(b: Boxes, pos) -> int | None:
-    if b.taps is not None:
+    """What an index at box position `pos` is coded as, or None where no index can be."""
+    if b.taps is not None and _tap_code(b, pos) is None:
+        return None
+    if b.tap_codes:
         return _tap_code(b, pos)
     return sum(d * st for d, st in zip(pos, b.out_strides()))
 
@@ -136,7 +147,7 @@ def _offsets(indices: jax.Array, b: Boxes, channels_last: bool) -> jax.Array:
     """The codes: index - corner(q) at every input position q, corner(q) the flat position
     of the box's first coordinates (q * stride - padding per axis, possibly outside the
     plane); window offsets as they are."""
-    if b.taps is not None:
+    if b.tap_codes:
         return indices.astype(np.int32)
     dt = b.offset_dtype
     corner = -sum(p * st for p, st in zip(b.padding, b.out_strides()))
@@ -206,7 +217,7 @@ def _phase_codes(b: Boxes, shift, phase_axes, phase_shape) -> jax.Array:
     """The code of output position (m, f) in box m - shift, at box position shift * s + f:
     for flat indices that position's offset from the corner (an iota); for window offsets
     its tap number, or -2 where it is no tap (constants of the phases' small shape)."""
-    if b.taps is None:
+    if not b.tap_codes:
         strides = b.out_strides()
         return sum((_iota(phase_shape, ax, b.offset_dtype) + j * s) * st
                    for ax, j, s, st in zip(phase_axes, shift, b.stride, strides))
@@ -279,7 +290,7 @@ def gather(values: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool
     # positions whose offsets equal inside ones' (with W = 2 and extent 3: (h + 1, -1)
     # and (h, 1)): there, positions outside the plane are masked.
     # (Tap numbers name each axis's position exactly: nothing to mask.)
-    wide = [] if b.taps else [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
+    wide = [] if b.tap_codes else [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
     out = jnp.zeros_like(indices, dtype=values.dtype)  # and the indices' sharding
     for pos, hit in _hits(offsets, b, axes, wide):
         start, limit, step = [0] * padded.ndim, list(padded.shape), [1] * padded.ndim

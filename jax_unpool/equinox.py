@@ -57,9 +57,10 @@ class _MaxPool(eqx.Module):
     dilation: IntOrTuple = _size(default=1)
     ceil_mode: bool = eqx.field(static=True, default=False)
     index_dtype: Any = eqx.field(static=True, default=jnp.int32)
+    index_format: str = eqx.field(static=True, default="flat")  # or "window"
 
     def __call__(self, x: jax.Array, *, key: jax.Array | None = None
-                 ) -> tuple[jax.Array, jax.Array]:
+                 ) -> tuple[jax.Array, Any]:
         """``x``: ``(C, *spatial)``. ``key`` is ignored (Equinox's layer signature).
         Returns ``(values, indices)``, each ``(C, *spatial_out)``."""
         del key
@@ -67,7 +68,7 @@ class _MaxPool(eqx.Module):
         k = self.num_spatial_dims
         return POOLS[k](x, self.kernel_size, self.stride, self.padding, self.dilation,
                         self.ceil_mode, data_format=channels_first_example(k),
-                        index_dtype=self.index_dtype)
+                        index_dtype=self.index_dtype, index_format=self.index_format)
 
 
 class _MaxUnpool(eqx.Module):
@@ -94,13 +95,16 @@ class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
     ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-    index_dtype=jnp.int32)``; ``pool(x)`` takes one example ``(C, H, W)`` and returns
+    index_dtype=jnp.int32, index_format="flat")``; ``pool(x)`` takes one example
+    ``(C, H, W)`` and returns
     ``(values, indices)``, each ``(C, H_out, W_out)``: see
     :func:`jax_unpool.max_pool2d_with_indices` for the semantics and errors (``stride``
     defaults to ``kernel_size``, as in PyTorch; sizes are ints or pairs: tuples, lists or
     1-D integer numpy arrays). Indices are flat positions ``h * W + w`` inside each plane,
     ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64 (PyTorch's, with
-    ``jax_enable_x64``).
+    ``jax_enable_x64``); ``index_format="window"`` returns a
+    :class:`jax_unpool.WindowIndices` instead (one byte per index), which
+    :class:`MaxUnpool2d` takes the same way.
     ``jax.vmap(pool)(xs)`` pools a batch ``(N, C, H, W)``. A batched ``x`` raises
     ValueError. The layer has no parameters.
     """

@@ -46,17 +46,18 @@ class _MaxPool(nn.Module):
     ceil_mode: bool = False
     data_format: str | None = None  # channels-last by default
     index_dtype: Any = jnp.int32
+    index_format: str = "flat"  # or "window": a WindowIndices
 
     def __post_init__(self):
         layer_data_format(type(self).__name__, self.data_format, self.k)  # when built
         _keep_sizes(self, "kernel_size", "stride", "padding", "dilation")
         super().__post_init__()
 
-    def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, x: Any) -> tuple[jax.Array, Any]:
         data_format = layer_data_format(type(self).__name__, self.data_format, self.k)
         return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
                              self.ceil_mode, data_format=unbatched(data_format, x, self.k),
-                             index_dtype=self.index_dtype)
+                             index_dtype=self.index_dtype, index_format=self.index_format)
 
 
 class _MaxUnpool(nn.Module):
@@ -84,12 +85,15 @@ class MaxPool2d(_MaxPool):
     """Max pooling with indices, as ``torch.nn.MaxPool2d(..., return_indices=True)``.
 
     ``MaxPool2d(kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-    data_format=None, index_dtype=jnp.int32)``; ``pool(x)`` returns ``(values, indices)``:
+    data_format=None, index_dtype=jnp.int32, index_format="flat")``; ``pool(x)`` returns
+    ``(values, indices)``:
     see :func:`jax_unpool.max_pool2d_with_indices` for the semantics, shapes and errors.
     ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by default; ``data_format="NCHW"`` (or
     ``"CHW"``) for channels-first data. Indices are flat positions ``h * W + w`` inside
     each input plane, ready for :class:`MaxUnpool2d`, of ``index_dtype``: int32, or int64
-    (PyTorch's, with ``jax_enable_x64``). The layer has no parameters.
+    (PyTorch's, with ``jax_enable_x64``); ``index_format="window"`` returns a
+    :class:`jax_unpool.WindowIndices` instead (one byte per index), which
+    :class:`MaxUnpool2d` takes the same way. The layer has no parameters.
     """
 
     k = 2

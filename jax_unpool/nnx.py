@@ -32,7 +32,8 @@ class _MaxPool(nnx.Module):
 
     def __init__(self, kernel_size: IntOrPair, stride: IntOrPair | None = None,
                  padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
-                 data_format: str | None = None, index_dtype: Any = jnp.int32):
+                 data_format: str | None = None, index_dtype: Any = jnp.int32,
+                 index_format: str = "flat"):
         # Tuples of ints: an NNX module's numpy arrays are state, traced under nnx.jit.
         self.kernel_size = static_size(kernel_size)
         self.stride = static_size(stride)
@@ -41,11 +42,12 @@ class _MaxPool(nnx.Module):
         self.ceil_mode = ceil_mode
         self.data_format = layer_data_format(type(self).__name__, data_format, self.k)
         self.index_dtype = index_dtype
+        self.index_format = index_format
 
-    def __call__(self, x: Any) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, x: Any) -> tuple[jax.Array, Any]:
         return POOLS[self.k](x, self.kernel_size, self.stride, self.padding, self.dilation,
                              self.ceil_mode, data_format=unbatched(self.data_format, x, self.k),
-                             index_dtype=self.index_dtype)
+                             index_dtype=self.index_dtype, index_format=self.index_format)
 
 
 class _MaxUnpool(nnx.Module):
@@ -72,8 +74,9 @@ class MaxPool2d(_MaxPool):
     for the semantics, shapes and errors. ``x`` is ``(N, H, W, C)`` or ``(H, W, C)`` by
     default; ``data_format="NCHW"`` (or ``"CHW"``) for channels-first data. Indices are flat
     positions ``h * W + w`` inside each input plane, ready for :class:`MaxUnpool2d`, of
-    ``index_dtype``: int32, or int64 (PyTorch's, with ``jax_enable_x64``). The layer has no
-    parameters.
+    ``index_dtype``: int32, or int64 (PyTorch's, with ``jax_enable_x64``);
+    ``index_format="window"`` returns a :class:`jax_unpool.WindowIndices` instead (one byte
+    per index), which :class:`MaxUnpool2d` takes the same way. The layer has no parameters.
     """
 
     k = 2
@@ -82,7 +85,9 @@ class MaxPool2d(_MaxPool):
 class MaxUnpool2d(_MaxUnpool):
     """Max-unpooling, as ``torch.nn.MaxUnpool2d``: the partial inverse of :class:`MaxPool2d`.
 
-    ``unpool(y, indices, output_size=None)`` scatters ``y`` into zeros at ``indices``: see
+    ``unpool(y, indices, output_size=None)`` scatters ``y`` into zeros at ``indices`` (flat
+    indices, or a pool's :class:`jax_unpool.WindowIndices`, whose window must be the
+    layer's): see
     :func:`jax_unpool.max_unpool2d` for the semantics, shapes and errors. Without
     ``output_size``, ``H_out = (H - 1) * stride - 2 * padding + kernel_size``; pass the
     pooled input's size (a pair or a full shape) when the pooling dropped rows or columns.

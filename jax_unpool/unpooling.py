@@ -263,6 +263,9 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
       x: values, ``(N, C, H, W)`` or ``(C, H, W)`` (``(N, H, W, C)`` / ``(H, W, C)`` with
         ``data_format="NHWC"``). Any 1-, 2-, 4- or 8-byte dtype: bits are moved as they are.
       indices: int32 or int64, the shape of ``x``; flat positions inside an output plane.
+        Or a pool's :class:`jax_unpool.WindowIndices` (``index_format="window"``): its
+        window and input size then give kernel_size, stride, padding and output_size,
+        and an argument passed too must agree with them.
       kernel_size: the pooling window, an int or an ``(h, w)`` pair (ints, a tuple, a list
         or a 1-D integer numpy array). Required unless ``output_size`` is given.
       stride: the pooling stride, an int or a pair; defaults to ``kernel_size``.
@@ -293,8 +296,9 @@ def max_unpool2d(x: Any, indices: Any, kernel_size: IntOrPair | None = None,
         a ``ValueError`` (jax's fast dispatch path): catch both. If the indices come
         from a pool whose input the default ``H_out`` does not give back (an odd size
         with stride 2), pass ``output_size``. On a GPU the CUDA kernels raise it only
-        with ``JAX_UNPOOL_CUDA_CHECK_INDICES=1``; otherwise they, like the XLA ops used
-        on other platforms, drop such an element.
+        with ``JAX_UNPOOL_CHECK_INDICES=1`` (the primitives' ``check_indices``);
+        otherwise they, like the XLA ops used on other platforms, drop such an element
+        (docs/semantics.md has the policy per platform).
     """
     return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride,
                    padding, output_size, data_format)

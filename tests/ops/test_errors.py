@@ -71,7 +71,7 @@ TRACE_TIME_CASES = {
                                         r"max_unpool2d: invalid output_size \(6, 4\): its "
                                         r"spatial sizes \(6, 4\) \(read as NCHW\) must lie "
                                         r"strictly within "
-                                        r"stride of the default size \(4, 4\) \(dim 0 between "
+                                        r"stride of the default size \(4, 4\) \(H_out between "
                                         r"2 and 6, exclusive\)"),
     "data_format": (unpool(data_format="NCWH"), ValueError,
                     r"max_unpool2d: data_format must be one of .*got 'NCWH'"),

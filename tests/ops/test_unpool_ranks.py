@@ -200,7 +200,7 @@ def test_channels_last_program_has_no_transpose_or_copy(fmt):
      r"max_unpool3d: data_format must be one of \['CDHW', 'DHWC', 'NCDHW', 'NDHWC'\], "
      r"got 'NCHW'"),
     (ju.max_unpool3d, ((1, 1, 2, 2, 2), {"kernel_size": 2, "output_size": (4, 4, 6)}),
-     r"max_unpool3d: invalid output_size \(4, 4, 6\): .* \(dim 2 between 2 and 6"),
+     r"max_unpool3d: invalid output_size \(4, 4, 6\): .* \(W_out between 2 and 6"),
 ])
 def test_errors_name_the_function_and_argument(fn, args, message):
     shape, kwargs = args
