@@ -276,3 +276,24 @@ def test_an_offset_past_the_taps_is_dropped_by_the_xla_ops():
         out = ju.max_unpool2d(values, bad)
     # As if that element were not there: its output position keeps 0.
     np.testing.assert_array_equal(out, ju.max_unpool2d(values.at[0, 0, 1, 2].set(0), good))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_export_with_a_symbolic_batch_runs_at_every_batch_size(rng, backend):
+    def step(x):
+        def loss(x):
+            values, w = ju.max_pool2d_with_indices(x, 3, 2, 1, index_format="window")
+            return (ju.max_unpool2d(jnp.tanh(values), w) * x).sum()
+        return jax.value_and_grad(loss)(x)
+
+    (b,) = jax.export.symbolic_shape("b")
+    with BACKENDS[backend]():
+        exported = jax.export.export(jax.jit(step), disabled_checks=ju.export_safety_checks())(
+            jax.ShapeDtypeStruct((b, 3, 7, 9), jnp.float32))
+        restored = jax.export.deserialize(exported.serialize())
+        for n in (1, 4):
+            x = jnp.asarray(rng.standard_normal((n, 3, 7, 9)).astype(np.float32))
+            # The same program, compiled here (op by op, XLA could round a multiply-add
+            # of the gradient differently).
+            for got, want in zip(restored.call(x), jax.jit(step)(x)):
+                np.testing.assert_array_equal(got, want)
