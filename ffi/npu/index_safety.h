@@ -12,37 +12,30 @@
 //     (CheckIndicesOnDevice), at the cost of a stream synchronisation per call.
 #pragma once
 
-#include "common/plane_geometry.h"
+#include "common/geometry.h"
 #include "npu/aclnn_call.h"
 
 namespace jax_unpool::npu {
 
-// The plane the indices of a checked unpool call address: forward (values = x, out) or
-// backward (values = grad_output, indices of out's shape), spatial rank k.
-PlaneGeometry IndexPlanes(bool forward, const ffi::AnyBuffer& values,
-                          const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
-                          bool channels_last, int k);
-
 // OUT_OF_RANGE for the first index (in flat order) outside its plane, as the CPU handlers
 // say it; Success if there is none. Host memory only.
-ffi::Error CheckIndicesOnHost(const char* op, const PlaneGeometry& g,
-                              const ffi::AnyBuffer& indices);
+ffi::Error CheckIndicesOnHost(const char* op, const Geometry& g, const ffi::AnyBuffer& indices);
 
-// `indices` clamped into [0, g.Lo - 1] by aclnnClamp on launch's stream into `*safe`
-// (DeviceMemory of the indices' size, slot kIndices): the data the unpool op takes
+// `indices` clamped into [0, g.out_plane() - 1] by aclnnClamp on launch's stream into
+// `*safe` (DeviceMemory of the indices' size, slot kIndices): the data the unpool op takes
 // instead. FAILED_PRECONDITION where the loaded CANN lacks aclnnClamp or aclCreateScalar
 // (nothing runs then).
 ffi::Error ClampIndices(const CannLibrary& cann, const Launch& launch, const char* op,
-                        const PlaneGeometry& g, const ffi::AnyBuffer& indices,
-                        aclDataType index_type, DeviceMemory* safe);
+                        const Geometry& g, const ffi::AnyBuffer& indices, aclDataType index_type,
+                        DeviceMemory* safe);
 
 // OUT_OF_RANGE, as CheckIndicesOnHost says it, if an index of `indices` (device memory) is
-// outside [0, g.Lo): aclnnMin and aclnnMax on launch's stream into two elements of device
-// memory, aclrtSynchronizeStream, and one copy of those two to the host; the indices
+// outside [0, g.out_plane()): aclnnMin and aclnnMax on launch's stream into two elements of
+// device memory, aclrtSynchronizeStream, and one copy of those two to the host; the indices
 // themselves are copied (the stream drained already) only to name the first bad one.
 // FAILED_PRECONDITION where the loaded CANN lacks aclnnMin, aclnnMax or aclrtMemcpy.
 ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, const char* op,
-                                const PlaneGeometry& g, const ffi::AnyBuffer& indices,
+                                const Geometry& g, const ffi::AnyBuffer& indices,
                                 aclDataType index_type);
 
 }  // namespace jax_unpool::npu

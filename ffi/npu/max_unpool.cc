@@ -19,7 +19,8 @@
 #include <utility>
 
 #include "common/buffer_checks.h"
-#include "common/plane_geometry.h"
+#include "common/geometry.h"
+#include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
@@ -154,10 +155,10 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
   }
 
   const bool forward = t.forward();
-  ffi::Error buffers = forward
-                           ? CheckForwardBuffers(t.op, values, indices, *out, channels_last, t.k)
-                           : CheckBackwardBuffers(t.op, values, indices, *out, channels_last, t.k);
-  if (!buffers.success()) return buffers;
+  const ffi::ErrorOr<Geometry> planes =
+      CheckUnpoolCall(t.op, forward ? UnpoolOp::kForward : UnpoolOp::kBackward, values, indices,
+                      *out, channels_last, t.k);
+  if (planes.has_error()) return planes.error();
   if (t.int64_indices_only && indices.element_type() != ffi::DataType::S64) {
     return ffi::Error::InvalidArgument(std::string(t.op) + ": " + t.run_name +
                                        " takes int64 indices only, got " +
@@ -168,16 +169,15 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
                                              forward ? "x" : "grad_output", values, *out, &answer);
   if (!value_type) return answer;
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
-  const PlaneGeometry planes = IndexPlanes(forward, values, indices, *out, channels_last, t.k);
   DeviceMemory safe;  // the clamped indices, held until the launch
   void* index_data = indices.untyped_data();
   ffi::Error safety;
   if (!launch.device) {
-    safety = CheckIndicesOnHost(t.op, planes, indices);
+    safety = CheckIndicesOnHost(t.op, *planes, indices);
   } else if (checked) {
-    safety = CheckIndicesOnDevice(lib, launch, t.op, planes, indices, *index_type);
+    safety = CheckIndicesOnDevice(lib, launch, t.op, *planes, indices, *index_type);
   } else {
-    safety = ClampIndices(lib, launch, t.op, planes, indices, *index_type, &safe);
+    safety = ClampIndices(lib, launch, t.op, *planes, indices, *index_type, &safe);
     index_data = safe.data();
   }
   if (!safety.success()) return safety;

@@ -1526,7 +1526,7 @@ void run_pool(const aclOpExecutor &e) {
   const int k = spatial_rank(e.op);
   const Volumes self(e.tensors[0], k), out(e.tensors[1], k), idx(e.tensors[2], k);
   const aclDataType dt = e.tensors[0].dtype;
-  std::vector<int64_t> o(k), start(k), t(k);
+  std::vector<int64_t> o(k), start(k), t(k), t0(k), t1(k);
   for (int64_t n = 0; n < out.n; ++n)
     for (int64_t c = 0; c < out.c; ++c)
       for (int64_t j = 0; j < out.size; ++j) {
@@ -1535,37 +1535,43 @@ void run_pool(const aclOpExecutor &e) {
           o[a] = r % out.dims[a];
           r /= out.dims[a];
         }
+        // PyTorch's loop bounds: per axis the taps [t0, t1) inside the input, the first
+        // of them where the scan starts (past the input for a window of padding only).
         int64_t best_index = 0;
+        bool empty = false;
         for (int a = 0; a < k; ++a) {
           start[a] = o[a] * e.stride[a] - e.padding[a];
-          int64_t first = start[a];
-          while (first < 0) first += e.dilation[a];
-          best_index = best_index * self.dims[a] + first;
+          const int64_t d = e.dilation[a];
+          t0[a] = start[a] < 0 ? (-start[a] + d - 1) / d : 0;
+          t1[a] = start[a] >= self.dims[a]
+                      ? 0
+                      : std::min(e.kernel[a], (self.dims[a] - 1 - start[a]) / d + 1);
+          empty = empty || t0[a] >= t1[a];
+          best_index = best_index * self.dims[a] + start[a] + t0[a] * d;
         }
         float best = -INFINITY;
-        std::fill(t.begin(), t.end(), 0);
-        for (bool more = true; more;) {
+        t = t0;
+        for (bool more = !empty; more;) {
           int64_t flat = 0;
-          bool inside = true;
-          for (int a = 0; a < k; ++a) {
-            const int64_t p = start[a] + t[a] * e.dilation[a];
-            inside = inside && p >= 0 && p < self.dims[a];
-            flat = flat * self.dims[a] + p;
-          }
-          if (inside) {
-            const float v = read_float(self.at(n, c, flat), dt);
-            if (v > best || std::isnan(v)) {
-              best = v;
-              best_index = flat;
-            }
+          for (int a = 0; a < k; ++a)
+            flat = flat * self.dims[a] + start[a] + t[a] * e.dilation[a];
+          const float v = read_float(self.at(n, c, flat), dt);
+          if (v > best || std::isnan(v)) {
+            best = v;
+            best_index = flat;
           }
           more = false;  // next tap, row-major
           for (int a = k - 1; a >= 0 && !more; --a) {
-            if (++t[a] < e.kernel[a]) more = true;
-            else t[a] = 0;
+            if (++t[a] < t1[a]) more = true;
+            else t[a] = t0[a];
           }
         }
-        std::memcpy(out.at(n, c, j), self.at(n, c, best_index), size_t(out.es));
+        if (empty) {  // PyTorch's -inf; the index past the input is not read
+          const uint32_t minus_inf = dt == kFloat ? 0xff800000u : dt == kBf16 ? 0xff80u : 0xfc00u;
+          std::memcpy(out.at(n, c, j), &minus_inf, size_t(out.es));  // little-endian
+        } else {
+          std::memcpy(out.at(n, c, j), self.at(n, c, best_index), size_t(out.es));
+        }
         if (idx.es == 4) {
           const int32_t v = int32_t(best_index);
           std::memcpy(idx.at(n, c, j), &v, 4);

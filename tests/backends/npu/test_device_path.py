@@ -420,7 +420,7 @@ def cpu_message(name, values, indices, out_shape):
 @pytest.mark.parametrize("name", UNPOOLS)
 def test_a_checked_target_fails_a_direct_call_with_the_cpus_message(fake_cann_dir,
                                                                      fake_xla_dir, name):
-    # JAX_UNPOOL_NPU_CHECK_INDICES=1's targets: aclnnMin and aclnnMax on XLA's stream, one
+    # check_indices=True's targets: aclnnMin and aclnnMax on XLA's stream, one
     # synchronisation of it, a copy of the two results to the host and, as one is out of
     # range, of the indices (to name the first bad one): OUT_OF_RANGE with the CPU
     # handler's very message, and CANN's unpool op never runs.
@@ -478,7 +478,7 @@ def test_a_cann_without_ops_math_refuses_device_unpools_and_routes_none(tmp_path
             (unchecked, "aclnnClampGetWorkspaceSize, aclnnClamp",
              "clamps its indices into their plane"),
             (checked, "aclnnMinGetWorkspaceSize, aclnnMin, aclnnMaxGetWorkspaceSize, aclnnMax",
-             "checks its indices (JAX_UNPOOL_NPU_CHECK_INDICES=1)")):
+             "checks its indices (check_indices=True)")):
         assert code == 9 and first_phases == 0  # FAILED_PRECONDITION
         assert message == (
             f"max_unpool2d: the loaded CANN ({nnopbase}, {opapi}, and the op library's "
