@@ -3,11 +3,14 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/out_of_range.h"
+#include "npu/handlers.h"
 
 namespace jax_unpool::npu {
 namespace {
@@ -107,6 +110,37 @@ ffi::Error ClampIndices(const CannLibrary& cann, const Launch& launch, const cha
       cann.clamp_get_workspace_size(self, lo, hi, out, &workspace_size, &executor);
   return RunExecutor(cann, launch, op, "aclnnClampGetWorkspaceSize", status, workspace_size,
                      executor, "aclnnClamp", cann.clamp);
+}
+
+std::vector<std::string> ClampIndexDtypes() {
+  const CannLibrary* cann = LoadedCann();
+  if (cann == nullptr || cann->clamp_get_workspace_size == nullptr || cann->clamp == nullptr ||
+      cann->create_scalar == nullptr) {
+    return {};
+  }
+  // Two elements each; GetWorkspaceSize reads no data, the memory is real all the same.
+  alignas(16) static unsigned char in_memory[16], out_memory[16];
+  std::vector<std::string> taken;
+  for (const auto& [name, type] : {std::pair<const char*, aclDataType>{"int32", ACL_INT32},
+                                   {"int64", ACL_INT64}}) {
+    const int64_t lo64 = 0, hi64 = 1;
+    const int32_t lo32 = 0, hi32 = 1;
+    const bool wide = type == ACL_INT64;
+    AclObjects objects(*cann);
+    aclTensor* self = objects.Tensor({{2}, {1}, {2}, 0, type, in_memory});
+    aclTensor* out = objects.Tensor({{2}, {1}, {2}, 0, type, out_memory});
+    aclScalar* lo = objects.Scalar(wide ? static_cast<const void*>(&lo64) : &lo32, type);
+    aclScalar* hi = objects.Scalar(wide ? static_cast<const void*>(&hi64) : &hi32, type);
+    if (!objects.error("aclnnClamp").success()) return {"int32", "int64"};
+    const std::optional<bool> takes =
+        Takes(*cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+          return cann->clamp_get_workspace_size(self, lo, hi, out, workspace_size, executor);
+        });
+    if (!takes) return {"int32", "int64"};
+    if (*takes) taken.push_back(name);
+  }
+  if (taken.empty()) return {"int32", "int64"};  // no answer (no context, say)
+  return taken;
 }
 
 ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, const char* op,

@@ -2,14 +2,14 @@
 // aclnnMaxUnpool{2,3}d(Backward) do not range-check them (ScatterElements /
 // GatherElements would write or read out of bounds), and the handlers trust nothing that
 // Python checked, so every index CANN gets is inside its plane.
-//   - Host-emulation mode: the indices are host memory, checked as the CPU handlers check
-//     them (CheckIndicesOnHost), whichever target.
-//   - Device, the default targets: clamped into [0, plane - 1] on the device, into memory
-//     of the call (ClampIndices): no host round trip. An index below 0 reads or writes
-//     position 0, one past the plane the plane's last position -- as the NPU lowering's
-//     own clamp does, so results of lowered programs are unchanged.
-//   - Device, the checked targets: OUT_OF_RANGE with the CPU handlers' message
-//     (CheckIndicesOnDevice), at the cost of a stream synchronisation per call.
+//   - The default targets: clamped into [0, plane - 1] by aclnnClamp, into memory of the
+//     call (ClampIndices): no host round trip. An index below 0 reads or writes position
+//     0, one past the plane the plane's last position. The only clamp: the NPU lowering
+//     converts the indices' dtype where an op needs it, and clamps nothing (issue 47).
+//     Host-emulation mode does the same on host memory, as a device would.
+//   - The checked targets: OUT_OF_RANGE with the CPU handlers' message, at the cost of a
+//     stream synchronisation per call on a device (CheckIndicesOnDevice); on the host
+//     (CheckIndicesOnHost) in host-emulation mode.
 #pragma once
 
 #include "common/geometry.h"

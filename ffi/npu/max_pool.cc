@@ -143,10 +143,10 @@ ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
   });
 }
 
-// A pool of a 2x2(x2) plane (volume) with a 2x2(x2) window, the dtypes of the probe.
-// GetWorkspaceSize reads no data; the memory is real and disjoint all the same.
-std::optional<aclnnStatus> ProbePool(const CannLibrary& cann, const PoolOp& op,
-                                     aclDataType dtype) {
+// Whether the op takes a pool of a 2x2(x2) plane (volume) with a 2x2(x2) window of
+// `dtype` (Takes). GetWorkspaceSize reads no data; the memory is real and disjoint all the
+// same.
+std::optional<bool> ProbePool(const CannLibrary& cann, const PoolOp& op, aclDataType dtype) {
   alignas(64) static unsigned char self_memory[64], out_memory[64], index_memory[64];
   const size_t rank = static_cast<size_t>(op.k) + 2;
   std::vector<int64_t> x(rank, 2), pooled(rank, 1), x_strides(rank, 1), ones(rank, 1);
@@ -161,14 +161,11 @@ std::optional<aclnnStatus> ProbePool(const CannLibrary& cann, const PoolOp& op,
   aclIntArray* stride = objects.IntArray(window);
   aclIntArray* padding = objects.IntArray(zeros);
   aclIntArray* dilation = objects.IntArray(unit);
-  if (!objects.error(op.name).success()) return std::nullopt;
-  uint64_t workspace_size = 0;
-  aclOpExecutor* executor = nullptr;
-  const aclnnStatus status = (cann.*op.get_workspace_size)(
-      self, kernel, stride, padding, dilation, false, out, idx, &workspace_size, &executor);
-  if (executor != nullptr) cann.destroy_executor(executor);
-  if (status != ACLNN_SUCCESS) cann.RecentErrorMessage();  // read: clears the refusal
-  return status;
+  if (!objects.error(op.name).success()) return false;
+  return Takes(cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+    return (cann.*op.get_workspace_size)(self, kernel, stride, padding, dilation, false, out,
+                                          idx, workspace_size, executor);
+  });
 }
 
 // The CPU pool target's operands and attributes (BindPoolOperands), after the context.
@@ -189,13 +186,14 @@ std::vector<std::string> AcceptedPoolDtypes(int k) {
   if (cann == nullptr || cann->*op.get_workspace_size == nullptr || cann->*op.run == nullptr) {
     return {};
   }
-  if (cann->destroy_executor == nullptr) return {"float32"};
   std::vector<std::string> accepted;
   for (const auto& [name, dtype] : {std::pair<const char*, aclDataType>{"float16", ACL_FLOAT16},
                                     {"bfloat16", ACL_BF16},
                                     {"float32", ACL_FLOAT}}) {
     try {
-      if (ProbePool(*cann, op, dtype) == ACLNN_SUCCESS) accepted.push_back(name);
+      const std::optional<bool> takes = ProbePool(*cann, op, dtype);
+      if (!takes) return {"float32"};  // every doc lists it; asking more would leak
+      if (*takes) accepted.push_back(name);
     } catch (...) {  // std::bad_alloc: not accepted, as far as anyone can tell
     }
   }

@@ -3,13 +3,16 @@
 // CANN has, which the NPU routing reads (jax_unpool/npu.py).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "common/handler_capsules.h"
+#include "npu/aclnn_call.h"
 #include "npu/cann_library.h"
 #include "npu/handlers.h"
 
@@ -35,18 +38,18 @@ void RegisterNpu(nb::module_& m) {
         Entry<MaxUnpool2dBackwardAclnnDevice>("max_unpool2d_backward"),
         Entry<MaxUnpool2dAclnnHost>("max_unpool2d_host"),
         Entry<MaxUnpool2dAclnnDeviceChecked>("max_unpool2d_checked"),
-        Entry<MaxUnpool2dAclnnHost>("max_unpool2d_checked_host"),
+        Entry<MaxUnpool2dAclnnHostChecked>("max_unpool2d_checked_host"),
         Entry<MaxUnpool2dBackwardAclnnHost>("max_unpool2d_backward_host"),
         Entry<MaxUnpool2dBackwardAclnnDeviceChecked>("max_unpool2d_backward_checked"),
-        Entry<MaxUnpool2dBackwardAclnnHost>("max_unpool2d_backward_checked_host"),
+        Entry<MaxUnpool2dBackwardAclnnHostChecked>("max_unpool2d_backward_checked_host"),
         Entry<MaxUnpool3dAclnnDevice>("max_unpool3d"),
         Entry<MaxUnpool3dBackwardAclnnDevice>("max_unpool3d_backward"),
         Entry<MaxUnpool3dAclnnHost>("max_unpool3d_host"),
         Entry<MaxUnpool3dAclnnDeviceChecked>("max_unpool3d_checked"),
-        Entry<MaxUnpool3dAclnnHost>("max_unpool3d_checked_host"),
+        Entry<MaxUnpool3dAclnnHostChecked>("max_unpool3d_checked_host"),
         Entry<MaxUnpool3dBackwardAclnnHost>("max_unpool3d_backward_host"),
         Entry<MaxUnpool3dBackwardAclnnDeviceChecked>("max_unpool3d_backward_checked"),
-        Entry<MaxUnpool3dBackwardAclnnHost>("max_unpool3d_backward_checked_host"),
+        Entry<MaxUnpool3dBackwardAclnnHostChecked>("max_unpool3d_backward_checked_host"),
         Entry<MaxPool2dAclnnDevice>("max_pool2d"),
         Entry<MaxPool2dAclnnHost>("max_pool2d_host"),
         Entry<MaxPool3dAclnnDevice>("max_pool3d"),
@@ -76,6 +79,18 @@ void RegisterNpu(nb::module_& m) {
   });
   // IndexSafety of the loaded CANN; False when none is loaded.
   m.def("cann_index_safety", []() { return IndexSafety(cann::LoadedCann()); });
+  // The index dtypes the loaded CANN's aclnnClamp and aclnnMaxUnpool2d take (handlers.h).
+  m.def("cann_clamp_index_dtypes", &ClampIndexDtypes);
+  m.def("cann_unpool_index_dtypes", &ForwardIndexDtypes);
+  // Whether the device handlers check the calling thread's ACL device against XLA's
+  // device ordinal (aclnn_call.h); `on` sets it for the process first.
+  m.def(
+      "npu_device_ordinal_check",
+      [](std::optional<bool> on) {
+        if (on) SetDeviceOrdinalCheck(*on);
+        return DeviceOrdinalCheck();
+      },
+      nb::arg("on") = nb::none());
   // The chip's SoC name as the loaded CANN's aclrtGetSocName() gives it (e.g.
   // "Ascend910B1"); None when no CANN is loaded, it lacks the function or names no chip.
   m.def("cann_soc_name", []() -> nb::object {

@@ -6,7 +6,7 @@ tests/native/test_ffi_boundary.py, so that a crash fails the case it happened in
     python tests/helpers/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"backward3d":
-the aclnn 3-D targets, which take no attribute), "values": [shape, dtype], "indices":
+the aclnn 3-D targets, which take no attribute; "forward_checked": the aclnn checked one), "values": [shape, dtype], "indices":
 [shape, dtype], "result": [shape, dtype], "channels_last", "spatial_rank", "plane"}
 (indices are drawn from [0, plane)). `cpu` calls the 2-D _v1 CPU targets, `cpu_v2` the
 _v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
@@ -38,6 +38,7 @@ TARGETS = {
     "cpu_v2": {"forward": "jax_unpool_max_unpool_v2",
                "backward": "jax_unpool_max_unpool_backward_v2"},
     "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
+              "forward_checked": ju.npu.MAX_UNPOOL2D_CHECKED_TARGET,
               "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET,
               "forward3d": ju.npu.MAX_UNPOOL3D_TARGET,
               "backward3d": ju.npu.MAX_UNPOOL3D_BACKWARD_TARGET},

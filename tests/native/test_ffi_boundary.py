@@ -382,10 +382,11 @@ def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
 
 
 def test_aclnn_out_of_range_message_says_what_its_positions_are(tmp_path, fake_cann_dir):
-    # A direct call skips the NPU lowering (which clamps indices): the host-emulation
-    # handler checks them as the CPU's does (issue 37), names the bad index's position and
-    # says what that position is relative to.
+    # A direct call of the checked target: the handler checks the indices as the CPU's does
+    # (issue 37), names the bad index's position and says what that position is relative
+    # to. (The default target clamps them: tests/backends/npu.)
     case = _as_json(("out of range", F, X, IDX, OUT, False, ""))
+    case["op"] = "forward_checked"
     case["plane"] = 10**6  # indices drawn far past the 6x7 plane
     outcome = run_cases("aclnn", [case], tmp_path, str(fake_cann_dir))["out of range"]
     assert outcome["error"] in RUNTIME_ERRORS, outcome
