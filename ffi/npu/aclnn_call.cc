@@ -277,8 +277,7 @@ ffi::Error NotRun(const CannLibrary& cann, const char* get_workspace_size_name,
                   aclOpExecutor* executor, ffi::Error error) {
   const std::string leak = ReleaseUnrunExecutor(cann, executor);
   if (leak.empty()) return error;
-  return ffi::Error(*error.errc(), error.message() + "; the executor " +
-                                       get_workspace_size_name +
+  return ffi::Error(*error.errc(), error.message() + "; the executor " + get_workspace_size_name +
                                        " made could not be released (a host-side leak): " + leak);
 }
 
@@ -293,9 +292,9 @@ std::string ReleaseUnrunExecutor(const CannLibrary& cann, aclOpExecutor* executo
     return "this CANN has no aclSetAclOpExecutorRepeatable, without which "
            "aclDestroyAclOpExecutor may destroy none";
   }
-  for (const auto& [name, step] : {std::pair{"aclSetAclOpExecutorRepeatable",
-                                             cann.set_executor_repeatable},
-                                   std::pair{"aclDestroyAclOpExecutor", cann.destroy_executor}}) {
+  for (const auto& [name, step] :
+       {std::pair{"aclSetAclOpExecutorRepeatable", cann.set_executor_repeatable},
+        std::pair{"aclDestroyAclOpExecutor", cann.destroy_executor}}) {
     if (const aclnnStatus status = step(executor); status != ACLNN_SUCCESS) {
       return std::string(name) + " failed with status " + std::to_string(status) + " " +
              StatusName(status) + ": " + cann.RecentErrorMessage();

@@ -121,8 +121,8 @@ std::vector<std::string> ClampIndexDtypes() {
   // Two elements each; GetWorkspaceSize reads no data, the memory is real all the same.
   alignas(16) static unsigned char in_memory[16], out_memory[16];
   std::vector<std::string> taken;
-  for (const auto& [name, type] : {std::pair<const char*, aclDataType>{"int32", ACL_INT32},
-                                   {"int64", ACL_INT64}}) {
+  for (const auto& [name, type] :
+       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
     const int64_t lo64 = 0, hi64 = 1;
     const int32_t lo32 = 0, hi32 = 1;
     const bool wide = type == ACL_INT64;

@@ -163,8 +163,8 @@ std::optional<bool> ProbePool(const CannLibrary& cann, const PoolOp& op, aclData
   aclIntArray* dilation = objects.IntArray(unit);
   if (!objects.error(op.name).success()) return false;
   return Takes(cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
-    return (cann.*op.get_workspace_size)(self, kernel, stride, padding, dilation, false, out,
-                                          idx, workspace_size, executor);
+    return (cann.*op.get_workspace_size)(self, kernel, stride, padding, dilation, false, out, idx,
+                                         workspace_size, executor);
   });
 }
 

@@ -237,8 +237,9 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
       ForwardTakes(lib, ACL_INT64) == std::optional<bool>(true)) {
     // CANN 8.0.RC1-RC3 refuse INT32 indices here, with a message that does not say so.
     return ffi::Error::InvalidArgument(
-        std::string(t.op) + ": this CANN's " + t.run_name + " takes int64 indices only (CANN "
-        "before 8.0.0), got int32: convert them to int64, as the NPU lowering does");
+        std::string(t.op) + ": this CANN's " + t.run_name +
+        " takes int64 indices only (CANN before 8.0.0), got int32: convert them to int64, as "
+        "the NPU lowering does");
   }
   return WithPositionsNote(std::move(result), t.k);
 }
@@ -286,8 +287,8 @@ std::vector<std::string> ForwardIndexDtypes() {
   const CannLibrary* cann = LoadedCann();
   if (cann == nullptr || cann->max_unpool2d_get_workspace_size == nullptr) return {};
   std::vector<std::string> taken;
-  for (const auto& [name, type] : {std::pair<const char*, aclDataType>{"int32", ACL_INT32},
-                                   {"int64", ACL_INT64}}) {
+  for (const auto& [name, type] :
+       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
     const std::optional<bool> takes = ForwardTakes(*cann, type);
     if (!takes) return {"int32", "int64"};
     if (*takes) taken.push_back(name);
@@ -300,14 +301,13 @@ std::vector<std::string> ForwardIndexDtypes() {
 // checked indices), ##Host and ##HostChecked. The 2-D targets take channels_last; the 3-D
 // ones bind every attribute to refuse it. The handlers are parenthesised: the macro would
 // split a template's argument list at its comma.
-#define JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(Name, target, layout)                                \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Device, (OnDeviceImpl<target, false>),                \
-                                DeviceBinding().layout);                                    \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##DeviceChecked, (OnDeviceImpl<target, true>),          \
-                                DeviceBinding().layout);                                    \
+#define JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(Name, target, layout)                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Device, (OnDeviceImpl<target, false>),                    \
+                                DeviceBinding().layout);                                        \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##DeviceChecked, (OnDeviceImpl<target, true>),              \
+                                DeviceBinding().layout);                                        \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Host, (OnHostImpl<target, false>), HostBinding().layout); \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##HostChecked, (OnHostImpl<target, true>),              \
-                                HostBinding().layout)
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##HostChecked, (OnHostImpl<target, true>), HostBinding().layout)
 
 JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool2dAclnn, kMaxUnpool2d, Attr<bool>("channels_last"));
 JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool2dBackwardAclnn, kMaxUnpool2dBackward,

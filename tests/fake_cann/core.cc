@@ -2028,9 +2028,11 @@ FAKECANN_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
     }
     ++s.bad_destroys;
     what = it != s.live.end() && it->second == kExecutor
-               ? strf("executor %p was not made repeatable: aclDestroyAclOpExecutor destroys "
-                      "only executors made so by aclSetAclOpExecutorRepeatable (a plain one is "
-                      "consumed by its execution)", static_cast<void *>(executor))
+               ? strf(
+                     "executor %p was not made repeatable: aclDestroyAclOpExecutor destroys "
+                     "only executors made so by aclSetAclOpExecutorRepeatable (a plain one is "
+                     "consumed by its execution)",
+                     static_cast<void *>(executor))
                : describe_locked(s, executor, kExecutor) + " (double destroy or foreign pointer)";
   }
   return fail(fn, kErrParamInvalid, what);
