@@ -9,11 +9,11 @@ CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"bac
 the aclnn 3-D targets, which take no attribute; "forward_checked": the aclnn checked one),
 "values": [shape, dtype], "indices": [shape, dtype], "result": [shape, dtype],
 "channels_last", "spatial_rank", "plane"} (indices are drawn from [0, plane)). `cpu` calls
-the 2-D _v1 CPU targets, `cpu_v2` the _v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
-`DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
-it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
-mode against the emulated CANN in FAKE_CANN_DIR. (The pool targets' calls:
-pool_boundary_calls.py.)
+the 2-D _v1 CPU targets, `cpu_v2` the _v2 ones, which also take `spatial_rank`. For each
+case the child prints `START name`, then `DONE {json}` with the outcome: "error"
+(exception type and message) or "result" (whether it equals the numpy oracle bit for
+bit). `aclnn` calls the aclnn targets in host-emulation mode against the emulated CANN in
+FAKE_CANN_DIR. (The pool targets' calls: pool_boundary_calls.py.)
 """
 
 from __future__ import annotations
