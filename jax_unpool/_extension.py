@@ -1,5 +1,6 @@
-"""Loads the compiled extension `_jax_unpool`: the CPU and NPU handlers' capsules and the
-CANN loader (`ffi/module.cc`). The backends register its handlers."""
+"""Loads the compiled extension `_jax_unpool`: the CPU handlers' capsules
+(`ffi/cpu/module.cc`), and the NPU handlers' capsules and the CANN loader
+(`ffi/npu/module.cc`). The backends register its handlers."""
 
 from __future__ import annotations
 

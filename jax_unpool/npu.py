@@ -7,7 +7,8 @@ aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result for finite input
 (`pool_lowering`; CANN does not support NaN or -inf input to them on Atlas A2/A3, below).
 Its functions::
 
-    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True)
+    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True,
+             check_device_ordinal=True)
         Loads CANN (dlopen at run time: importing this module never needs it), registers
         the aclnn FFI targets with the platform's PJRT plugin and makes the unpool
         primitives lower to them there, and the pool primitives through `pool_lowering`.
@@ -70,22 +71,25 @@ reference.
 Indices: CANN's unpool operators do not range-check them (their kernels would write or
 read out of bounds), so every index CANN gets is inside its plane, whoever calls the
 targets. By default an index outside lands on the plane's nearest end -- index < 0 on
-position 0, index >= the plane's size on its last position -- in the NPU lowering (a
-clamp fused with the conversion) and again in the device handlers (aclnnClamp on XLA's
-stream into scratch memory, before the unpool operator: a direct `jax.ffi.ffi_call` is
-safe too, with no host round trip). In-range indices give the same results as without.
-With JAX_UNPOOL_NPU_CHECK_INDICES=1 when a function is lowered, the unpools lower to the
-checked targets instead (MAX_UNPOOL2D_CHECKED_TARGET and its three siblings), which fail
-the call with the CPU kernels' OUT_OF_RANGE message (the bad value and its (n, c, i)):
-aclnnMin and aclnnMax on the device, then a stream synchronisation and a 16-byte copy to
-the host per call, so they are opt-in. In host-emulation mode the handlers check the
-indices in host memory, both targets alike. (Where the NPU lowering runs XLA's ops
-instead -- shapes aclnn refuses, a chip or CANN without the operator -- an out-of-range
-index is dropped by the forward and reads 0 in the backward, as on GPU.) The forward's
-indices are converted to int64 (CANN before 8.0.0 took only INT64 there), as are the 3-D
-backward's (aclnnMaxUnpool3dBackward takes INT64 only). Both pool operators are asked for
-int32 indices, widened to int64 when asked for. On a device each call checks that the
-calling thread's ACL context is on XLA's device of the call, runs on XLA's stream with
+position 0, index >= the plane's size on its last position -- in the handlers (aclnnClamp
+on XLA's stream into scratch memory, before the unpool operator: a direct
+`jax.ffi.ffi_call` is safe too, with no host round trip), the only clamp (the lowering
+clamps nothing). In-range indices give the same results as without. With the unpool
+primitives' check_indices=True (JAX_UNPOOL_CHECK_INDICES=1 makes it the default), the
+unpools lower to the checked targets instead (MAX_UNPOOL2D_CHECKED_TARGET and its three
+siblings), which fail the call with the CPU kernels' OUT_OF_RANGE message (the bad value
+and its (n, c, i)): aclnnMin and aclnnMax on the device, then a stream synchronisation and
+a 16-byte copy to the host per call, so they are opt-in. Host-emulation mode does the
+same on host memory (the checked targets check there). (Where the NPU lowering runs XLA's
+ops instead -- shapes aclnn refuses, a chip or CANN without the operator -- an
+out-of-range index is dropped by the forward and reads 0 in the backward, as on GPU.) The
+forward's indices are converted to int64 (CANN before 8.0.0 took only INT64 there), as are
+the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64 only), where the loaded CANN's
+aclnnClamp takes int64 (register() asks it; int32 indices go as they are where it takes
+int32 only, int64 ones to XLA's ops). Both pool operators are asked for int32 indices,
+widened to int64 when asked for. On a device each call checks that the calling thread's
+ACL context is on XLA's device of the call (register(check_device_ordinal=False) turns
+that off), runs on XLA's stream with
 XLA's scratch memory as its workspace (else one cached block per device and stream), and
 channels-last calls are split along N and C per device. Shapes aclnn refuses -- an empty
 input, or an output plane smaller than the input plane (only possible with duplicated
@@ -146,7 +150,7 @@ MAX_UNPOOL3D_BACKWARD_TARGET = _backend.MAX_UNPOOL3D_BACKWARD_TARGET
 MAX_POOL2D_TARGET = _backend.MAX_POOL2D_TARGET
 #: FFI target of aclnnMaxPool3dWithArgmax.
 MAX_POOL3D_TARGET = _backend.MAX_POOL3D_TARGET
-#: FFI target of aclnnMaxUnpool2d with checked indices (JAX_UNPOOL_NPU_CHECK_INDICES=1):
+#: FFI target of aclnnMaxUnpool2d with checked indices (check_indices=True):
 #: MAX_UNPOOL2D_TARGET's calling convention; an index outside its plane fails the call.
 MAX_UNPOOL2D_CHECKED_TARGET = _backend.MAX_UNPOOL2D_CHECKED_TARGET
 #: FFI target of aclnnMaxUnpool2dBackward with checked indices.
@@ -171,16 +175,18 @@ def _library_dir(library_dir: str | os.PathLike | None, fn: str = "register") ->
     return path
 
 
-def _check_arguments(platform: object, ffi_platform: object, aclnn_pools: object) -> None:
+def _check_arguments(platform: object, ffi_platform: object, aclnn_pools: object,
+                     check_device_ordinal: object) -> None:
     if not isinstance(platform, str) or not platform:
         raise TypeError("jax_unpool.npu.register: platform must be JAX's name of the NPU "
                         f"platform, a non-empty str (e.g. 'ascend'), got {platform!r}")
     if ffi_platform is not None and (not isinstance(ffi_platform, str) or not ffi_platform):
         raise TypeError("jax_unpool.npu.register: ffi_platform must be a non-empty str or "
                         f"None, got {ffi_platform!r}")
-    if not isinstance(aclnn_pools, (bool, np.bool_)):  # "no" would count as True
-        raise TypeError(f"jax_unpool.npu.register: aclnn_pools must be a bool, got "
-                        f"{aclnn_pools!r}")
+    for name, value in (("aclnn_pools", aclnn_pools),
+                        ("check_device_ordinal", check_device_ordinal)):
+        if not isinstance(value, (bool, np.bool_)):  # "no" would count as True
+            raise TypeError(f"jax_unpool.npu.register: {name} must be a bool, got {value!r}")
 
 
 def is_available(library_dir: str | os.PathLike | None = None) -> bool:
@@ -217,7 +223,9 @@ def _routing(chip: npu_chips.Chip, aclnn_pools: bool) -> _backend.Routing:
             pools |= {(k, np.dtype(jax.numpy.bfloat16 if d == "bfloat16" else d))
                       for d in accepted}
     return _backend.Routing(frozenset(_jax_unpool.cann_ops()) & chip.unpool_ops,
-                            frozenset(pools))
+                            frozenset(pools),
+                            frozenset(_jax_unpool.cann_clamp_index_dtypes()),
+                            frozenset(_jax_unpool.cann_unpool_index_dtypes()))
 
 
 def pool_lowering(xla_lowering):
@@ -264,7 +272,8 @@ def _ffi_platforms(platform: str, ffi_platform: str | None) -> list[str]:
 
 
 def register(platform: str = "ascend", library_dir: str | os.PathLike | None = None, *,
-             ffi_platform: str | None = None, aclnn_pools: bool = True) -> dict[str, str]:
+             ffi_platform: str | None = None, aclnn_pools: bool = True,
+             check_device_ordinal: bool = True) -> dict[str, str]:
     """Routes the unpool primitives of every rank to aclnn on `platform`.
 
     Loads CANN (see the module docstring for the search order), registers the FFI targets
@@ -282,6 +291,18 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     float32 always goes. Call register() on a thread with the device's context for the
     answer. `aclnn_pools=False` keeps the XLA ops, and PyTorch's result for every input,
     for every pool.
+
+    The unpools' handlers clamp their indices with aclnnClamp, whose int64 kernel on the
+    910B AI Core is listed in CANN's ops-math but unverified: which index dtypes it takes
+    is asked here too (and which aclnnMaxUnpool2d takes: CANN before 8.0.0 took int64
+    only). Where int64 is refused, int32 indices go to aclnn as they are and int64 ones
+    (and the 3-D backward, which takes int64 only) to XLA's ops.
+
+    On a device each call checks that the calling thread's ACL device is XLA's device
+    ordinal of the call (FAILED_PRECONDITION otherwise: the launch and its workspace would
+    be on different devices). `check_device_ordinal=False` turns the check off, for the
+    whole process, for a PJRT plugin whose device ordinals are not ACL's device numbers;
+    the plugin must then set the right context itself.
 
     The targets go to every name among `platform` and `platform.upper()` under which the
     plugin installed its FFI handler (plugins that follow the CUDA plugin use XLA's
@@ -313,14 +334,14 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
 
     Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
     `library_dir` that is not None, a str or a str os.PathLike (bytes are refused), or an
-    `aclnn_pools` that is not a bool; ValueError
+    `aclnn_pools` or `check_device_ordinal` that is not a bool; ValueError
     for platform="cpu" without library_dir; RuntimeError if `platform`
     is a GPU/TPU platform or has no devices, if its plugin installed no FFI handler under
     any of the names, if CANN cannot be loaded (the message lists every path tried and
     the environment variables consulted), or if it is loaded in this process in the other
     mode.
     """
-    _check_arguments(platform, ffi_platform, aclnn_pools)
+    _check_arguments(platform, ffi_platform, aclnn_pools, check_device_ordinal)
     directory = _library_dir(library_dir)
     host = platform == "cpu"
     if host and library_dir is None:
@@ -340,6 +361,7 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
                 f"aclnn targets would never reach it. Pass ffi_platform=<the XLA platform "
                 f"name the plugin gives xla_client.register_custom_call_handler>.")
         where = dict(_jax_unpool.load_cann(directory, host))
+        _jax_unpool.npu_device_ordinal_check(bool(check_device_ordinal))
         chip = _chip()
         if chip.product is None:
             soc = _jax_unpool.cann_soc_name()

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "common/buffer_checks.h"
-#include "common/plane_geometry.h"
+#include "common/geometry.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
@@ -35,18 +35,19 @@ struct BadIndex {
 
 // The bad index `value` at element offset `flat` of a non-empty indices buffer (the input
 // side of g), with its plane (n, c) and position i.
-inline BadIndex BadIndexAt(const PlaneGeometry& g, int64_t flat, int64_t value) {
+inline BadIndex BadIndexAt(const Geometry& g, int64_t flat, int64_t value) {
   BadIndex b;
   b.flat = flat;
   b.value = value;
+  const int64_t L = g.in_plane();
   if (g.channels_last) {
     b.c = flat % g.C;
-    b.i = flat / g.C % g.L;
-    b.n = flat / g.C / g.L;
+    b.i = flat / g.C % L;
+    b.n = flat / g.C / L;
   } else {
-    b.i = flat % g.L;
-    b.c = flat / g.L % g.C;
-    b.n = flat / g.L / g.C;
+    b.i = flat % L;
+    b.c = flat / L % g.C;
+    b.n = flat / L / g.C;
   }
   return b;
 }
@@ -55,13 +56,13 @@ inline BadIndex BadIndexAt(const PlaneGeometry& g, int64_t flat, int64_t value) 
 // plane of 4x4"; a row of 8 for k = 1, a volume of 2x4x4 for k = 3). A forward's index
 // past the plane most often comes from a pool of an input that the default output size
 // does not give back (an odd size with stride 2): the message says to pass output_size.
-inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const BadIndex& b) {
+inline ffi::Error OutOfRangeError(const char* op, const Geometry& g, const BadIndex& b) {
   std::string sizes;
-  for (int d = 0; d < g.k; ++d) sizes += (d ? "x" : "") + std::to_string(g.out_sizes[d]);
+  for (int a = 3 - g.k; a < 3; ++a) sizes += (a > 3 - g.k ? "x" : "") + std::to_string(g.out[a]);
   const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
   const bool forward = std::string(op).find("_backward") == std::string::npos;
   const std::string hint =
-      forward && b.value >= g.Lo
+      forward && b.value >= g.out_plane()
           ? std::string("; if the indices come from a max pool, pass the pool's input size "
                         "as output_size (the default output size can be smaller, e.g. for "
                         "an odd input size with stride 2)")
@@ -70,7 +71,7 @@ inline ffi::Error OutOfRangeError(const char* op, const PlaneGeometry& g, const 
       ffi::ErrorCode::kOutOfRange,
       std::string(op) + ": index " + std::to_string(b.value) + " at (n=" + std::to_string(b.n) +
           ", c=" + std::to_string(b.c) + ", i=" + std::to_string(b.i) +
-          ") of indices is out of range: valid indices are [0, " + std::to_string(g.Lo) +
+          ") of indices is out of range: valid indices are [0, " + std::to_string(g.out_plane()) +
           ") for an output " + what + " of " + sizes + hint + " (" + PositionsNote(g.k) + ")");
 }
 

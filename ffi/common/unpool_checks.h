@@ -1,7 +1,7 @@
 // An unpool call (the forward, a scatter, or the backward, a gather) checked on any
 // platform before any memory is touched: the op's name, the spatial_rank attribute of
 // the _v2 targets, the buffers against each other (buffer_checks.h) and the value dtype,
-// and the plane geometry they give.
+// and the geometry they give (common/geometry.h).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "common/buffer_checks.h"
-#include "common/plane_geometry.h"
+#include "common/geometry.h"
 #include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -33,14 +33,33 @@ inline ffi::Error CheckSpatialRank(UnpoolOp kind, int64_t k) {
       ": spatial_rank must be 1, 2 or 3, got " + std::to_string(k));
 }
 
+// The geometry of spatial rank k read from the dims of an input-side buffer and an
+// output-side buffer, which buffer_checks.h found to be of rank k + 1 or k + 2, of equal
+// rank, N and C.
+inline Geometry ReadGeometry(ffi::Span<const int64_t> in, ffi::Span<const int64_t> out,
+                             bool channels_last, int k) {
+  const size_t rank = in.size();
+  const size_t s = rank - k - (channels_last ? 1 : 0);  // the first spatial dim
+  Geometry g;
+  g.k = k;
+  g.channels_last = channels_last;
+  g.N = rank == static_cast<size_t>(k) + 2 ? in[0] : 1;
+  g.C = in[channels_last ? rank - 1 : s - 1];
+  for (int a = 0; a < k; ++a) {
+    g.in[3 - k + a] = in[s + a];
+    g.out[3 - k + a] = out[s + a];
+  }
+  return g;
+}
+
 // The buffers checked against each other for spatial rank k, `values` of a dtype the
 // kernels can move, and the geometry: the forward's x and the backward's indices are the
 // input side, the forward's result and the backward's grad_output the output side.
-inline ffi::ErrorOr<PlaneGeometry> CheckUnpoolCall(const char* op, UnpoolOp kind,
-                                                   const ffi::AnyBuffer& values,
-                                                   const ffi::AnyBuffer& indices,
-                                                   const ffi::AnyBuffer& out, bool channels_last,
-                                                   int k) {
+inline ffi::ErrorOr<Geometry> CheckUnpoolCall(const char* op, UnpoolOp kind,
+                                              const ffi::AnyBuffer& values,
+                                              const ffi::AnyBuffer& indices,
+                                              const ffi::AnyBuffer& out, bool channels_last,
+                                              int k) {
   const bool forward = kind == UnpoolOp::kForward;
   ffi::Error checked = forward ? CheckForwardBuffers(op, values, indices, out, channels_last, k)
                                : CheckBackwardBuffers(op, values, indices, out, channels_last, k);

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "common/geometry.h"
 #include "common/out_of_range.h"
-#include "common/plane_geometry.h"
 #include "cpu/index_range.h"
 
 namespace jax_unpool {
@@ -15,9 +15,9 @@ namespace jax_unpool {
 // The first bad index among positions [i0, i1) of planes [c0, c1) of image n, in flat
 // order: the search a kernel runs once IndexRange::failed() says there is one.
 template <typename I>
-BadIndex FindBadIndex(const PlaneGeometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1,
+BadIndex FindBadIndex(const Geometry& g, const I* indices, int64_t n, int64_t c0, int64_t c1,
                       int64_t i0, int64_t i1) {
-  const IndexRange<I> range(g.Lo);
+  const IndexRange<I> range(g.out_plane());
   const auto found = [&](int64_t c, int64_t i) {
     const int64_t flat = g.in_offset(n, c, i);
     return BadIndex{flat, static_cast<int64_t>(indices[flat]), n, c, i};

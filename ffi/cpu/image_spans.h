@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/geometry.h"
 #include "common/out_of_range.h"
-#include "common/plane_geometry.h"
 
 namespace jax_unpool {
 
 // Splits the planes [u0, u1) of a chunk by image: calls span(n, c0, c1) for the channels
 // [c0, c1) of image n, in flat order, and stops at the first bad index it reports.
 template <typename Span>
-BadIndex ForEachImageSpan(const PlaneGeometry& g, int64_t u0, int64_t u1, Span span) {
+BadIndex ForEachImageSpan(const Geometry& g, int64_t u0, int64_t u1, Span span) {
   for (int64_t u = u0; u < u1;) {
     const int64_t n = u / g.C, c0 = u % g.C, c1 = std::min(g.C, c0 + (u1 - u));
     BadIndex bad = span(n, c0, c1);

@@ -20,9 +20,9 @@
 #endif
 
 #include "common/no_throw.h"
-#include "common/pool_geometry.h"
+#include "common/pool_checks.h"
 #include "common/pool_values.h"
-#include "cpu/kernels.h"
+#include "cpu/handlers.h"
 #include "cpu/output_pages.h"
 #include "cpu/thread_chunks.h"
 
@@ -35,7 +35,7 @@ class Pool {
   using Raw = typename Order::Raw;
   using Key = typename Order::Key;
 
-  Pool(const PoolGeometry& g, Order order, const Raw* x, Raw* values, I* indices)
+  Pool(const Geometry& g, Order order, const Raw* x, Raw* values, I* indices)
       : g_(g), order_(order), x_(x), values_(values), indices_(indices) {}
 
   // Channels first: output rows [u0, u1), a row being (plane, od, oh), taken as runs of
@@ -403,13 +403,13 @@ class Pool {
 
   // Windows of 2 taps, stride 2, no padding or dilation on every axis (the common case):
   // the fast path. Axes of size 1 with a window of 1 do not count.
-  static bool TwoByStrideTwo(const PoolGeometry& g) {
+  static bool TwoByStrideTwo(const Geometry& g) {
     for (int a = 3 - g.k; a < 3; ++a)
       if (g.kernel[a] != 2 || g.stride[a] != 2 || g.pad[a] != 0 || g.dil[a] != 1) return false;
     return true;
   }
 
-  const PoolGeometry& g_;
+  const Geometry& g_;
   const Order order_;
   const Raw* x_;
   Raw* values_;
@@ -443,7 +443,7 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     auto checked = CheckPoolCall(x, *values, *indices, channels_last, kernel_size, stride,
                                  padding, dilation, ceil_mode);
     if (checked.has_error()) return checked.error();
-    PoolGeometry g = *checked;
+    Geometry g = *checked;
     // One channel last is the same memory as one channel first.
     if (g.C == 1) g.channels_last = false;
     const int64_t units = g.channels_last ? g.N * g.out_plane()

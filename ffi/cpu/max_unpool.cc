@@ -9,12 +9,12 @@
 #include <cstring>
 #include <vector>
 
+#include "common/geometry.h"
 #include "common/out_of_range.h"
-#include "common/plane_geometry.h"
 #include "cpu/first_bad_index.h"
+#include "cpu/handlers.h"
 #include "cpu/image_spans.h"
 #include "cpu/index_range.h"
-#include "cpu/kernels.h"
 #include "cpu/unpool_kernel.h"
 
 namespace jax_unpool {
@@ -22,16 +22,17 @@ namespace {
 
 // NCHW: each plane is zero-filled and scattered in one go while it is in cache.
 template <typename V, typename I>
-BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* out, int64_t n,
+BadIndex ScatterPlanes(const Geometry& g, const V* x, const I* indices, V* out, int64_t n,
                        int64_t c0, int64_t c1) {
+  const int64_t L = g.in_plane(), Lo = g.out_plane();
   for (int64_t c = c0; c < c1; ++c) {
     const V* src = x + g.in_offset(n, c, 0);
     const I* idx = indices + g.in_offset(n, c, 0);
     V* dst = out + g.out_offset(n, c, 0);
-    IndexRange<I> range(g.Lo);
-    if (!range.Admit(idx, g.L)) return FindBadIndex(g, indices, n, c, c + 1, 0, g.L);
-    std::memset(dst, 0, sizeof(V) * g.Lo);
-    for (int64_t i = 0; i < g.L; ++i) dst[idx[i]] = src[i];
+    IndexRange<I> range(Lo);
+    if (!range.Admit(idx, L)) return FindBadIndex(g, indices, n, c, c + 1, 0, L);
+    std::memset(dst, 0, sizeof(V) * Lo);
+    for (int64_t i = 0; i < L; ++i) dst[idx[i]] = src[i];
   }
   return BadIndex{};
 }
@@ -42,15 +43,15 @@ BadIndex ScatterPlanes(const PlaneGeometry& g, const V* x, const I* indices, V* 
 // first write, the blocks nobody wrote at the end. Input positions go in flat order, so
 // among duplicates the largest position still wins.
 template <typename V, typename I>
-BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, V* out,
-                          int64_t n, int64_t c0, int64_t c1) {
-  const int64_t cols = c1 - c0;
+BadIndex ScatterImageSpan(const Geometry& g, const V* x, const I* indices, V* out, int64_t n,
+                          int64_t c0, int64_t c1) {
+  const int64_t cols = c1 - c0, L = g.in_plane(), Lo = g.out_plane();
   V* dst = out + g.out_offset(n, c0, 0);  // position o of channel c0 + j is dst[o * C + j]
   int shift = 0;  // blocks of 2^shift positions, about 4 KiB of the span's output
   while ((int64_t{2} << shift) * cols * static_cast<int64_t>(sizeof(V)) <= 4096) ++shift;
-  std::vector<uint8_t> zeroed(static_cast<size_t>(((g.Lo - 1) >> shift) + 1), 0);
+  std::vector<uint8_t> zeroed(static_cast<size_t>(((Lo - 1) >> shift) + 1), 0);
   const auto zero_block = [&](int64_t b) {
-    const int64_t o0 = b << shift, o1 = std::min(g.Lo, (b + 1) << shift);
+    const int64_t o0 = b << shift, o1 = std::min(Lo, (b + 1) << shift);
     if (cols == g.C) {
       std::memset(dst + o0 * g.C, 0, sizeof(V) * (o1 - o0) * g.C);
     } else {
@@ -58,10 +59,10 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
     }
     zeroed[b] = 1;
   };
-  IndexRange<I> range(g.Lo);
+  IndexRange<I> range(Lo);
   const int64_t rows = RowsPerBlock(cols, sizeof(I));
-  for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
-    const int64_t i1 = std::min(g.L, i0 + rows);
+  for (int64_t i0 = 0; i0 < L; i0 += rows) {
+    const int64_t i1 = std::min(L, i0 + rows);
     for (int64_t i = i0; i < i1; ++i) range.Admit(indices + g.in_offset(n, c0, i), cols);
     if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
     for (int64_t i = i0; i < i1; ++i) {
@@ -83,8 +84,8 @@ BadIndex ScatterImageSpan(const PlaneGeometry& g, const V* x, const I* indices, 
 ffi::Error MaxUnpool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer indices,
                      ffi::Result<ffi::AnyBuffer> out, bool channels_last, int64_t k) {
   return RunUnpoolOp(UnpoolOp::kForward, pool, x, indices, *out, channels_last, k,
-                     [](const PlaneGeometry& g, auto xs, auto is, auto os, int64_t n,
-                        int64_t c0, int64_t c1) {
+                     [](const Geometry& g, auto xs, auto is, auto os, int64_t n, int64_t c0,
+                        int64_t c1) {
                        return g.channels_last ? ScatterImageSpan(g, xs, is, os, n, c0, c1)
                                               : ScatterPlanes(g, xs, is, os, n, c0, c1);
                      });

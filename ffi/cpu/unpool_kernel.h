@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
+#include "common/geometry.h"
 #include "common/no_throw.h"
 #include "common/out_of_range.h"
-#include "common/plane_geometry.h"
 #include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "cpu/first_bad_index.h"
@@ -22,11 +22,11 @@ namespace jax_unpool {
 // Runs span(g, values, indices, out, n, c0, c1) -> BadIndex, with typed pointers, over
 // all planes; the first bad index in flat order becomes the call's error.
 template <typename Span>
-ffi::Error RunUnpoolKernel(const char* op, ffi::ThreadPool& pool, const PlaneGeometry& g,
+ffi::Error RunUnpoolKernel(const char* op, ffi::ThreadPool& pool, const Geometry& g,
                            const ffi::AnyBuffer& values, const ffi::AnyBuffer& indices,
                            ffi::AnyBuffer out, Span span) {
   if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
-  if (g.Lo == 0) {  // an empty output plane: the first index is already out of range
+  if (g.out_plane() == 0) {  // an empty output plane: the first index is already out of range
     return VisitIndexType(indices.element_type(), [&](auto index_tag) {
       using I = typename decltype(index_tag)::type;
       const I first = *static_cast<const I*>(indices.untyped_data());
@@ -44,7 +44,7 @@ ffi::Error RunUnpoolKernel(const char* op, ffi::ThreadPool& pool, const PlaneGeo
       const I* is = static_cast<const I*>(indices.untyped_data());
       V* os = static_cast<V*>(out.untyped_data());
       FirstBadIndex bad;
-      ffi::Error run = ForEachChunk(pool, g.units(), bytes, [&](int64_t u0, int64_t u1) {
+      ffi::Error run = ForEachChunk(pool, g.planes(), bytes, [&](int64_t u0, int64_t u1) {
         bad.Offer(ForEachImageSpan(g, u0, u1, [&](int64_t n, int64_t c0, int64_t c1) {
           return span(g, vs, is, os, n, c0, c1);
         }));

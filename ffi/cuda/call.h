@@ -4,7 +4,7 @@
 // A device has Forward / Gather / FindFirstBad / Pool(launch), which launch a plan
 // (unpool_plan.h, pool_plan.h) without waiting for it, Zero(device pointer, bytes),
 // CopyToHost(host, device, bytes), which waits for the copy, and Status(op): the first
-// failure of any of them as an ffi::Error. cuda_device.h is the GPU on XLA's stream; the
+// failure of any of them as an ffi::Error. gpu_stream.h is the GPU on XLA's stream; the
 // host emulation (tests/backends/cuda/emulation.cc) runs the plans with a looping launcher.
 #pragma once
 

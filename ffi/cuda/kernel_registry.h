@@ -1,4 +1,4 @@
-// Every kernel the device launcher starts (device_launcher.cuh registers each instance when
+// Every kernel the grid launcher starts (grid_launcher.cuh registers each instance when
 // the module loads), so that the handlers can load them all before XLA captures a call in
 // a CUDA graph, and the launcher can size its grids from their occupancy.
 //

@@ -1,6 +1,6 @@
 // CUDA max pool with indices: x -> (values, indices); semantics in pool_call.h, the
 // kernel in pool_elements.h.
-#include "cuda/cuda_device.h"
+#include "cuda/gpu_stream.h"
 #include "cuda/handlers.h"
 #include "cuda/pool_call.h"
 
@@ -14,7 +14,7 @@ ffi::Error MaxPool(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBu
                    ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
                    bool ceil_mode) {
   return NoThrow("max_pool", [&] {
-    CudaDevice device(stream);
+    GpuStream device(stream);
     return MaxPoolCall(device, x, *values, *indices, channels_last, kernel_size, stride,
                        padding, dilation, ceil_mode);
   });

@@ -1,7 +1,7 @@
 // CUDA forward handlers: (x, indices) -> (out, workspace); semantics in unpool_call.h, the
 // kernels in unpool_elements.h. The default target never waits for the GPU and is safe to
 // capture in a CUDA graph; the checked one waits for its index check's answer.
-#include "cuda/cuda_device.h"
+#include "cuda/gpu_stream.h"
 #include "cuda/handlers.h"
 #include "cuda/unpool_call.h"
 
@@ -16,7 +16,7 @@ ffi::Error MaxUnpool(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer indic
                      ffi::Span<const int64_t> window_stride,
                      ffi::Span<const int64_t> window_padding) {
   return NoThrow("max_unpool", [&] {
-    CudaDevice device(stream);
+    GpuStream device(stream);
     return MaxUnpoolCall(device, kChecked, x, indices, *out, *workspace, channels_last, k,
                          window_extent, window_stride, window_padding);
   });

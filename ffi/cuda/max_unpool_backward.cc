@@ -1,6 +1,6 @@
 // CUDA backward handlers, a gather: (grad_output, indices) -> out, and the checked one
 // -> (out, workspace); semantics in unpool_call.h.
-#include "cuda/cuda_device.h"
+#include "cuda/gpu_stream.h"
 #include "cuda/handlers.h"
 #include "cuda/unpool_call.h"
 
@@ -12,7 +12,7 @@ ffi::Error MaxUnpoolBackward(cudaStream_t stream, ffi::AnyBuffer grad_output,
                              ffi::AnyBuffer indices, ffi::Result<ffi::AnyBuffer> out,
                              bool channels_last, int64_t k) {
   return NoThrow("max_unpool_backward", [&] {
-    CudaDevice device(stream);
+    GpuStream device(stream);
     return MaxUnpoolBackwardCall(device, grad_output, indices, *out, nullptr, channels_last, k);
   });
 }
@@ -22,7 +22,7 @@ ffi::Error MaxUnpoolBackwardChecked(cudaStream_t stream, ffi::AnyBuffer grad_out
                                     ffi::Result<ffi::AnyBuffer> workspace, bool channels_last,
                                     int64_t k) {
   return NoThrow("max_unpool_backward", [&] {
-    CudaDevice device(stream);
+    GpuStream device(stream);
     const ffi::AnyBuffer ws = *workspace;
     return MaxUnpoolBackwardCall(device, grad_output, indices, *out, &ws, channels_last, k);
   });

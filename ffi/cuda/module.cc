@@ -37,14 +37,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LoadCudaKernels, LoadKernels, ffi::Ffi::BindInstan
 NB_MODULE(_jax_unpool_cuda, m) {
   // Target key -> {"instantiate": capsule, "execute": capsule}.
   m.def("registrations", []() {
+    using jax_unpool::Entry;
+    namespace cuda = jax_unpool::cuda;
     const nb::dict execute = jax_unpool::HandlerCapsules({
-        {"max_unpool", jax_unpool::cuda::MaxUnpoolCuda},
-        {"max_unpool_checked", jax_unpool::cuda::MaxUnpoolCheckedCuda},
-        {"max_unpool_backward", jax_unpool::cuda::MaxUnpoolBackwardCuda},
-        {"max_unpool_backward_checked", jax_unpool::cuda::MaxUnpoolBackwardCheckedCuda},
-        {"max_pool", jax_unpool::cuda::MaxPoolCuda},
+        Entry<cuda::MaxUnpoolCuda>("max_unpool"),
+        Entry<cuda::MaxUnpoolCheckedCuda>("max_unpool_checked"),
+        Entry<cuda::MaxUnpoolBackwardCuda>("max_unpool_backward"),
+        Entry<cuda::MaxUnpoolBackwardCheckedCuda>("max_unpool_backward_checked"),
+        Entry<cuda::MaxPoolCuda>("max_pool"),
     });
-    const nb::capsule instantiate(reinterpret_cast<void*>(jax_unpool::cuda::LoadCudaKernels));
+    const nb::capsule instantiate =
+        jax_unpool::HandlerCapsule(Entry<cuda::LoadCudaKernels>("instantiate").second);
     nb::dict stages;
     for (const auto& [name, handler] : execute) {
       nb::dict bundle;

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "common/pool_geometry.h"
+#include "common/pool_checks.h"
 #include "common/pool_values.h"
 #include "cuda/call.h"
 #include "cuda/pool_plan.h"
@@ -69,19 +69,15 @@ ffi::Error MaxPoolCall(Device& device, const ffi::AnyBuffer& x, const ffi::AnyBu
                        ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
                        ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
                        bool ceil_mode) {
-  ffi::ErrorOr<PoolGeometry> checked = CheckPoolCall(x, values, indices, channels_last,
-                                                     kernel_size, stride, padding, dilation,
-                                                     ceil_mode);
+  ffi::ErrorOr<Geometry> checked = CheckPoolCall(x, values, indices, channels_last, kernel_size,
+                                                 stride, padding, dilation, ceil_mode);
   if (checked.has_error()) return checked.error();
-  const PoolGeometry& g = *checked;
+  const Geometry& g = *checked;
   if (values.element_count() == 0) return ffi::Error::Success();
   PoolLaunch a;
+  static_cast<Geometry&>(a) = g;  // as checked
   SetOrder(x.element_type(), a);
   a.index64 = indices.element_type() == ffi::DataType::S64;
-  a.channels_last = g.channels_last;
-  a.N = g.N;
-  a.C = g.C;
-  static_cast<PoolAxes&>(a) = g;  // the sizes and window, as checked
   a.x = x.untyped_data();
   a.values = values.untyped_data();
   a.indices = indices.untyped_data();

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/pool_axes.h"
-#include "cuda/device.h"
+#include "common/geometry.h"
+#include "cuda/intrinsics.h"
 
 namespace jax_unpool {
 namespace cuda {
@@ -122,9 +122,9 @@ JU_HD bool Replaces(Key v, Key best) {
 template <typename Index>
 using Coord = std::conditional_t<sizeof(Index) == 4, int32_t, int64_t>;
 
-// The kernel's view of the pool: the sizes, window and taps (BasicPoolAxes) and flat steps.
+// The kernel's view of the pool: the sizes, window and taps (Axes) and flat steps.
 template <typename Index>
-struct PoolWindows : BasicPoolAxes<Coord<Index>> {
+struct PoolWindows : Axes<Coord<Index>> {
   Index inner = 1;  // C channels last, 1 channels first
   Index in_plane = 1;
   // Flat distance between neighbouring taps along each axis (0 for a window of 1).
@@ -222,7 +222,7 @@ struct PoolWindow {
 template <typename Order, typename I, int kKH, int kKW>
 struct PlanePoolWindow {
   using Raw = typename Order::Raw;
-  BasicPoolAxes<int32_t> w;  // the H and W axes are used (D: one plane, a window of 1)
+  Axes<int32_t> w;  // the H and W axes are used (D: one plane, a window of 1)
   Divider<uint32_t> out_h_div, out_w_div;
   uint32_t in_plane = 1;
   Order order;

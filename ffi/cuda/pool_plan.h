@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/pool_axes.h"
+#include "common/geometry.h"
 #include "cuda/pool_elements.h"
 #include "cuda/unpool_plan.h"
 
@@ -25,21 +25,16 @@ enum class OrderKind : uint8_t {
   kFloat8
 };
 
-// What a pool launches with: the call checked (common/pool_geometry.h's CheckPoolCall), the
-// results non-empty; its sizes and window per axis (D, H, W) are the PoolAxes base.
-struct PoolLaunch : PoolAxes {
+// What a pool launches with: the call checked (common/pool_checks.h's CheckPoolCall), its
+// Geometry base, the results non-empty.
+struct PoolLaunch : Geometry {
   OrderKind kind = OrderKind::kFloat32;
   uint64_t sign = 0;
   Float8Order float8{};
   bool index64 = false;
-  bool channels_last = false;
-  int64_t N = 1, C = 1;
   const void* x = nullptr;
   void* values = nullptr;
   void* indices = nullptr;
-
-  int64_t in_count() const { return N * C * in[0] * in[1] * in[2]; }
-  int64_t out_count() const { return N * C * out[0] * out[1] * out[2]; }
 };
 
 template <typename F>
@@ -59,8 +54,8 @@ void VisitOrder(const PoolLaunch& a, F&& f) {
 
 // The sizes and window in the arithmetic's type T (the caller has checked they fit).
 template <typename T>
-BasicPoolAxes<T> AxesAs(const PoolAxes& a) {
-  BasicPoolAxes<T> b;
+Axes<T> AxesAs(const Axes<int64_t>& a) {
+  Axes<T> b;
   for (int d = 0; d < 3; ++d) {
     b.in[d] = static_cast<T>(a.in[d]);
     b.out[d] = static_cast<T>(a.out[d]);
@@ -77,7 +72,7 @@ BasicPoolAxes<T> AxesAs(const PoolAxes& a) {
 // the flat position of PyTorch's initial argmax (at most max(in - 1, dilation - 1, the
 // last window's start) per axis). Else the call takes 64-bit offsets and arithmetic, as
 // a window of 2^31 - 1 taps does.
-inline bool WindowFits32(const PoolAxes& a) {
+inline bool WindowFits32(const Axes<int64_t>& a) {
   constexpr int64_t kLimit = int64_t{1} << 31;
   int64_t flat = 0;
   for (int d = 0; d < 3; ++d) {  // every term below 2^62: no int64 overflow
@@ -102,9 +97,9 @@ template <typename Index>
 PoolWindows<Index> MakePoolWindows(const PoolLaunch& a) {
   PoolWindows<Index> w;
   w.inner = static_cast<Index>(a.channels_last ? a.C : 1);
-  w.in_plane = static_cast<Index>(a.in[0] * a.in[1] * a.in[2]);
+  w.in_plane = static_cast<Index>(a.in_plane());
   w.inner_div = Divider<Index>(w.inner);
-  static_cast<BasicPoolAxes<Coord<Index>>&>(w) = AxesAs<Coord<Index>>(a);
+  static_cast<Axes<Coord<Index>>&>(w) = AxesAs<Coord<Index>>(a);
   for (int d = 0; d < 3; ++d) w.out_div[d] = Divider<Index>(static_cast<Index>(a.out[d]));
   // Only used for windows inside the input, where (kernel - 1) * dilation < in.
   const int64_t plane_strides[3] = {a.in[1] * a.in[2], a.in[2], 1};

@@ -8,8 +8,8 @@
 // - backward: out[n, c, i] = grad_output[n, c, indices[n, c, i]].
 // An index outside its plane is, by default, dropped by the forward and reads 0 in the
 // backward (as XLA's scatter and gather on GPU, what ju.reference does there), with no
-// host round trip. The *checked* targets (chosen at lowering time by
-// JAX_UNPOOL_CUDA_CHECK_INDICES=1) first look for the first bad index in flat order, copy
+// host round trip. The *checked* targets (the unpool primitives' check_indices=True)
+// first look for the first bad index in flat order, copy
 // the answer to the host and wait for it, and fail the call with the CPU kernels'
 // OUT_OF_RANGE message naming it (no result is written).
 #pragma once
@@ -20,7 +20,6 @@
 
 #include "common/buffer_checks.h"
 #include "common/out_of_range.h"
-#include "common/plane_geometry.h"
 #include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "cuda/call.h"
@@ -30,25 +29,8 @@
 namespace jax_unpool {
 namespace cuda {
 
-// The geometry the kernels take (unpool_plan.h), from the one every platform's checks
-// read (common/plane_geometry.h): (D, H, W) with leading axes of 1.
-inline UnpoolShape ShapeOf(const PlaneGeometry& p) {
-  UnpoolShape g;
-  g.k = p.k;
-  g.channels_last = p.channels_last;
-  g.N = p.N;
-  g.C = p.C;
-  g.L = p.L;
-  g.Lo = p.Lo;
-  for (int d = 0; d < p.k; ++d) {
-    g.in[3 - p.k + d] = p.in_sizes[d];
-    g.out[3 - p.k + d] = p.out_sizes[d];
-  }
-  return g;
-}
-
-// The forward's window hint: the attributes window_extent, window_stride and
-// window_padding, k entries each, or all empty. A hint never changes a result.
+// The forward's window: the attributes window_extent, window_stride and window_padding,
+// k entries each, or all empty (no window). A window never changes a result.
 inline ffi::ErrorOr<Window> ReadWindow(const char* op, int k, ffi::Span<const int64_t> extent,
                                        ffi::Span<const int64_t> stride,
                                        ffi::Span<const int64_t> padding) {
@@ -97,11 +79,11 @@ inline ffi::Error CheckWorkspace(const char* op, const ffi::AnyBuffer& workspace
 
 // Checked calls: the first index outside the plane, in flat order, fails the call.
 template <typename Device>
-ffi::Error CheckIndices(Device& device, const char* op, const PlaneGeometry& g,
+ffi::Error CheckIndices(Device& device, const char* op, const Geometry& g,
                         const ffi::AnyBuffer& indices, uint8_t* workspace) {
   FirstBadLaunch a;
-  a.Lo = g.Lo;
-  a.count = g.N * g.C * g.L;
+  a.Lo = g.out_plane();
+  a.count = g.in_count();
   a.index64 = indices.element_type() == ffi::DataType::S64;
   a.indices = indices.untyped_data();
   a.first = reinterpret_cast<uint64_t*>(workspace + 8);
@@ -121,7 +103,7 @@ ffi::Error CheckIndices(Device& device, const char* op, const PlaneGeometry& g,
 }
 
 // max_unpool{k}d: (x, indices) -> (out, workspace); attributes channels_last,
-// spatial_rank and the window hint.
+// spatial_rank and the window.
 template <typename Device>
 ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
                          const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
@@ -132,15 +114,15 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
   if (ffi::Error e = CheckSpatialRank(UnpoolOp::kForward, k); !e.success()) return e;
   const char* op = UnpoolOpName(UnpoolOp::kForward, k);
   const int rank = static_cast<int>(k);
-  ffi::ErrorOr<PlaneGeometry> plane =
+  ffi::ErrorOr<Geometry> call =
       CheckUnpoolCall(op, UnpoolOp::kForward, x, indices, out, channels_last, rank);
-  if (plane.has_error()) return plane.error();
+  if (call.has_error()) return call.error();
+  const Geometry& g = *call;
   const int64_t width = MovableByteWidth(x.element_type());
-  ffi::ErrorOr<Window> hint = ReadWindow(op, rank, window_extent, window_stride, window_padding);
-  if (hint.has_error()) return hint.error();
-  const UnpoolShape g = ShapeOf(*plane);
+  ffi::ErrorOr<Window> window = ReadWindow(op, rank, window_extent, window_stride, window_padding);
+  if (window.has_error()) return window.error();
   if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
-  const int64_t position_bytes = PositionBytes(width, g.L, g.Lo);
+  const int64_t position_bytes = PositionBytes(width, g.in_plane(), g.out_plane());
   if (ffi::Error e = CheckWorkspace(op, workspace, kHeaderBytes + position_bytes * g.out_count());
       !e.success())
     return e;
@@ -149,7 +131,7 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
     return ffi::Error::InvalidArgument(std::string(op) + ": result is not 4-byte aligned");
   uint8_t* ws = static_cast<uint8_t*>(workspace.untyped_data());
   if (checked && g.in_count() > 0) {
-    if (ffi::Error e = CheckIndices(device, op, *plane, indices, ws); !e.success()) return e;
+    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
   }
   if (out.element_count() == 0) return ffi::Error::Success();  // every index dropped
   if (g.in_count() == 0) {
@@ -158,7 +140,7 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
   }
   ForwardLaunch a;
   a.shape = g;
-  a.window = hint->given ? *hint : InferWindow(g);
+  a.window = *window;
   a.width = width;
   a.position_bytes = position_bytes;
   a.index64 = indices.element_type() == ffi::DataType::S64;
@@ -180,17 +162,17 @@ ffi::Error MaxUnpoolBackwardCall(Device& device, const ffi::AnyBuffer& grad,
   if (ffi::Error e = CheckSpatialRank(UnpoolOp::kBackward, k); !e.success()) return e;
   const char* op = UnpoolOpName(UnpoolOp::kBackward, k);
   const int rank = static_cast<int>(k);
-  ffi::ErrorOr<PlaneGeometry> plane =
+  ffi::ErrorOr<Geometry> call =
       CheckUnpoolCall(op, UnpoolOp::kBackward, grad, indices, out, channels_last, rank);
-  if (plane.has_error()) return plane.error();
+  if (call.has_error()) return call.error();
+  const Geometry& g = *call;
   const int64_t width = MovableByteWidth(grad.element_type());
-  const UnpoolShape g = ShapeOf(*plane);
   if (out.element_count() == 0) return ffi::Error::Success();
   if (checked_workspace != nullptr) {
     if (ffi::Error e = CheckWorkspace(op, *checked_workspace, kHeaderBytes); !e.success())
       return e;
     uint8_t* ws = static_cast<uint8_t*>(checked_workspace->untyped_data());
-    if (ffi::Error e = CheckIndices(device, op, *plane, indices, ws); !e.success()) return e;
+    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
   }
   GatherLaunch a;
   a.shape = g;

@@ -1,6 +1,6 @@
 // The unpool kernels' per-element code: each functor's operator()(t) is what one GPU
 // thread does for element t of its launch (unpool_plan.h launches them, and
-// device_launcher.cuh runs each as a grid-stride kernel). The host emulation runs the same
+// grid_launcher.cuh runs each as a grid-stride kernel). The host emulation runs the same
 // functors in a shuffled order (tests/backends/cuda), so the results checked there are these
 // functions' results.
 //
@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "cuda/device.h"
+#include "cuda/intrinsics.h"
 
 namespace jax_unpool {
 namespace cuda {

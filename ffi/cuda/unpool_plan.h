@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/geometry.h"
 #include "cuda/unpool_elements.h"
 
 namespace jax_unpool {
@@ -73,42 +74,18 @@ inline int64_t PositionBytes(int64_t width, int64_t L, int64_t Lo) {
   return L <= int64_t{0xffffffff} ? 4 : 8;
 }
 
-// A call's geometry: N images of C planes, L positions per plane on the input side and
-// Lo on the output side, spatial sizes as (D, H, W) with leading 1s.
-struct UnpoolShape {
-  int k = 2;
-  bool channels_last = false;
-  int64_t N = 1, C = 1, L = 1, Lo = 1;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
-
-  int64_t outer() const { return channels_last ? N : N * C; }
-  int64_t inner() const { return channels_last ? C : 1; }
-  int64_t in_count() const { return N * C * L; }
-  int64_t out_count() const { return N * C * Lo; }
-};
-
-// A forward's window hint on (D, H, W) -- leading axes of 1 --, or none (`given` false).
+// A forward's window (jax_unpool._geometry.Window, which the lowering computes for every
+// call) on (D, H, W) -- leading axes of 1 --, or none (`given` false): input position q's
+// index is expected in the box [q * stride - padding, q * stride - padding + extent).
 struct Window {
   bool given = false;
   int64_t extent[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, padding[3] = {0, 0, 0};
 };
 
-// Without a hint, the natural one where every output size is a multiple of its input
-// size: boxes of output / input positions, no padding (an unpool of a pool whose window
-// equals its stride).
-inline Window InferWindow(const UnpoolShape& g) {
-  Window w;
-  for (int a = 0; a < 3; ++a)
-    if (g.in[a] < 1 || g.out[a] % g.in[a] != 0) return w;
-  for (int a = 0; a < 3; ++a) w.extent[a] = w.stride[a] = g.out[a] / g.in[a];
-  w.given = true;
-  return w;
-}
-
 // Whether the boxes tile the output (TiledScatter): extent == stride, no padding, every
 // output size the input size times the stride, and boxes of at most 64 positions (one
 // thread writes each).
-inline bool Tiles(const UnpoolShape& g, const Window& w) {
+inline bool Tiles(const Geometry& g, const Window& w) {
   if (!w.given) return false;
   int64_t box = 1;
   for (int a = 0; a < 3; ++a) {
@@ -122,7 +99,7 @@ inline bool Tiles(const UnpoolShape& g, const Window& w) {
 // Whether the windowed pass can run: on every axis each input position's box, clipped to
 // the output, is non-empty (so that a thread owns its check), sizes are small enough for
 // 32-bit window arithmetic, and an output element has at most 64 candidate boxes.
-inline bool WindowedPassApplies(const UnpoolShape& g, const Window& w) {
+inline bool WindowedPassApplies(const Geometry& g, const Window& w) {
   if (!w.given) return false;
   constexpr int64_t kSmall = int64_t{1} << 30;
   int64_t candidates = 1;
@@ -138,19 +115,19 @@ inline bool WindowedPassApplies(const UnpoolShape& g, const Window& w) {
 }
 
 template <typename Index>
-Planes<Index> MakePlanes(const UnpoolShape& g) {
+Planes<Index> MakePlanes(const Geometry& g) {
   Planes<Index> p;
   p.inner = static_cast<Index>(g.inner());
-  p.L = static_cast<Index>(g.L);
-  p.Lo = static_cast<Index>(g.Lo);
+  p.L = static_cast<Index>(g.in_plane());
+  p.Lo = static_cast<Index>(g.out_plane());
   p.inner_div = Divider<Index>(p.inner > 0 ? p.inner : 1);
-  p.L_div = Divider<Index>(g.L > 0 ? p.L : 1);
-  p.Lo_div = Divider<Index>(g.Lo > 0 ? p.Lo : 1);
+  p.L_div = Divider<Index>(p.L > 0 ? p.L : 1);
+  p.Lo_div = Divider<Index>(p.Lo > 0 ? p.Lo : 1);
   return p;
 }
 
 template <typename Index>
-Boxes<Index> MakeBoxes(const UnpoolShape& g, const Window& w) {
+Boxes<Index> MakeBoxes(const Geometry& g, const Window& w) {
   Boxes<Index> b;
   for (int a = 0; a < 3; ++a) {
     b.in[a] = static_cast<Index>(g.in[a]);
@@ -170,9 +147,8 @@ Boxes<Index> MakeBoxes(const UnpoolShape& g, const Window& w) {
 // resolved into values. After a windowed pass, `guard` (its flag) skips it unless some
 // index lay outside its box.
 template <typename V, typename I, typename P, typename Index, typename Launcher>
-void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const UnpoolShape& g,
-                       const V* x, const I* indices, V* out, P* positions,
-                       const uint32_t* guard) {
+void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const Geometry& g, const V* x,
+                       const I* indices, V* out, P* positions, const uint32_t* guard) {
   const Index in_count = static_cast<Index>(g.in_count());
   const Index out_count = static_cast<Index>(g.out_count());
   launch.Run(out_count, FillPositions<P, Index>{positions}, guard);
@@ -182,8 +158,8 @@ void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const Unpo
 
 // What a forward launches with: buffers checked and non-empty on both sides.
 struct ForwardLaunch {
-  UnpoolShape shape;
-  Window window;  // the hint, or the inferred one, or none
+  Geometry shape;
+  Window window;  // the lowering's, or none
   int64_t width = 4, position_bytes = 0;
   bool index64 = false;
   const void* x = nullptr;
@@ -193,11 +169,11 @@ struct ForwardLaunch {
 };
 
 template <typename V, typename I, int kS>
-PlaneTiledScatter<V, I, kS> MakePlaneTiled(const UnpoolShape& g, const ForwardLaunch& a,
+PlaneTiledScatter<V, I, kS> MakePlaneTiled(const Geometry& g, const ForwardLaunch& a,
                                            uint32_t* flag) {
   PlaneTiledScatter<V, I, kS> f{};
-  f.L = static_cast<uint32_t>(g.L);
-  f.Lo = static_cast<uint32_t>(g.Lo);
+  f.L = static_cast<uint32_t>(g.in_plane());
+  f.Lo = static_cast<uint32_t>(g.out_plane());
   f.out_w = static_cast<uint32_t>(g.out[2]);
   f.L_div = Divider<uint32_t>(f.L);
   f.in_w_div = Divider<uint32_t>(static_cast<uint32_t>(g.in[2]));
@@ -210,7 +186,7 @@ PlaneTiledScatter<V, I, kS> MakePlaneTiled(const UnpoolShape& g, const ForwardLa
 
 template <typename V, typename I, typename Index, typename Launcher>
 void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
-  const UnpoolShape& g = a.shape;
+  const Geometry& g = a.shape;
   const Planes<Index> planes = MakePlanes<Index>(g);
   const V* x = static_cast<const V*>(a.x);
   const I* indices = static_cast<const I*>(a.indices);
@@ -267,7 +243,7 @@ void RunForward(Launcher& launch, const ForwardLaunch& a) {
 
 // What a backward launches with: buffers checked, the result non-empty.
 struct GatherLaunch {
-  UnpoolShape shape;
+  Geometry shape;
   int64_t width = 4;
   bool index64 = false;
   const void* grad = nullptr;
@@ -277,7 +253,7 @@ struct GatherLaunch {
 
 template <typename Launcher>
 void RunGather(Launcher& launch, const GatherLaunch& a) {
-  const UnpoolShape& g = a.shape;
+  const Geometry& g = a.shape;
   VisitWidth(a.width, [&](auto value) {
     using V = typename decltype(value)::type;
     VisitIndex(a.index64, [&](auto index) {

@@ -1,6 +1,7 @@
 #include "npu/aclnn_call.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -161,29 +162,6 @@ ffi::Error StatusError(const CannLibrary& cann, const char* op, const char* func
                         cann.RecentErrorMessage());
 }
 
-// Owns an executor until it is handed to the launch (which consumes it).
-class ExecutorOwner {
- public:
-  ExecutorOwner(const CannLibrary& cann, aclOpExecutor* executor)
-      : cann_(cann), executor_(executor) {}
-  ~ExecutorOwner() {
-    if (executor_ != nullptr && cann_.destroy_executor != nullptr) {
-      cann_.destroy_executor(executor_);
-    }
-  }
-  ExecutorOwner(const ExecutorOwner&) = delete;
-  ExecutorOwner& operator=(const ExecutorOwner&) = delete;
-  aclOpExecutor* release() {
-    aclOpExecutor* e = executor_;
-    executor_ = nullptr;
-    return e;
-  }
-
- private:
-  const CannLibrary& cann_;
-  aclOpExecutor* executor_;
-};
-
 // aclrtMalloc'ed memory, freed by the destructor. The owner synchronises the stream
 // first whenever a launch may still be using it.
 class RtMemory {
@@ -211,6 +189,12 @@ ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* fun
                         aclError error) {
   return ffi::Error::Internal(std::string(op) + ": " + function + " failed with error " +
                               std::to_string(error) + ": " + cann.RecentErrorMessage());
+}
+
+const char* SlotAllocation(int slot) {
+  return slot == DeviceMemory::kWorkspace ? "aclrtMalloc of the workspace"
+         : slot == DeviceMemory::kIndices ? "aclrtMalloc of the safe indices"
+                                          : "aclrtMalloc of the check's result";
 }
 
 // Device memory for device-mode calls that get no XLA scratch memory: one block per
@@ -263,9 +247,7 @@ class WorkspaceCache {
         }
         block->data = nullptr;
         if (size == bytes) {
-          lease.failed = slot == DeviceMemory::kWorkspace ? "aclrtMalloc of the workspace"
-                         : slot == DeviceMemory::kIndices ? "aclrtMalloc of the safe indices"
-                                                          : "aclrtMalloc of the check's result";
+          lease.failed = SlotAllocation(slot);
           return lease;
         }
       }
@@ -289,20 +271,71 @@ WorkspaceCache& Workspaces() {
   return *cache;
 }
 
-// `error`, noting that the unrun executor leaked where CANN cannot destroy one.
+// `error` of a call whose executor does not run, after releasing the executor; where that
+// fails, the error says what leaked and why.
 ffi::Error NotRun(const CannLibrary& cann, const char* get_workspace_size_name,
-                  ffi::Error error) {
-  if (cann.destroy_executor != nullptr) return error;
-  return ffi::Error(*error.errc(),
-                    error.message() + "; this CANN has no aclDestroyAclOpExecutor, so the "
-                                      "executor " + get_workspace_size_name +
-                        " made could not be released (a host-side leak)");
+                  aclOpExecutor* executor, ffi::Error error) {
+  const std::string leak = ReleaseUnrunExecutor(cann, executor);
+  if (leak.empty()) return error;
+  return ffi::Error(*error.errc(), error.message() + "; the executor " + get_workspace_size_name +
+                                       " made could not be released (a host-side leak): " + leak);
 }
+
+std::atomic<bool> device_ordinal_check{true};
 
 }  // namespace
 
+std::string ReleaseUnrunExecutor(const CannLibrary& cann, aclOpExecutor* executor) {
+  if (executor == nullptr) return "";
+  if (cann.destroy_executor == nullptr) return "this CANN has no aclDestroyAclOpExecutor";
+  if (cann.set_executor_repeatable == nullptr) {
+    return "this CANN has no aclSetAclOpExecutorRepeatable, without which "
+           "aclDestroyAclOpExecutor may destroy none";
+  }
+  for (const auto& [name, step] :
+       {std::pair{"aclSetAclOpExecutorRepeatable", cann.set_executor_repeatable},
+        std::pair{"aclDestroyAclOpExecutor", cann.destroy_executor}}) {
+    if (const aclnnStatus status = step(executor); status != ACLNN_SUCCESS) {
+      return std::string(name) + " failed with status " + std::to_string(status) + " " +
+             StatusName(status) + ": " + cann.RecentErrorMessage();
+    }
+  }
+  return "";
+}
+
+std::optional<bool> Takes(const CannLibrary& cann,
+                          const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& ask) {
+  if (cann.set_executor_repeatable == nullptr || cann.destroy_executor == nullptr) {
+    return std::nullopt;
+  }
+  uint64_t workspace_size = 0;
+  aclOpExecutor* executor = nullptr;
+  const aclnnStatus status = ask(&workspace_size, &executor);
+  if (status != ACLNN_SUCCESS) cann.RecentErrorMessage();  // read: clears the refusal
+  if (!ReleaseUnrunExecutor(cann, executor).empty()) return std::nullopt;
+  return status == ACLNN_SUCCESS;
+}
+
+void SetDeviceOrdinalCheck(bool on) { device_ordinal_check.store(on); }
+bool DeviceOrdinalCheck() { return device_ordinal_check.load(); }
+
+DeviceMemory::~DeviceMemory() {
+  if (owner_ == nullptr) return;
+  owner_->synchronize_stream(stream_);  // a kernel may still read it; a failure adds nothing
+  owner_->rt_free(data_);
+}
+
 ffi::Error DeviceMemory::Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
                                   uint64_t bytes, Slot slot) {
+  if (!launch.device) {
+    if (const aclError e = cann.rt_malloc(&data_, bytes, ACL_MEM_MALLOC_HUGE_FIRST); e != 0) {
+      data_ = nullptr;
+      return RuntimeError(cann, op, SlotAllocation(slot), e);
+    }
+    owner_ = &cann;
+    stream_ = launch.stream;
+    return ffi::Error::Success();
+  }
   if (launch.scratch) data_ = launch.scratch(bytes);
   if (data_ != nullptr) return ffi::Error::Success();
   WorkspaceCache::Lease lease = Workspaces().Acquire(cann, launch.stream, bytes, slot);
@@ -316,8 +349,10 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
                        const char* get_workspace_size_name, aclnnStatus status,
                        uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
                        AclnnRunFn run) {
-  ExecutorOwner owner(cann, executor);
-  if (status != ACLNN_SUCCESS) return StatusError(cann, op, get_workspace_size_name, status);
+  if (status != ACLNN_SUCCESS) {
+    return NotRun(cann, get_workspace_size_name, executor,
+                  StatusError(cann, op, get_workspace_size_name, status));
+  }
   // Declared before the launch: freed after the final sync (host mode), held over the
   // launch (device mode).
   RtMemory rt_memory(cann);
@@ -328,18 +363,18 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
       if (ffi::Error e = device_memory.Allocate(cann, launch, op, workspace_size,
                                                 DeviceMemory::kWorkspace);
           !e.success()) {
-        return NotRun(cann, get_workspace_size_name, std::move(e));
+        return NotRun(cann, get_workspace_size_name, executor, std::move(e));
       }
       workspace = device_memory.data();
     } else {
       if (const aclError e = rt_memory.Allocate(workspace_size); e != 0) {
-        return NotRun(cann, get_workspace_size_name,
+        return NotRun(cann, get_workspace_size_name, executor,
                       RuntimeError(cann, op, "aclrtMalloc of the workspace", e));
       }
       workspace = rt_memory.data();
     }
   }
-  status = run(workspace, workspace_size, owner.release(), launch.stream);
+  status = run(workspace, workspace_size, executor, launch.stream);  // consumes it
   if (status != ACLNN_SUCCESS) {
     // A failed launch may still have queued kernels that use the workspace; the sync's
     // own failure adds nothing to the launch's error.
@@ -402,7 +437,8 @@ ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op, const Launch& launc
             "). The PJRT plugin must set the device's context on the threads that run "
             "custom calls; CANN said: " + cann->RecentErrorMessage()));
   }
-  if (launch.device && launch.device_ordinal && cann->get_device != nullptr) {
+  if (launch.device && launch.device_ordinal && cann->get_device != nullptr &&
+      DeviceOrdinalCheck()) {
     int32_t device = -1;
     const aclError g = cann->get_device(&device);
     if (g != 0 || device != *launch.device_ordinal) {
@@ -416,7 +452,8 @@ ffi::ErrorOr<const CannLibrary*> RequireCann(const char* op, const Launch& launc
                       : "device " + std::to_string(device) + "'s") +
               ": the launch and its workspace would be on different devices. The PJRT "
               "plugin must set the context of the call's device on the threads that run "
-              "custom calls."));
+              "custom calls; one that numbers its devices otherwise than ACL does needs "
+              "jax_unpool.npu.register(..., check_device_ordinal=False)."));
     }
   }
   return cann;

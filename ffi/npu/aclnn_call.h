@@ -128,14 +128,20 @@ struct Launch {
   std::optional<int32_t> device_ordinal;
 };
 
-// Device memory of a device-mode call that must stay valid until the call's kernels have
-// run (a workspace, the safe indices, the check's result): XLA's scratch memory, else the
+// Memory of a call that must stay valid until the call's kernels have run (a workspace,
+// the safe indices, the check's result). Device mode: XLA's scratch memory, else the
 // block kept for the call's device, stream and slot, grown as needed and held (no other
 // thread may grow it) until this object goes away -- after the call's last launch. Kernels
 // of one stream run in order, so successive calls share a slot's block with no sync.
+// Host-emulation mode: aclrtMalloc'ed for the call, freed when this object goes away,
+// after the stream has drained.
 class DeviceMemory {
  public:
   enum Slot { kWorkspace, kIndices, kCheck };
+  DeviceMemory() = default;
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
   // `bytes` > 0. An error names `op` and the function that failed.
   ffi::Error Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
                       uint64_t bytes, Slot slot);
@@ -144,21 +150,43 @@ class DeviceMemory {
  private:
   void* data_ = nullptr;
   std::unique_lock<std::mutex> hold_;
+  const CannLibrary* owner_ = nullptr;  // host mode: freed by the destructor
+  aclrtStream stream_ = nullptr;
 };
+
+// Whether the loaded CANN takes a call, as GetWorkspaceSize (`ask`) answers it; nothing
+// runs, the executor it makes is released (ReleaseUnrunExecutor) and a refusal's message
+// read. nullopt when no executor can be released (a CANN without the two functions) or a
+// release failed: ask no more, each answer would leak one.
+std::optional<bool> Takes(const CannLibrary& cann,
+                          const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& ask);
+
+// Releases an executor that will not run, as CANN's docs allow (aclDestroyAclOpExecutor
+// destroys only executors made repeatable): aclSetAclOpExecutorRepeatable, then
+// aclDestroyAclOpExecutor, each status checked, no destroy after a failed first step.
+// "" when released (or null); otherwise why it leaked, for the call's error.
+std::string ReleaseUnrunExecutor(const CannLibrary& cann, aclOpExecutor* executor);
 
 // The second phase: given GetWorkspaceSize's status, workspace size and executor,
 // provides a workspace of that size (see Launch) and runs the executor. An executor that
-// is not run is destroyed with aclDestroyAclOpExecutor; a CANN without it has no way to
-// release one, and the error says that it leaked. Errors name `op`, the failing function,
-// the status code and its name, and aclGetRecentErrMsg().
+// is not run is released (ReleaseUnrunExecutor); where that fails, the error says what
+// leaked. Errors name `op`, the failing function, the status code and its name, and
+// aclGetRecentErrMsg().
 ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char* op,
                        const char* get_workspace_size_name, aclnnStatus status,
                        uint64_t workspace_size, aclOpExecutor* executor, const char* run_name,
                        AclnnRunFn run);
 
+// Whether RequireCann compares the context's device with XLA's device ordinal: on unless
+// jax_unpool.npu.register(check_device_ordinal=False) turned it off, for a PJRT plugin
+// whose device ordinals are not ACL's device numbers. Process-wide.
+void SetDeviceOrdinalCheck(bool on);
+bool DeviceOrdinalCheck();
+
 // The loaded CANN, or FAILED_PRECONDITION when it is not loaded, the calling thread has
-// no ACL context (aclrtGetCurrentContext), or -- device mode, where both are known -- the
-// context's device (aclrtGetDevice) is not XLA's device ordinal of the call. CANN has no
+// no ACL context (aclrtGetCurrentContext), or -- device mode, where both are known, and
+// unless DeviceOrdinalCheck() is off -- the context's device (aclrtGetDevice) is not
+// XLA's device ordinal of the call. CANN has no
 // query of a stream's device, so the context is what can be checked: a launch on XLA's
 // stream and a workspace allocated on another device's context would not meet. The one
 // public Ascend port of XLA (dayanhn/xla, ascend_context.cc) passes its device ordinal to

@@ -84,6 +84,10 @@ using CreateTensorFn = aclTensor* (*)(const int64_t* view_dims, uint64_t view_di
 using DestroyTensorFn = aclnnStatus (*)(const aclTensor* tensor);
 using CreateIntArrayFn = aclIntArray* (*)(const int64_t* value, uint64_t size);
 using DestroyIntArrayFn = aclnnStatus (*)(const aclIntArray* array);
+// An executor that will not run is released by these two, in this order: CANN's docs of
+// aclDestroyAclOpExecutor (CANN 8.0 to 9.0, "Common APIs") allow it only for an executor
+// made repeatable.
+using SetExecutorRepeatableFn = aclnnStatus (*)(aclOpExecutor* executor);
 using DestroyExecutorFn = aclnnStatus (*)(aclOpExecutor* executor);
 // A host-side scalar: CANN copies the value of `data_type` at `value` (acl_meta.h).
 using CreateScalarFn = aclScalar* (*)(void* value, aclDataType data_type);

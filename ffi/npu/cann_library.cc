@@ -187,6 +187,7 @@ std::optional<CannLibrary> Open(const std::string& dir, const Provider& provider
   need(nnop, "aclDestroyTensor", &lib.destroy_tensor);
   need(nnop, "aclCreateIntArray", &lib.create_int_array);
   need(nnop, "aclDestroyIntArray", &lib.destroy_int_array);
+  Resolve(nnop, "aclSetAclOpExecutorRepeatable", &lib.set_executor_repeatable);
   Resolve(nnop, "aclDestroyAclOpExecutor", &lib.destroy_executor);
   if (!Resolve(nnop, "aclCreateScalar", &lib.create_scalar) ||
       !Resolve(nnop, "aclDestroyScalar", &lib.destroy_scalar)) {

@@ -59,7 +59,9 @@ struct CannLibrary {
   DestroyTensorFn destroy_tensor = nullptr;
   CreateIntArrayFn create_int_array = nullptr;
   DestroyIntArrayFn destroy_int_array = nullptr;
-  DestroyExecutorFn destroy_executor = nullptr;  // optional: older CANN lacks it
+  // Optional: older CANN lacks them, and then an executor that does not run leaks.
+  SetExecutorRepeatableFn set_executor_repeatable = nullptr;
+  DestroyExecutorFn destroy_executor = nullptr;
   CreateScalarFn create_scalar = nullptr;        // optional, with destroy_scalar
   DestroyScalarFn destroy_scalar = nullptr;
   GetRecentErrMsgFn get_recent_err_msg = nullptr;

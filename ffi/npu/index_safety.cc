@@ -3,27 +3,30 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/out_of_range.h"
+#include "npu/handlers.h"
 
 namespace jax_unpool::npu {
 namespace {
 
 template <typename I>
-ffi::Error FirstOutOfRange(const char* op, const PlaneGeometry& g, const I* indices,
-                           int64_t count) {
+ffi::Error FirstOutOfRange(const char* op, const Geometry& g, const I* indices, int64_t count) {
+  const int64_t Lo = g.out_plane();
   for (int64_t flat = 0; flat < count; ++flat) {
     const int64_t v = static_cast<int64_t>(indices[flat]);
-    if (v < 0 || v >= g.Lo) return OutOfRangeError(op, g, BadIndexAt(g, flat, v));
+    if (v < 0 || v >= Lo) return OutOfRangeError(op, g, BadIndexAt(g, flat, v));
   }
   return ffi::Error::Success();
 }
 
 // int32 or int64 indices (`wide`) in host memory at `data`.
-ffi::Error FirstOutOfRange(const char* op, const PlaneGeometry& g, const void* data, bool wide,
+ffi::Error FirstOutOfRange(const char* op, const Geometry& g, const void* data, bool wide,
                            int64_t count) {
   if (wide) return FirstOutOfRange(op, g, static_cast<const int64_t*>(data), count);
   return FirstOutOfRange(op, g, static_cast<const int32_t*>(data), count);
@@ -64,23 +67,15 @@ ffi::Error RuntimeFailure(const CannLibrary& cann, const char* op, const char* f
 
 }  // namespace
 
-PlaneGeometry IndexPlanes(bool forward, const ffi::AnyBuffer& values,
-                          const ffi::AnyBuffer& indices, const ffi::AnyBuffer& out,
-                          bool channels_last, int k) {
-  return ReadGeometry(forward ? values.dimensions() : indices.dimensions(),
-                      forward ? out.dimensions() : values.dimensions(), channels_last, k);
-}
-
-ffi::Error CheckIndicesOnHost(const char* op, const PlaneGeometry& g,
-                              const ffi::AnyBuffer& indices) {
+ffi::Error CheckIndicesOnHost(const char* op, const Geometry& g, const ffi::AnyBuffer& indices) {
   return FirstOutOfRange(op, g, indices.untyped_data(),
                          indices.element_type() == ffi::DataType::S64,
                          static_cast<int64_t>(indices.element_count()));
 }
 
 ffi::Error ClampIndices(const CannLibrary& cann, const Launch& launch, const char* op,
-                        const PlaneGeometry& g, const ffi::AnyBuffer& indices,
-                        aclDataType index_type, DeviceMemory* safe) {
+                        const Geometry& g, const ffi::AnyBuffer& indices, aclDataType index_type,
+                        DeviceMemory* safe) {
   if (ffi::Error e = RequireSafetyFunctions(
           cann, op,
           {{"aclnnClampGetWorkspaceSize", cann.clamp_get_workspace_size != nullptr},
@@ -98,8 +93,8 @@ ffi::Error ClampIndices(const CannLibrary& cann, const Launch& launch, const cha
   }
   // The bounds in the indices' own type, so that no promotion or narrowing happens inside
   // aclnnClamp (the last position of a plane of more than 2^31 is INT32_MAX for int32).
-  const int64_t lo64 = 0, hi64 = static_cast<int64_t>(LastValidIndex<int64_t>(g.Lo));
-  const int32_t lo32 = 0, hi32 = static_cast<int32_t>(LastValidIndex<int32_t>(g.Lo));
+  const int64_t lo64 = 0, hi64 = static_cast<int64_t>(LastValidIndex<int64_t>(g.out_plane()));
+  const int32_t lo32 = 0, hi32 = static_cast<int32_t>(LastValidIndex<int32_t>(g.out_plane()));
   AclObjects objects(cann);
   const TensorView in = ContiguousView(indices, index_type);
   TensorView clamped = in;
@@ -117,8 +112,39 @@ ffi::Error ClampIndices(const CannLibrary& cann, const Launch& launch, const cha
                      executor, "aclnnClamp", cann.clamp);
 }
 
+std::vector<std::string> ClampIndexDtypes() {
+  const CannLibrary* cann = LoadedCann();
+  if (cann == nullptr || cann->clamp_get_workspace_size == nullptr || cann->clamp == nullptr ||
+      cann->create_scalar == nullptr) {
+    return {};
+  }
+  // Two elements each; GetWorkspaceSize reads no data, the memory is real all the same.
+  alignas(16) static unsigned char in_memory[16], out_memory[16];
+  std::vector<std::string> taken;
+  for (const auto& [name, type] :
+       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
+    const int64_t lo64 = 0, hi64 = 1;
+    const int32_t lo32 = 0, hi32 = 1;
+    const bool wide = type == ACL_INT64;
+    AclObjects objects(*cann);
+    aclTensor* self = objects.Tensor({{2}, {1}, {2}, 0, type, in_memory});
+    aclTensor* out = objects.Tensor({{2}, {1}, {2}, 0, type, out_memory});
+    aclScalar* lo = objects.Scalar(wide ? static_cast<const void*>(&lo64) : &lo32, type);
+    aclScalar* hi = objects.Scalar(wide ? static_cast<const void*>(&hi64) : &hi32, type);
+    if (!objects.error("aclnnClamp").success()) return {"int32", "int64"};
+    const std::optional<bool> takes =
+        Takes(*cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+          return cann->clamp_get_workspace_size(self, lo, hi, out, workspace_size, executor);
+        });
+    if (!takes) return {"int32", "int64"};
+    if (*takes) taken.push_back(name);
+  }
+  if (taken.empty()) return {"int32", "int64"};  // no answer (no context, say)
+  return taken;
+}
+
 ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, const char* op,
-                                const PlaneGeometry& g, const ffi::AnyBuffer& indices,
+                                const Geometry& g, const ffi::AnyBuffer& indices,
                                 aclDataType index_type) {
   if (ffi::Error e = RequireSafetyFunctions(
           cann, op,
@@ -127,7 +153,7 @@ ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, c
            {"aclnnMaxGetWorkspaceSize", cann.reduce_max_get_workspace_size != nullptr},
            {"aclnnMax", cann.reduce_max != nullptr},
            {"aclrtMemcpy", cann.rt_memcpy != nullptr}},
-          "checks its indices (JAX_UNPOOL_NPU_CHECK_INDICES=1)");
+          "checks its indices (check_indices=True)");
       !e.success()) {
     return e;
   }
@@ -177,7 +203,7 @@ ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, c
     low = v[0];
     high = v[1];
   }
-  if (low >= 0 && high < g.Lo) return ffi::Error::Success();
+  if (low >= 0 && high < g.out_plane()) return ffi::Error::Success();
   // Which index, and where: the CPU's message. Only on this error path are the indices
   // copied; the stream has drained, so they are final.
   const int64_t count = static_cast<int64_t>(indices.element_count());
@@ -190,7 +216,7 @@ ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, c
   if (ffi::Error e = FirstOutOfRange(op, g, copy.data(), wide, count); !e.success()) return e;
   return ffi::Error::Internal(std::string(op) + ": aclnnMin and aclnnMax gave indices " +
                               std::to_string(low) + " and " + std::to_string(high) +
-                              ", outside [0, " + std::to_string(g.Lo) +
+                              ", outside [0, " + std::to_string(g.out_plane()) +
                               "), but the indices copied to the host have none");
 }
 

@@ -4,18 +4,18 @@
 // ceilMode, out=values, indices). Indices are flat positions in each input plane
 // (h * W + w) or volume ((d * H + h) * W + w), as PyTorch's.
 //
-// The handler checks what keeps memory safe -- every buffer against the window
-// attributes, which must have k elements each -- and leaves CANN's own limits (padding at
-// most half the kernel, dilation 1 on Atlas A2/A3, INT32-only 3-D indices there) to CANN,
-// whose refusal reaches the caller with its message.
-#include <limits>
+// The handler checks the call as every platform's does (CheckPoolCall, the CPU's messages),
+// then what aclnn needs beyond that -- k elements per window attribute, float16, bfloat16
+// or float32 values -- and leaves CANN's own limits (dilation 1 on Atlas A2/A3, INT32-only
+// 3-D indices there) to CANN, whose refusal reaches the caller with its message; the NPU
+// lowering routes only calls CANN takes (backends/npu.py, _aclnn_pool_takes).
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/buffer_checks.h"
-#include "common/pool_geometry.h"
+#include "common/pool_checks.h"
 #include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
@@ -46,86 +46,6 @@ constexpr PoolOp kPool3d{"max_pool3d_with_indices",
                          &CannLibrary::max_pool3d_with_argmax_get_workspace_size,
                          &CannLibrary::max_pool3d_with_argmax};
 
-struct Window {
-  ffi::Span<const int64_t> kernel, stride, padding, dilation;
-  bool ceil_mode;
-};
-
-// "(2, 2)"
-std::string Tuple(ffi::Span<const int64_t> v) {
-  std::string s = "(";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + ")";
-}
-
-std::string WindowText(const Window& w) {
-  return "kernel_size " + Tuple(w.kernel) + ", stride " + Tuple(w.stride) + ", padding " +
-         Tuple(w.padding) + ", dilation " + Tuple(w.dilation) +
-         ", ceil_mode=" + (w.ceil_mode ? "true" : "false");
-}
-
-// k elements each; kernel, stride and dilation >= 1, padding >= 0.
-ffi::Error CheckWindow(const PoolOp& op, const Window& w) {
-  struct Attribute {
-    const char* name;
-    ffi::Span<const int64_t> values;
-    int64_t min;
-  };
-  for (const Attribute& a :
-       {Attribute{"kernel_size", w.kernel, 1}, Attribute{"stride", w.stride, 1},
-        Attribute{"padding", w.padding, 0}, Attribute{"dilation", w.dilation, 1}}) {
-    if (a.values.size() != static_cast<size_t>(op.k)) {
-      return buffer_checks::Invalid(op.name, std::string(a.name) + " must have " +
-                                                 std::to_string(op.k) + " elements, got " +
-                                                 Tuple(a.values));
-    }
-    for (int64_t v : a.values) {
-      if (v < a.min) {
-        return buffer_checks::Invalid(op.name, std::string(a.name) +
-                                                   " elements must be >= " + std::to_string(a.min) +
-                                                   ", got " + Tuple(a.values));
-      }
-    }
-  }
-  return ffi::Error::Success();
-}
-
-// x of rank k + 1 or k + 2 with non-empty spatial dims; values (x's dtype) and indices
-// (int32/int64) of x's shape with the spatial dims PyTorch's pooling of them gives.
-ffi::Error CheckBuffers(const PoolOp& op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& values,
-                        const ffi::AnyBuffer& indices, bool channels_last, const Window& w) {
-  const NamedBuffer xs{"x", x}, vs{"values", values}, is{"indices", indices};
-  if (ffi::Error e = buffer_checks::Common(op.name, xs, is, vs, op.k); !e.success()) return e;
-  const auto d = x.dimensions();
-  const size_t s = channels_last ? d.size() - 1 - op.k : d.size() - op.k;  // first spatial
-  std::vector<int64_t> expected(d.begin(), d.end());
-  for (int a = 0; a < op.k; ++a) {
-    if (d[s + a] <= 0) {
-      return buffer_checks::Invalid(op.name, "x must have non-empty spatial dims (" +
-                                                 buffer_checks::LayoutName(channels_last, op.k) +
-                                                 "), got shape " + ShapeString(d));
-    }
-    const __int128 out =
-        PooledSize(d[s + a], w.kernel[a], w.stride[a], w.padding[a], w.dilation[a], w.ceil_mode);
-    if (out <= 0 || out > std::numeric_limits<int64_t>::max()) {
-      return buffer_checks::Invalid(op.name, "pooling x of shape " + ShapeString(d) + " with " +
-                                                 WindowText(w) + " gives no valid output size");
-    }
-    expected[s + a] = static_cast<int64_t>(out);
-  }
-  const ffi::Span<const int64_t> want(expected.data(), expected.size());
-  for (const NamedBuffer& r : {vs, is}) {
-    if (!buffer_checks::SameDims(r.dims(), want)) {
-      return buffer_checks::Invalid(
-          op.name, std::string(r.name) + " has shape " + ShapeString(r.dims()) +
-                       " but pooling x of "
-                       "shape " +
-                       ShapeString(d) + " with " + WindowText(w) + " gives " + ShapeString(want));
-    }
-  }
-  return ffi::Error::Success();
-}
-
 // The dtypes both ops list (hicann/ops-nn pooling/max_pool3d_with_argmax_v2/op_api: the
 // Atlas A2/A3 and Ascend 950 lists). They compare values, so nothing else can stand in.
 std::optional<aclDataType> PoolValueType(ffi::DataType dtype) {
@@ -137,9 +57,16 @@ std::optional<aclDataType> PoolValueType(ffi::DataType dtype) {
   }
 }
 
+// The window attributes of a call, as bound (BindPoolOperands).
+struct PoolAttributes {
+  bool channels_last;
+  ffi::Span<const int64_t> kernel, stride, padding, dilation;
+  bool ceil_mode;
+};
+
 ffi::Error MaxPoolAclnn(const PoolOp& op, const Launch& launch, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
-                        const Window& w, bool channels_last) {
+                        const PoolAttributes& w) {
   auto cann = RequireCann(op.name, launch);
   if (cann.has_error()) return cann.error();
   const CannLibrary& lib = **cann;
@@ -152,10 +79,14 @@ ffi::Error MaxPoolAclnn(const PoolOp& op, const Launch& launch, ffi::AnyBuffer x
     return e;
   }
 
-  if (ffi::Error e = CheckWindow(op, w); !e.success()) return e;
-  if (ffi::Error e = CheckBuffers(op, x, *values, *indices, channels_last, w); !e.success()) {
-    return e;
+  if (w.kernel.size() != static_cast<size_t>(op.k)) {
+    return buffer_checks::Invalid(op.name, std::string(op.run_name) + " pools " +
+                                               std::to_string(op.k) + " spatial dims, got " +
+                                               "kernel_size=" + ShapeString(w.kernel));
   }
+  const auto checked = CheckPoolCall(x, *values, *indices, w.channels_last, w.kernel, w.stride,
+                                     w.padding, w.dilation, w.ceil_mode);
+  if (checked.has_error()) return checked.error();
   if (values->element_count() == 0) return ffi::Error::Success();  // N or C is 0
   const auto value_type = PoolValueType(x.element_type());
   if (!value_type) {
@@ -167,10 +98,10 @@ ffi::Error MaxPoolAclnn(const PoolOp& op, const Launch& launch, ffi::AnyBuffer x
   const auto index_type = PresentedIndexType(indices->element_type());  // int32/int64: checked
 
   AclObjects objects(lib);
-  aclTensor* self = objects.Tensor(PlanesView(x, channels_last, *value_type, op.k));
-  aclTensor* out = objects.Tensor(PlanesView(*values, channels_last, *value_type, op.k));
-  aclTensor* idx = objects.Tensor(PlanesView(*indices, channels_last, *index_type, op.k));
-  auto array = [&](ffi::Span<const int64_t> v) {
+  aclTensor* self = objects.Tensor(PlanesView(x, w.channels_last, *value_type, op.k));
+  aclTensor* out = objects.Tensor(PlanesView(*values, w.channels_last, *value_type, op.k));
+  aclTensor* idx = objects.Tensor(PlanesView(*indices, w.channels_last, *index_type, op.k));
+  const auto array = [&](ffi::Span<const int64_t> v) {
     return objects.IntArray(std::vector<int64_t>(v.begin(), v.end()));
   };
   aclIntArray* kernel = array(w.kernel);
@@ -191,30 +122,31 @@ template <const PoolOp& op>
 ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
                         ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
-                        ffi::Span<const int64_t> kernel, ffi::Span<const int64_t> stride,
-                        ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
-                        bool ceil_mode, bool channels_last) {
+                        bool channels_last, ffi::Span<const int64_t> kernel,
+                        ffi::Span<const int64_t> stride, ffi::Span<const int64_t> padding,
+                        ffi::Span<const int64_t> dilation, bool ceil_mode) {
   return OnDevice(stream, device_ordinal, scratch, [&](const Launch& launch) {
     return MaxPoolAclnn(op, launch, x, values, indices,
-                        {kernel, stride, padding, dilation, ceil_mode}, channels_last);
+                        {channels_last, kernel, stride, padding, dilation, ceil_mode});
   });
 }
 
 template <const PoolOp& op>
 ffi::Error OnHostImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
-                      ffi::Result<ffi::AnyBuffer> indices, ffi::Span<const int64_t> kernel,
-                      ffi::Span<const int64_t> stride, ffi::Span<const int64_t> padding,
-                      ffi::Span<const int64_t> dilation, bool ceil_mode, bool channels_last) {
+                      ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
+                      ffi::Span<const int64_t> kernel, ffi::Span<const int64_t> stride,
+                      ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
+                      bool ceil_mode) {
   return OnHost([&](const Launch& launch) {
     return MaxPoolAclnn(op, launch, x, values, indices,
-                        {kernel, stride, padding, dilation, ceil_mode}, channels_last);
+                        {channels_last, kernel, stride, padding, dilation, ceil_mode});
   });
 }
 
-// A pool of a 2x2(x2) plane (volume) with a 2x2(x2) window, the dtypes of the probe.
-// GetWorkspaceSize reads no data; the memory is real and disjoint all the same.
-std::optional<aclnnStatus> ProbePool(const CannLibrary& cann, const PoolOp& op,
-                                     aclDataType dtype) {
+// Whether the op takes a pool of a 2x2(x2) plane (volume) with a 2x2(x2) window of
+// `dtype` (Takes). GetWorkspaceSize reads no data; the memory is real and disjoint all the
+// same.
+std::optional<bool> ProbePool(const CannLibrary& cann, const PoolOp& op, aclDataType dtype) {
   alignas(64) static unsigned char self_memory[64], out_memory[64], index_memory[64];
   const size_t rank = static_cast<size_t>(op.k) + 2;
   std::vector<int64_t> x(rank, 2), pooled(rank, 1), x_strides(rank, 1), ones(rank, 1);
@@ -229,44 +161,22 @@ std::optional<aclnnStatus> ProbePool(const CannLibrary& cann, const PoolOp& op,
   aclIntArray* stride = objects.IntArray(window);
   aclIntArray* padding = objects.IntArray(zeros);
   aclIntArray* dilation = objects.IntArray(unit);
-  if (!objects.error(op.name).success()) return std::nullopt;
-  uint64_t workspace_size = 0;
-  aclOpExecutor* executor = nullptr;
-  const aclnnStatus status = (cann.*op.get_workspace_size)(
-      self, kernel, stride, padding, dilation, false, out, idx, &workspace_size, &executor);
-  if (executor != nullptr) cann.destroy_executor(executor);
-  if (status != ACLNN_SUCCESS) cann.RecentErrorMessage();  // read: clears the refusal
-  return status;
+  if (!objects.error(op.name).success()) return false;
+  return Takes(cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+    return (cann.*op.get_workspace_size)(self, kernel, stride, padding, dilation, false, out, idx,
+                                         workspace_size, executor);
+  });
 }
 
-// The window and layout attributes of both targets.
-template <typename Binding>
-auto WithAttributes(Binding binding) {
-  return std::move(binding)
-      .template Attr<ffi::Span<const int64_t>>("kernel_size")
-      .template Attr<ffi::Span<const int64_t>>("stride")
-      .template Attr<ffi::Span<const int64_t>>("padding")
-      .template Attr<ffi::Span<const int64_t>>("dilation")
-      .template Attr<bool>("ceil_mode")
-      .template Attr<bool>("channels_last");
-}
-
+// The CPU pool target's operands and attributes (BindPoolOperands), after the context.
 auto DeviceBinding() {
-  return WithAttributes(ffi::Ffi::Bind()
-                            .Ctx<ffi::PlatformStream<void*>>()
-                            .Ctx<DeviceOrdinalIfKnown>()
-                            .Ctx<ffi::ScratchAllocator>()
-                            .Arg<ffi::AnyBuffer>()    // x
-                            .Ret<ffi::AnyBuffer>()    // values
-                            .Ret<ffi::AnyBuffer>());  // indices
+  return BindPoolOperands(ffi::Ffi::Bind()
+                              .Ctx<ffi::PlatformStream<void*>>()
+                              .Ctx<DeviceOrdinalIfKnown>()
+                              .Ctx<ffi::ScratchAllocator>());
 }
 
-auto HostBinding() {
-  return WithAttributes(ffi::Ffi::Bind()
-                            .Arg<ffi::AnyBuffer>()    // x
-                            .Ret<ffi::AnyBuffer>()    // values
-                            .Ret<ffi::AnyBuffer>());  // indices
-}
+auto HostBinding() { return BindPoolOperands(ffi::Ffi::Bind()); }
 
 }  // namespace
 
@@ -276,13 +186,14 @@ std::vector<std::string> AcceptedPoolDtypes(int k) {
   if (cann == nullptr || cann->*op.get_workspace_size == nullptr || cann->*op.run == nullptr) {
     return {};
   }
-  if (cann->destroy_executor == nullptr) return {"float32"};
   std::vector<std::string> accepted;
   for (const auto& [name, dtype] : {std::pair<const char*, aclDataType>{"float16", ACL_FLOAT16},
                                     {"bfloat16", ACL_BF16},
                                     {"float32", ACL_FLOAT}}) {
     try {
-      if (ProbePool(*cann, op, dtype) == ACLNN_SUCCESS) accepted.push_back(name);
+      const std::optional<bool> takes = ProbePool(*cann, op, dtype);
+      if (!takes) return {"float32"};  // every doc lists it; asking more would leak
+      if (*takes) accepted.push_back(name);
     } catch (...) {  // std::bad_alloc: not accepted, as far as anyone can tell
     }
   }

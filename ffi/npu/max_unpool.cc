@@ -11,15 +11,17 @@
 // PlanesView); the 3-D ones refuse any attribute and take channels-first buffers as they
 // are, contiguous as aclnn wants outRef: (N, C, D, H, W), or (C, D, H, W), which aclnn
 // reads as (N, D, H, W) -- the same scatter, one volume per leading index.
-// Every index the unpool op gets is inside its plane (index_safety.h): checked on the host
-// in host-emulation mode; on a device clamped there (the default targets) or checked there
-// (the *Checked targets, OUT_OF_RANGE).
+// Every index the unpool op gets is inside its plane (index_safety.h): clamped by
+// aclnnClamp (the default targets) or checked (the *Checked targets, OUT_OF_RANGE).
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "common/buffer_checks.h"
-#include "common/plane_geometry.h"
+#include "common/geometry.h"
+#include "common/unpool_checks.h"
 #include "common/value_types.h"
 #include "npu/aclnn_call.h"
 #include "npu/handlers.h"
@@ -27,6 +29,24 @@
 
 namespace jax_unpool::npu {
 namespace {
+
+// Whether aclnnMaxUnpool2d takes indices of `type` (Takes), asked with a one-element call.
+std::optional<bool> ForwardTakes(const CannLibrary& cann, aclDataType type) {
+  if (cann.max_unpool2d_get_workspace_size == nullptr) return std::nullopt;
+  // GetWorkspaceSize reads no data; the memory is real and disjoint all the same.
+  alignas(16) static unsigned char x_memory[16], index_memory[16], out_memory[16];
+  const std::vector<int64_t> one = {1, 1, 1, 1};
+  AclObjects objects(cann);
+  aclTensor* x = objects.Tensor({one, one, one, 0, ACL_FLOAT, x_memory});
+  aclTensor* indices = objects.Tensor({one, one, one, 0, type, index_memory});
+  aclTensor* out = objects.Tensor({one, one, one, 0, ACL_FLOAT, out_memory});
+  aclIntArray* output_size = objects.IntArray({1, 1});
+  if (!objects.error("aclnnMaxUnpool2d").success()) return std::nullopt;
+  return Takes(cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+    return cann.max_unpool2d_get_workspace_size(x, indices, output_size, out, workspace_size,
+                                                executor);
+  });
+}
 
 // What differs between the four targets. GetWorkspaceSizeFn is the op's first phase, whose
 // arguments differ (GetWorkspaceSize below passes them).
@@ -154,10 +174,10 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
   }
 
   const bool forward = t.forward();
-  ffi::Error buffers = forward
-                           ? CheckForwardBuffers(t.op, values, indices, *out, channels_last, t.k)
-                           : CheckBackwardBuffers(t.op, values, indices, *out, channels_last, t.k);
-  if (!buffers.success()) return buffers;
+  const ffi::ErrorOr<Geometry> planes =
+      CheckUnpoolCall(t.op, forward ? UnpoolOp::kForward : UnpoolOp::kBackward, values, indices,
+                      *out, channels_last, t.k);
+  if (planes.has_error()) return planes.error();
   if (t.int64_indices_only && indices.element_type() != ffi::DataType::S64) {
     return ffi::Error::InvalidArgument(std::string(t.op) + ": " + t.run_name +
                                        " takes int64 indices only, got " +
@@ -168,17 +188,16 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
                                              forward ? "x" : "grad_output", values, *out, &answer);
   if (!value_type) return answer;
   const auto index_type = PresentedIndexType(indices.element_type());  // int32/int64: checked
-  const PlaneGeometry planes = IndexPlanes(forward, values, indices, *out, channels_last, t.k);
   DeviceMemory safe;  // the clamped indices, held until the launch
   void* index_data = indices.untyped_data();
   ffi::Error safety;
-  if (!launch.device) {
-    safety = CheckIndicesOnHost(t.op, planes, indices);
-  } else if (checked) {
-    safety = CheckIndicesOnDevice(lib, launch, t.op, planes, indices, *index_type);
-  } else {
-    safety = ClampIndices(lib, launch, t.op, planes, indices, *index_type, &safe);
+  if (!checked) {
+    safety = ClampIndices(lib, launch, t.op, *planes, indices, *index_type, &safe);
     index_data = safe.data();
+  } else if (launch.device) {
+    safety = CheckIndicesOnDevice(lib, launch, t.op, *planes, indices, *index_type);
+  } else {
+    safety = CheckIndicesOnHost(t.op, *planes, indices);
   }
   if (!safety.success()) return safety;
 
@@ -211,9 +230,18 @@ ffi::Error MaxUnpoolAclnn(const Target& t, bool checked, const Launch& launch,
   aclOpExecutor* executor = nullptr;
   const aclnnStatus status =
       GetWorkspaceSize(get_workspace_size, tensors, &workspace_size, &executor);
-  return WithPositionsNote(RunExecutor(lib, launch, t.op, t.get_workspace_size_name, status,
-                                       workspace_size, executor, t.run_name, run),
-                           t.k);
+  ffi::Error result = RunExecutor(lib, launch, t.op, t.get_workspace_size_name, status,
+                                  workspace_size, executor, t.run_name, run);
+  if (status == ACLNN_ERR_PARAM_INVALID && t.aclnn_op == AclnnOp::kMaxUnpool2d &&
+      *index_type == ACL_INT32 && ForwardTakes(lib, ACL_INT32) == std::optional<bool>(false) &&
+      ForwardTakes(lib, ACL_INT64) == std::optional<bool>(true)) {
+    // CANN 8.0.RC1-RC3 refuse INT32 indices here, with a message that does not say so.
+    return ffi::Error::InvalidArgument(
+        std::string(t.op) + ": this CANN's " + t.run_name +
+        " takes int64 indices only (CANN before 8.0.0), got int32: convert them to int64, as "
+        "the NPU lowering does");
+  }
+  return WithPositionsNote(std::move(result), t.k);
 }
 
 // `checked`: the *DeviceChecked targets (the same calling convention, indices checked).
@@ -227,13 +255,12 @@ ffi::Error OnDeviceImpl(void* stream, std::optional<int32_t> device_ordinal,
   });
 }
 
-// Host memory: the indices are checked on the host whichever target (checked or not)
-// this handler is registered for.
-template <const auto& target>
+// Host memory: the device's handling (clamped or checked indices) on the host.
+template <const auto& target, bool checked>
 ffi::Error OnHostImpl(ffi::AnyBuffer values, ffi::AnyBuffer indices,
                       ffi::Result<ffi::AnyBuffer> out, LayoutAttribute<target.k> layout) {
   return OnHost([&](const Launch& launch) {
-    return MaxUnpoolAclnn(target, true, launch, values, indices, out, layout);
+    return MaxUnpoolAclnn(target, checked, launch, values, indices, out, layout);
   });
 }
 
@@ -256,36 +283,37 @@ auto HostBinding() { return WithBuffers(ffi::Ffi::Bind()); }
 
 }  // namespace
 
-// The 2-D targets take channels_last; the 3-D ones bind every attribute to refuse it.
-// *DeviceChecked: the same calling convention as *Device, checked indices. The handlers
-// are parenthesised: the macro would split a template's argument list at its comma.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDevice, (OnDeviceImpl<kMaxUnpool2d, false>),
-                              DeviceBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnDeviceChecked, (OnDeviceImpl<kMaxUnpool2d, true>),
-                              DeviceBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dAclnnHost, OnHostImpl<kMaxUnpool2d>,
-                              HostBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDevice,
-                              (OnDeviceImpl<kMaxUnpool2dBackward, false>),
-                              DeviceBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnDeviceChecked,
-                              (OnDeviceImpl<kMaxUnpool2dBackward, true>),
-                              DeviceBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardAclnnHost, OnHostImpl<kMaxUnpool2dBackward>,
-                              HostBinding().Attr<bool>("channels_last"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDevice, (OnDeviceImpl<kMaxUnpool3d, false>),
-                              DeviceBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnDeviceChecked, (OnDeviceImpl<kMaxUnpool3d, true>),
-                              DeviceBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dAclnnHost, OnHostImpl<kMaxUnpool3d>,
-                              HostBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDevice,
-                              (OnDeviceImpl<kMaxUnpool3dBackward, false>),
-                              DeviceBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnDeviceChecked,
-                              (OnDeviceImpl<kMaxUnpool3dBackward, true>),
-                              DeviceBinding().Attrs<AttributeNames>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool3dBackwardAclnnHost, OnHostImpl<kMaxUnpool3dBackward>,
-                              HostBinding().Attrs<AttributeNames>());
+std::vector<std::string> ForwardIndexDtypes() {
+  const CannLibrary* cann = LoadedCann();
+  if (cann == nullptr || cann->max_unpool2d_get_workspace_size == nullptr) return {};
+  std::vector<std::string> taken;
+  for (const auto& [name, type] :
+       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
+    const std::optional<bool> takes = ForwardTakes(*cann, type);
+    if (!takes) return {"int32", "int64"};
+    if (*takes) taken.push_back(name);
+  }
+  if (taken.empty()) return {"int32", "int64"};  // no answer (no context, say)
+  return taken;
+}
+
+// Each target's four handlers: Name##Device, ##DeviceChecked (the same calling convention,
+// checked indices), ##Host and ##HostChecked. The 2-D targets take channels_last; the 3-D
+// ones bind every attribute to refuse it. The handlers are parenthesised: the macro would
+// split a template's argument list at its comma.
+#define JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(Name, target, layout)                                  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Device, (OnDeviceImpl<target, false>),                    \
+                                DeviceBinding().layout);                                        \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##DeviceChecked, (OnDeviceImpl<target, true>),              \
+                                DeviceBinding().layout);                                        \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Host, (OnHostImpl<target, false>), HostBinding().layout); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##HostChecked, (OnHostImpl<target, true>), HostBinding().layout)
+
+JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool2dAclnn, kMaxUnpool2d, Attr<bool>("channels_last"));
+JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool2dBackwardAclnn, kMaxUnpool2dBackward,
+                                 Attr<bool>("channels_last"));
+JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool3dAclnn, kMaxUnpool3d, Attrs<AttributeNames>());
+JAX_UNPOOL_ACLNN_UNPOOL_HANDLERS(MaxUnpool3dBackwardAclnn, kMaxUnpool3dBackward,
+                                 Attrs<AttributeNames>());
 
 }  // namespace jax_unpool::npu

@@ -8,8 +8,9 @@ there once and captured in the rules (`Routing`); jax_unpool.npu's docstring say
 each op runs on.
 
 Indices: CANN's unpool ops do not range-check them, so the handlers make every index they
-hand CANN safe themselves (ffi/npu/index_safety.h): on a device the default targets clamp
-them into the plane there, and the ``*_checked_v1`` targets, which serve the unpool
+hand CANN safe themselves (ffi/npu/index_safety.h): the default targets clamp them into the
+plane with aclnnClamp -- the only clamp: the lowering converts the indices' dtype where an
+op needs it and clamps nothing --, and the ``*_checked_v1`` targets, which serve the unpool
 primitives' ``check_indices=True``, fail the call with the CPU kernels' OUT_OF_RANGE
 message instead, at the cost of a stream synchronisation per call.
 """
@@ -39,8 +40,8 @@ MAX_UNPOOL3D_BACKWARD_TARGET = "jax_unpool_aclnn_max_unpool3d_backward_v1"
 # kernel_size, stride, padding, dilation (int64 arrays of 2 or 3), ceil_mode, channels_last.
 MAX_POOL2D_TARGET = "jax_unpool_aclnn_max_pool2d_with_indices_v1"
 MAX_POOL3D_TARGET = "jax_unpool_aclnn_max_pool3d_with_argmax_v1"
-# The unpool targets' calling conventions, with indices checked instead of clamped on a
-# device (JAX_UNPOOL_NPU_CHECK_INDICES=1).
+# The unpool targets' calling conventions, with indices checked instead of clamped (the
+# unpool primitives' check_indices=True).
 MAX_UNPOOL2D_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool2d_checked_v1"
 MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool2d_backward_checked_v1"
 MAX_UNPOOL3D_CHECKED_TARGET = "jax_unpool_aclnn_max_unpool3d_checked_v1"
@@ -70,6 +71,11 @@ class Routing(NamedTuple):
     # every version's doc lists; float16 and bfloat16 where its GetWorkspaceSize accepts
     # them: CANN 8.0.RC2's aclnnMaxPool2dWithIndices takes FLOAT only).
     pools: frozenset
+    # The index dtypes ("int32", "int64") the loaded CANN's aclnnClamp takes (with which
+    # the default targets make indices safe; int64 on the 910B AI Core is unverified) and
+    # aclnnMaxUnpool2d takes (CANN before 8.0.0: int64 only), as register() asked them.
+    clamp_index_dtypes: frozenset = frozenset({"int32", "int64"})
+    forward_index_dtypes: frozenset = frozenset({"int32", "int64"})
 
     @property
     def pool_ranks(self) -> frozenset:
@@ -119,23 +125,29 @@ def _aclnn_volume_call(target: str, ctx, values, indices):
     return call(ctx, values, indices)
 
 
-def _indices_into_plane(ctx, indices, plane: int, dtype, checked: bool):
-    """Indices as `dtype`, and unless `checked`, clamped into [0, plane): an index outside
-    lands on the plane's nearest end -- a wrong value for an input that is wrong anyway,
-    never an out-of-bounds access (CANN does not range-check). The default handlers clamp
-    on the device too (direct calls skip this); here it costs nothing next to the
-    conversion and keeps an exported program safe with any handler. `checked`: the values
-    go as they are, for the checked handlers to refuse. Returns the value and the
+def _indices_as(ctx, indices, dtype):
+    """Indices as `dtype`, as they are otherwise: the handlers make them safe (the default
+    targets clamp them with aclnnClamp, the checked ones refuse one outside its plane), so
+    the program clamps nothing (issue 47: one clamp, not two). Returns the value and the
     LoweringRuleContext updated for it."""
     aval = ctx.avals_in[1]
     new_aval = aval.update(dtype=np.dtype(dtype))
     value = indices
     if aval.dtype != new_aval.dtype:
         value = hlo.convert(_compat.ir_type(ctx, new_aval), value)
-    if not checked:
-        value = hlo.clamp(mlir.ir_constant(np.array(0, dtype)), value,
-                          mlir.ir_constant(np.array(plane - 1, dtype)))
     return value, ctx.replace(avals_in=[ctx.avals_in[0], new_aval, *ctx.avals_in[2:]])
+
+
+def _index_dtype(routing: Routing, given, wanted: tuple[str, ...], checked: bool):
+    """The index dtype a handler gets: the first of `wanted` (the op's dtypes in order of
+    preference) that the loaded CANN's clamp takes -- the checked targets clamp nothing --,
+    where the indices are given as that dtype or convert to it exactly (int32 to int64);
+    None where there is none: the XLA ops then."""
+    for name in wanted:
+        exact = name == "int64" or np.dtype(given) == np.int32
+        if exact and (checked or name in routing.clamp_index_dtypes):
+            return np.dtype(name)
+    return None
 
 
 def _plane_shape(shape, channels_last: bool, k: int) -> tuple[int, ...]:
@@ -167,14 +179,18 @@ def _on_planes(lowering_2d, ctx, values, indices, channels_last: bool, k: int):
     return [reshape(out, plane_ctx.avals_out[0], ctx.avals_out[0])]
 
 
-def _forward(ctx, x, indices, output_size, channels_last, checked):
+def _forward(routing, ctx, x, indices, output_size, channels_last, checked):
     """aclnnMaxUnpool2d, or aclnnMaxUnpool3d for an NCDHW output_size of 3 sizes."""
-    if not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
+    # int64 where the clamp takes it: aclnnMaxUnpool2d took INT64 indices only before
+    # CANN 8.0.0, and the conversion is cheap next to the scatter; else int32 where the
+    # op takes it (aclnnMaxUnpool3d always does).
+    wanted = tuple(d for d in ("int64", "int32")
+                   if len(output_size) == 3 or d in routing.forward_index_dtypes)
+    dtype = _index_dtype(routing, ctx.avals_in[1].dtype, wanted, checked)
+    if dtype is None or not _aclnn_takes(ctx.avals_in[0].shape, output_size, channels_last):
         return _forward_reference(ctx, x, indices, output_size=output_size,
                                   channels_last=channels_last)
-    # int64 always: aclnnMaxUnpool2d took INT64 indices only before CANN 8.0.0, and the
-    # conversion is cheap next to the scatter.
-    indices, ctx = _indices_into_plane(ctx, indices, math.prod(output_size), np.int64, checked)
+    indices, ctx = _indices_as(ctx, indices, dtype)
     if len(output_size) == 3:
         return _aclnn_volume_call(_VOLUME_TARGETS[True, checked], ctx, x, indices)
     # The handler reads outputSize from the result's shape; the per-shard call (NHWC on
@@ -194,8 +210,8 @@ def _on_2d_ops(routing: Routing, k: int, channels_last: bool, op_3d: str) -> boo
 
 def _symbolic_planes(ctx, channels_last: bool, k: int) -> bool:
     """Whether a spatial dim is symbolic (jax.export): the handlers would take it (they read
-    sizes from the buffers), but clamping the indices into the plane needs its size here.
-    Symbolic N and C are fine."""
+    sizes from the buffers), but what aclnn refuses (`_aclnn_takes`) and the 2-D views
+    need the sizes here. Symbolic N and C are fine."""
     s = _geometry.spatial_axis(ctx.avals_out[0].ndim, channels_last, k)
     return any(jax.export.is_symbolic_dim(d)
                for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape[s:s + k])
@@ -214,27 +230,30 @@ def _max_unpool(routing: Routing, ctx, x, indices, *, output_size, channels_last
                                   channels_last=channels_last)
     if on_2d:
         plane = (math.prod(output_size[:-1]), output_size[-1])
-        return _on_planes(lambda c, a, b, channels_last: _forward(c, a, b, plane,
+        return _on_planes(lambda c, a, b, channels_last: _forward(routing, c, a, b, plane,
                                                                    channels_last, check_indices),
                           ctx, x, indices, channels_last, k)
-    return _forward(ctx, x, indices, output_size, channels_last, check_indices)
+    return _forward(routing, ctx, x, indices, output_size, channels_last, check_indices)
 
 
-def _backward(ctx, grad_output, indices, channels_last, k, checked):
+def _backward(routing, ctx, grad_output, indices, channels_last, k, checked):
     """aclnnMaxUnpool2dBackward (k = 2), or aclnnMaxUnpool3dBackward (NCDHW, k = 3)."""
     g_shape, i_shape = ctx.avals_in[0].shape, ctx.avals_in[1].shape
     s = _geometry.spatial_axis(len(g_shape), channels_last, k)
     plane = math.prod(g_shape[s:s + k])
+    # aclnnMaxUnpool3dBackward takes INT64 indices only; the 2-D one takes them as given,
+    # or as int64 where the clamp takes no int32.
+    given = np.dtype(ctx.avals_in[1].dtype).name
+    dtype = _index_dtype(routing, given, ("int64",) if k == 3 else (given, "int64"), checked)
     # aclnn refuses empty dims; aclnnMaxUnpool3dBackward also a gradient volume smaller
     # than the input's (CheckIntArrayShapeMaxUnPool3D, shared with the forward).
-    if not (all(d > 0 for d in (*g_shape, *i_shape))
-            and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
+    if dtype is None or not (all(d > 0 for d in (*g_shape, *i_shape))
+                             and (k == 2 or plane >= math.prod(i_shape[s:s + k]))):
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
-    if k == 3:  # int64 always: aclnnMaxUnpool3dBackward takes INT64 indices only
-        indices, ctx = _indices_into_plane(ctx, indices, plane, np.int64, checked)
+    indices, ctx = _indices_as(ctx, indices, dtype)
+    if k == 3:
         return _aclnn_volume_call(_VOLUME_TARGETS[False, checked], ctx, grad_output, indices)
-    indices, ctx = _indices_into_plane(ctx, indices, plane, ctx.avals_in[1].dtype, checked)
     return _aclnn_backward[checked](ctx, grad_output, indices, channels_last=channels_last)
 
 
@@ -249,10 +268,11 @@ def _max_unpool_backward(routing: Routing, ctx, grad_output, indices, *, channel
         return _backward_reference(ctx, grad_output, indices, channels_last=channels_last,
                                    spatial_rank=k)
     if on_2d:
-        return _on_planes(lambda c, g, i, channels_last: _backward(c, g, i, channels_last, 2,
+        return _on_planes(lambda c, g, i, channels_last: _backward(routing, c, g, i,
+                                                                   channels_last, 2,
                                                                    check_indices),
                           ctx, grad_output, indices, channels_last, k)
-    return _backward(ctx, grad_output, indices, channels_last, k, check_indices)
+    return _backward(routing, ctx, grad_output, indices, channels_last, k, check_indices)
 
 
 # --------------------------------------------------------------------------------------
@@ -328,10 +348,10 @@ def pool_lowering(routing: Routing, xla_lowering):
     spatial rank k = len(kernel_size)): aclnnMaxPool2dWithIndices (1-D and 2-D) or
     aclnnMaxPool3dWithArgmax where they give PyTorch's result for finite input
     (`_aclnn_pool_takes`; CANN does not support NaN or -inf input to them on Atlas A2/A3),
-    else `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments. The rule takes the window as the CPU pool target does --
-    kernel_size, stride, padding, dilation (k ints each), ceil_mode -- and channels_last;
-    other parameters only go on to `xla_lowering`. The index dtype is the second
-    result's."""
+    else `xla_lowering`, the primitive's lowering in XLA ops, with the same arguments.
+    The rule takes the window as the CPU pool target does -- kernel_size, stride,
+    padding, dilation (k ints each), ceil_mode -- and channels_last; other parameters only
+    go on to `xla_lowering`. The index dtype is the second result's."""
     def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
                  **params):
         window = {"kernel_size": tuple(kernel_size), "stride": tuple(stride),

@@ -125,7 +125,11 @@ class FakeCann:
         self.aclDestroyIntArray = _sig(n, "aclDestroyIntArray", c_int32, c_void_p)
         self.aclCreateScalar = _sig(n, "aclCreateScalar", c_void_p, c_void_p, c_int32)
         self.aclDestroyScalar = _sig(n, "aclDestroyScalar", c_int32, c_void_p)
-        # Absent from a -DFAKECANN_NO_DESTROY_EXECUTOR build, as from older CANN.
+        # Absent from a -DFAKECANN_NO_DESTROY_EXECUTOR build, as from older CANN (and the
+        # first from a -DFAKECANN_NO_REPEATABLE_EXECUTOR one).
+        self.aclSetAclOpExecutorRepeatable = (
+            _sig(n, "aclSetAclOpExecutorRepeatable", c_int32, c_void_p)
+            if hasattr(n, "aclSetAclOpExecutorRepeatable") else None)
         self.aclDestroyAclOpExecutor = (
             _sig(n, "aclDestroyAclOpExecutor", c_int32, c_void_p)
             if hasattr(n, "aclDestroyAclOpExecutor") else None)
@@ -197,6 +201,7 @@ class FakeCann:
         self.set_soc_name = _sig(n, "fakecann_set_soc_name", None, c_char_p)
         self.set_device = _sig(n, "fakecann_set_device", None, c_int32)
         self.set_pool2d_float_only = _sig(n, "fakecann_set_pool2d_float_only", None, c_int32)
+        self.set_clamp_int32_only = _sig(n, "fakecann_set_clamp_int32_only", None, c_int32)
         self._keep = []  # numpy buffers referenced by tensors
 
     # -- object helpers ---------------------------------------------------------------
@@ -231,6 +236,12 @@ class FakeCann:
         """aclScalar of `value` as aclDataType `dtype` (INT64, INT32 or DOUBLE)."""
         ctype = {INT64: ctypes.c_int64, INT32: ctypes.c_int32, DOUBLE: ctypes.c_double}[dtype]
         return Scalar(self.aclCreateScalar(ctypes.byref(ctype(value)), dtype))
+
+    def release(self, executor):
+        """Releases an executor that will not run, as CANN's docs allow: made repeatable,
+        then destroyed."""
+        assert self.aclSetAclOpExecutorRepeatable(executor) == OK, self.err()
+        assert self.aclDestroyAclOpExecutor(executor) == OK, self.err()
 
     def destroy(self, *objs):
         for o in objs:
@@ -514,7 +525,7 @@ def _fwd_invalid(fc, x, idx, osz, out, *, x_dtype=None, idx_dtype=None, out_dtyp
     rc = fc.fwd_gws(ts[0], ts[1], arr, ts[2], ctypes.byref(ws), ctypes.byref(ex))
     msg = fc.err()
     if rc == OK:
-        fc.aclDestroyAclOpExecutor(ex)
+        fc.release(ex)
     fc.destroy(*ts, arr)
     return rc, msg, ws.value, ex.value
 
@@ -533,7 +544,7 @@ def _bwd_invalid(
     rc = fc.bwd_gws(*ts[:3], arr, ts[3], ctypes.byref(ws), ctypes.byref(ex))
     msg = fc.err()
     if rc == OK:
-        fc.aclDestroyAclOpExecutor(ex)
+        fc.release(ex)
     fc.destroy(*ts, arr)
     return rc, msg, ws.value, ex.value
 
@@ -798,10 +809,26 @@ def check_single_use_executor(fc):
         fc.fwd_run(buf.ctypes.data, ws, t, None) == INVALID and "not an aclOpExecutor" in fc.err()
     )
     fc.destroy(t)
-    # an unused executor can be released with aclDestroyAclOpExecutor
+    # an unused executor can be released once made repeatable (CANN's docs); a plain one
+    # cannot: aclDestroyAclOpExecutor refuses it, counts a bad destroy, and it stays alive
     _, ex, _ = _bwd_executor(fc, keep)
-    assert fc.aclDestroyAclOpExecutor(ex) == OK
-    assert fc.live_objects() == live0 and fc.bad_destroys() == 0
+    assert fc.aclDestroyAclOpExecutor(ex) == INVALID and "not made repeatable" in fc.err()
+    assert fc.bad_destroys() == 1 and fc.live_executors() == 1
+    fc.release(ex)
+    assert fc.aclDestroyAclOpExecutor(ex) == INVALID and "already destroyed" in fc.err()
+    assert fc.aclDestroyAclOpExecutor(None) == 561103 and fc.aclSetAclOpExecutorRepeatable(
+        None) == 561103
+    assert fc.live_objects() == live0 and fc.bad_destroys() == 2
+    # a repeatable executor runs as often as asked, and is released after
+    ws, ex, out = _fwd_executor(fc, keep)
+    assert fc.aclSetAclOpExecutorRepeatable(ex) == OK
+    buf = np.zeros(max(ws, 1), np.uint8)
+    for _ in range(2):
+        out[...] = 9
+        assert fc.fwd_run(buf.ctypes.data, ws, ex, None) == OK
+        assert out.ravel().tolist()[:3] == [1, 1, 1]
+    assert fc.live_executors() == 1
+    assert fc.aclDestroyAclOpExecutor(ex) == OK and fc.live_objects() == live0
 
 
 def check_workspace(fc):
@@ -826,7 +853,7 @@ def check_workspace(fc):
     # sizes depend on the op and on the size of the problem
     ws_b, ex, _ = _bwd_executor(fc, keep)
     assert ws_b != ws
-    fc.aclDestroyAclOpExecutor(ex)
+    fc.release(ex)
     assert fc.live_objects() == live0
 
 
@@ -1295,7 +1322,7 @@ def _gws3d_invalid(fc, op, arrays, osz, stride=(1, 1, 1), padding=(0, 0, 0), *, 
     rc = _gws3d(fc, op, ts, osz, stride, padding, ctypes.byref(ws), ctypes.byref(ex))
     msg = fc.err()
     if rc == OK:
-        fc.aclDestroyAclOpExecutor(ex)
+        fc.release(ex)
     fc.destroy(*ts)
     return rc, msg, ws.value, ex.value
 
@@ -1639,7 +1666,7 @@ def _pool_invalid(fc, k, arrays, window, ceil_mode=False, *, dtypes=(), fmts=(),
                         None if "executor" in nulls else ctypes.byref(ex))
     msg = fc.err()
     if rc == OK:
-        fc.aclDestroyAclOpExecutor(ex)
+        fc.release(ex)
     fc.destroy(*ts, *arrs)
     return rc, msg, ws.value, ex.value
 
@@ -1899,6 +1926,21 @@ def check_math_refusals(fc):
         assert rc in (INVALID, NULLPTR) and what in message, (what, rc, message)
 
 
+def check_clamp_int32_only(fc):
+    """fakecann_set_clamp_int32_only: aclnnClampGetWorkspaceSize refuses INT64 with 161002
+    and takes INT32 as before; fakecann_reset ends it."""
+    x = np.arange(-3, 9, dtype=np.int64).reshape(3, 4)
+    fc.baseline()
+    fc.set_clamp_int32_only(1)
+    rc, _ = run_clamp(fc, x, 0, 5)
+    assert rc == INVALID and "INT32 only" in fc.last_error_message().decode()
+    rc, out = run_clamp(fc, x.astype(np.int32), 0, 5)
+    assert rc == OK and np.array_equal(out, np.clip(x, 0, 5)), fc.err()
+    fc.reset()
+    rc, out = run_clamp(fc, x, 0, 5)
+    assert rc == OK and np.array_equal(out, np.clip(x, 0, 5)), fc.err()
+
+
 def check_scalars(fc):
     """aclCreateScalar copies the value; scalars are tracked like the other objects."""
     live0 = fc.baseline()
@@ -1973,6 +2015,7 @@ ALL_CHECKS = [
     check_pool_chips,
     check_math_values,
     check_math_refusals,
+    check_clamp_int32_only,
     check_scalars,
     check_memcpy,
     check_last_indices,

@@ -69,6 +69,9 @@ struct aclOpExecutor {
   // Clamp: the bounds, as int64.
   int64_t lo = 0, hi = 0;
   uint64_t workspace_size = 0;
+  // aclSetAclOpExecutorRepeatable was called: executions keep it, and only such an
+  // executor may be destroyed (CANN's docs of aclDestroyAclOpExecutor).
+  bool repeatable = false;
 };
 
 namespace fakecann {
@@ -154,6 +157,7 @@ struct State {
   int32_t device = 0;               // aclrtGetDevice's answer; -1: no device
   int last_memcpy_kind = -1;        // aclrtMemcpy's last kind
   bool pool2d_float_only = false;   // CANN 8.0.RC2's aclnnMaxPool2dWithIndices
+  bool clamp_int32_only = false;    // aclnnClamp refusing INT64 (an unverified AI Core)
 };
 
 // The emulated chip's SoC name: $FAKECANN_SOC_NAME, "Ascend910B1" (an Atlas A2) when it
@@ -1328,6 +1332,13 @@ int32_t clamp_get_workspace_size(const aclTensor *self, const aclScalar *clip_mi
   if (!bad.empty()) return fail(fn, kErrParamInvalid, bad);
   const aclTensor &t_self = e.tensors[0], &t_out = e.tensors[1];
   Failure f = check_math_tensors(Op::kClamp, t_self, t_out);
+  bool int32_only;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    int32_only = state().clamp_int32_only;
+  }
+  if (!f && int32_only && (t_self.dtype == kInt64 || t_out.dtype == kInt64))
+    f = invalid("self dtype INT64 is not supported: INT32 only (fakecann_set_clamp_int32_only)");
   if (!f && t_self.view != t_out.view)
     f = invalid("out shape " + shape_str(t_out.view) + " must equal self shape " +
                 shape_str(t_self.view));
@@ -1526,7 +1537,7 @@ void run_pool(const aclOpExecutor &e) {
   const int k = spatial_rank(e.op);
   const Volumes self(e.tensors[0], k), out(e.tensors[1], k), idx(e.tensors[2], k);
   const aclDataType dt = e.tensors[0].dtype;
-  std::vector<int64_t> o(k), start(k), t(k);
+  std::vector<int64_t> o(k), start(k), t(k), t0(k), t1(k);
   for (int64_t n = 0; n < out.n; ++n)
     for (int64_t c = 0; c < out.c; ++c)
       for (int64_t j = 0; j < out.size; ++j) {
@@ -1535,37 +1546,43 @@ void run_pool(const aclOpExecutor &e) {
           o[a] = r % out.dims[a];
           r /= out.dims[a];
         }
+        // PyTorch's loop bounds: per axis the taps [t0, t1) inside the input, the first
+        // of them where the scan starts (past the input for a window of padding only).
         int64_t best_index = 0;
+        bool empty = false;
         for (int a = 0; a < k; ++a) {
           start[a] = o[a] * e.stride[a] - e.padding[a];
-          int64_t first = start[a];
-          while (first < 0) first += e.dilation[a];
-          best_index = best_index * self.dims[a] + first;
+          const int64_t d = e.dilation[a];
+          t0[a] = start[a] < 0 ? (-start[a] + d - 1) / d : 0;
+          t1[a] = start[a] >= self.dims[a]
+                      ? 0
+                      : std::min(e.kernel[a], (self.dims[a] - 1 - start[a]) / d + 1);
+          empty = empty || t0[a] >= t1[a];
+          best_index = best_index * self.dims[a] + start[a] + t0[a] * d;
         }
         float best = -INFINITY;
-        std::fill(t.begin(), t.end(), 0);
-        for (bool more = true; more;) {
+        t = t0;
+        for (bool more = !empty; more;) {
           int64_t flat = 0;
-          bool inside = true;
-          for (int a = 0; a < k; ++a) {
-            const int64_t p = start[a] + t[a] * e.dilation[a];
-            inside = inside && p >= 0 && p < self.dims[a];
-            flat = flat * self.dims[a] + p;
-          }
-          if (inside) {
-            const float v = read_float(self.at(n, c, flat), dt);
-            if (v > best || std::isnan(v)) {
-              best = v;
-              best_index = flat;
-            }
+          for (int a = 0; a < k; ++a)
+            flat = flat * self.dims[a] + start[a] + t[a] * e.dilation[a];
+          const float v = read_float(self.at(n, c, flat), dt);
+          if (v > best || std::isnan(v)) {
+            best = v;
+            best_index = flat;
           }
           more = false;  // next tap, row-major
           for (int a = k - 1; a >= 0 && !more; --a) {
-            if (++t[a] < e.kernel[a]) more = true;
-            else t[a] = 0;
+            if (++t[a] < t1[a]) more = true;
+            else t[a] = t0[a];
           }
         }
-        std::memcpy(out.at(n, c, j), self.at(n, c, best_index), size_t(out.es));
+        if (empty) {  // PyTorch's -inf; the index past the input is not read
+          const uint32_t minus_inf = dt == kFloat ? 0xff800000u : dt == kBf16 ? 0xff80u : 0xfc00u;
+          std::memcpy(out.at(n, c, j), &minus_inf, size_t(out.es));  // little-endian
+        } else {
+          std::memcpy(out.at(n, c, j), self.at(n, c, best_index), size_t(out.es));
+        }
         if (idx.es == 4) {
           const int32_t v = int32_t(best_index);
           std::memcpy(idx.at(n, c, j), &v, 4);
@@ -1602,7 +1619,8 @@ int32_t execute(void *workspace, uint64_t workspace_size, aclOpExecutor *executo
       auto it = s.live.find(executor);
       if (it != s.live.end() && it->second == kExecutor) {
         e = *executor;
-        retire_locked(s, executor, kExecutor);  // single-use, consumed on success or failure
+        // Single-use, consumed on success or failure, unless made repeatable.
+        if (!e.repeatable) retire_locked(s, executor, kExecutor);
         consumed = true;
         s.last_dtype[fn] = e.tensors[0].dtype;
         if (!is_math(e.op)) s.last_indices_dtype[fn] = e.tensors[is_forward(e.op) ? 1 : 2].dtype;
@@ -1966,11 +1984,58 @@ FAKECANN_EXPORT aclnnStatus aclDestroyScalar(const aclScalar *scalar) {
   return destroy("aclDestroyScalar", scalar, kScalar);
 }
 
-// For an executor that will not be run (e.g. the workspace allocation failed). Absent
-// from a build with -DFAKECANN_NO_DESTROY_EXECUTOR, as from CANN versions that predate it.
+// CANN's contract (the docs of aclSetAclOpExecutorRepeatable and aclDestroyAclOpExecutor,
+// CANN 8.0 to 9.0): an executor made repeatable is kept by its executions and released
+// with aclDestroyAclOpExecutor, which destroys only such executors; a plain one is
+// consumed by its execution. 561103 for a null executor, as the docs say. Absent from a
+// build with -DFAKECANN_NO_REPEATABLE_EXECUTOR (with -DFAKECANN_NO_DESTROY_EXECUTOR, both),
+// as from CANN versions that predate them.
+#if !defined(FAKECANN_NO_REPEATABLE_EXECUTOR) && !defined(FAKECANN_NO_DESTROY_EXECUTOR)
+FAKECANN_EXPORT aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor) {
+  const char *fn = "aclSetAclOpExecutorRepeatable";
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  if (!executor) return fail(fn, kErrInnerNullptr, "executor is nullptr");
+  State &s = state();
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.live.find(executor);
+    if (it != s.live.end() && it->second == kExecutor) {
+      executor->repeatable = true;
+      return kSuccess;
+    }
+    what = describe_locked(s, executor, kExecutor);
+  }
+  return fail(fn, kErrParamInvalid, what);
+}
+#endif
+
 #ifndef FAKECANN_NO_DESTROY_EXECUTOR
 FAKECANN_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
-  return destroy("aclDestroyAclOpExecutor", executor, kExecutor);
+  const char *fn = "aclDestroyAclOpExecutor";
+  int32_t injected_status;
+  if (take_injected(fn, &injected_status)) return injected_status;
+  if (!executor) return fail(fn, kErrInnerNullptr, "executor is nullptr");
+  State &s = state();
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.live.find(executor);
+    if (it != s.live.end() && it->second == kExecutor && executor->repeatable) {
+      retire_locked(s, executor, kExecutor);
+      return kSuccess;
+    }
+    ++s.bad_destroys;
+    what = it != s.live.end() && it->second == kExecutor
+               ? strf(
+                     "executor %p was not made repeatable: aclDestroyAclOpExecutor destroys "
+                     "only executors made so by aclSetAclOpExecutorRepeatable (a plain one is "
+                     "consumed by its execution)",
+                     static_cast<void *>(executor))
+               : describe_locked(s, executor, kExecutor) + " (double destroy or foreign pointer)";
+  }
+  return fail(fn, kErrParamInvalid, what);
 }
 #endif
 
@@ -2124,6 +2189,7 @@ FAKECANN_EXPORT void fakecann_reset() {
   s.no_context = false;
   s.device = 0;
   s.pool2d_float_only = false;
+  s.clamp_int32_only = false;
   set_default_soc_name(s);
   ++g_generation;
 }
@@ -2159,4 +2225,11 @@ FAKECANN_EXPORT void fakecann_set_device(int32_t device) {
 FAKECANN_EXPORT void fakecann_set_pool2d_float_only(int on) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().pool2d_float_only = on != 0;
+}
+
+// aclnnClampGetWorkspaceSize refuses INT64 self and out with 161002: an AI Core whose
+// int64 clamp the ops-math list names but no one has verified (issue 47).
+FAKECANN_EXPORT void fakecann_set_clamp_int32_only(int on) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().clamp_int32_only = on != 0;
 }

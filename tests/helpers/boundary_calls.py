@@ -4,20 +4,16 @@ tests/native/test_ffi_boundary.py, so that a crash fails the case it happened in
     python tests/helpers/boundary_calls.py CASES.json cpu
     python tests/helpers/boundary_calls.py CASES.json cpu_v2
     python tests/helpers/boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
-    python tests/helpers/boundary_calls.py CASES.json aclnn_pool FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "op" ("forward"/"backward", or "forward3d"/"backward3d":
-the aclnn 3-D targets, which take no attribute), "values": [shape, dtype], "indices":
-[shape, dtype], "result": [shape, dtype], "channels_last", "spatial_rank", "plane"}
-(indices are drawn from [0, plane)). `cpu` calls the 2-D _v1 CPU targets, `cpu_v2` the
-_v2 ones, which also take `spatial_rank`. For each case the child prints `START name`, then
-`DONE {json}` with the outcome: "error" (exception type and message) or "result" (whether
-it equals the numpy oracle bit for bit). `aclnn` calls the aclnn targets in host-emulation
-mode against the emulated CANN in FAKE_CANN_DIR.
-
-`aclnn_pool` calls the aclnn pool targets: a case is {"name", "k" (2 or 3), "x": [shape,
-dtype], "values": [shape, dtype], "indices": [shape, dtype], "attributes": {name: value}}
-(lists become int64 arrays); a valid call's answer is compared with PyTorch's.
+the aclnn 3-D targets, which take no attribute; "forward_checked": the aclnn checked one),
+"values": [shape, dtype], "indices": [shape, dtype], "result": [shape, dtype],
+"channels_last", "spatial_rank", "plane"} (indices are drawn from [0, plane)). `cpu` calls
+the 2-D _v1 CPU targets, `cpu_v2` the _v2 ones, which also take `spatial_rank`. For each
+case the child prints `START name`, then `DONE {json}` with the outcome: "error"
+(exception type and message) or "result" (whether it equals the numpy oracle bit for
+bit). `aclnn` calls the aclnn targets in host-emulation mode against the emulated CANN in
+FAKE_CANN_DIR. (The pool targets' calls: pool_boundary_calls.py.)
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
@@ -43,10 +38,10 @@ TARGETS = {
     "cpu_v2": {"forward": "jax_unpool_max_unpool_v2",
                "backward": "jax_unpool_max_unpool_backward_v2"},
     "aclnn": {"forward": ju.npu.MAX_UNPOOL2D_TARGET,
+              "forward_checked": ju.npu.MAX_UNPOOL2D_CHECKED_TARGET,
               "backward": ju.npu.MAX_UNPOOL2D_BACKWARD_TARGET,
               "forward3d": ju.npu.MAX_UNPOOL3D_TARGET,
-              "backward3d": ju.npu.MAX_UNPOOL3D_BACKWARD_TARGET,
-              "pool2d": ju.npu.MAX_POOL2D_TARGET, "pool3d": ju.npu.MAX_POOL3D_TARGET},
+              "backward3d": ju.npu.MAX_UNPOOL3D_BACKWARD_TARGET},
 }
 
 
@@ -96,49 +91,13 @@ def run_case(family: str, case: dict) -> dict:
     return {"result": list(got.shape), "equal": bool(equal)}
 
 
-def torch_pool(x: np.ndarray, k: int, a: dict) -> tuple[np.ndarray, np.ndarray]:
-    """PyTorch's values and indices for x in the call's layout (float32 compute: exact)."""
-    import torch
-
-    def layout(t):
-        return np.moveaxis(t, -k - 1, -1) if a["channels_last"] else t
-
-    first = np.moveaxis(x, -1, -k - 1) if a["channels_last"] else x
-    pool = torch.nn.functional.max_pool2d if k == 2 else torch.nn.functional.max_pool3d
-    values, indices = pool(torch.from_numpy(first.astype(np.float32)), *(
-        tuple(a[n]) for n in ("kernel_size", "stride", "padding", "dilation")), a["ceil_mode"],
-        return_indices=True)
-    return layout(values.numpy().astype(x.dtype)), layout(indices.numpy())
-
-
-def run_pool_case(case: dict) -> dict:
-    (xshape, xdtype), k = case["x"], case["k"]
-    x = np.random.default_rng(0).standard_normal(xshape).astype(jnp.dtype(xdtype))
-    results = tuple(jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
-                    for shape, dtype in (case["values"], case["indices"]))
-    attributes = {name: np.asarray(v, np.int64) if isinstance(v, list) else v
-                  for name, v in case["attributes"].items()}
-    call = jax.ffi.ffi_call(TARGETS["aclnn"][f"pool{k}d"], results)
-    try:
-        values, indices = (np.asarray(r) for r in call(x, **attributes))
-    except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
-        return {"error": type(e).__name__, "message": str(e)}
-    equal = values.size == 0
-    if not equal:
-        want_values, want_indices = torch_pool(x, k, case["attributes"])
-        equal = (np.array_equal(bits(values), bits(want_values))
-                 and np.array_equal(indices, want_indices.astype(indices.dtype)))
-    return {"result": list(values.shape), "equal": bool(equal)}
-
-
 def main(cases_path: str, family: str, fake_cann_dir: str | None = None) -> None:
     cases = json.loads(Path(cases_path).read_text())
-    if family.startswith("aclnn"):
+    if family == "aclnn":
         ju.npu.register("cpu", fake_cann_dir)
-    run = run_pool_case if family == "aclnn_pool" else lambda case: run_case(family, case)
     for case in cases:
         print("START", case["name"], flush=True)
-        print("DONE", json.dumps({"name": case["name"], **run(case)}), flush=True)
+        print("DONE", json.dumps({"name": case["name"], **run_case(family, case)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,17 @@
-"""Direct `jax.ffi.ffi_call`s to the CPU pool target, in a child process of
+"""Direct `jax.ffi.ffi_call`s to the pool targets, in a child process of
 tests/native/test_pool_ffi_boundary.py, so that a crash fails the case it happened in, not the suite.
 
-    python tests/helpers/pool_boundary_calls.py CASES.json
+    python tests/helpers/pool_boundary_calls.py CASES.json cpu
+    python tests/helpers/pool_boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "x": [shape, dtype], "values": [shape, dtype], "indices":
 [shape, dtype], "attributes": {name: value}} where a list value is passed as an int64
-array (as the CPU lowering passes the window) and anything else as is. For each case the
-child prints `START name`, then `DONE {json}` with the outcome: "error" (exception type and
-message) or "result" (whether values and indices equal the numpy oracle's, bit for bit).
+array (as the CPU lowering passes the window) and anything else as is. `cpu` calls the CPU
+pool target; `aclnn` the aclnn pool target of the window's rank (the 3-D one for 3
+kernel_size entries, else the 2-D one) in host-emulation mode against the emulated CANN
+in FAKE_CANN_DIR. For each case the child prints `START name`, then `DONE {json}` with the
+outcome: "error" (exception type and message) or "result" (whether values and indices
+equal the numpy oracle's, bit for bit).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
 
+import jax_unpool as ju
 from jax_unpool.backends import cpu
 
 jax.config.update("jax_enable_x64", True)  # int64 indices and float64 values as given
@@ -47,15 +52,23 @@ def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint8)
 
 
-def run_case(case: dict) -> dict:
+def target(family: str, attributes: dict) -> str:
+    if family == "cpu":
+        return cpu.MAX_POOL_TARGET
+    kernel = attributes.get("kernel_size")
+    three = isinstance(kernel, list) and len(kernel) == 3
+    return ju.npu.MAX_POOL3D_TARGET if three else ju.npu.MAX_POOL2D_TARGET
+
+
+def run_case(family: str, case: dict) -> dict:
     x = operand(*case["x"], np.random.default_rng(0))
     results = tuple(jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
                     for shape, dtype in (case["values"], case["indices"]))
     attributes = {name: np.asarray(v, np.int64) if isinstance(v, list) else v
                   for name, v in case["attributes"].items()}
     try:
-        values, indices = (np.asarray(r) for r in
-                           jax.ffi.ffi_call(cpu.MAX_POOL_TARGET, results)(x, **attributes))
+        call = jax.ffi.ffi_call(target(family, case["attributes"]), results)
+        values, indices = (np.asarray(r) for r in call(x, **attributes))
     except Exception as e:  # noqa: BLE001 -- reported to the parent, which judges it
         # By its public name: jax 0.7's jax.errors.JaxRuntimeError is jaxlib's XlaRuntimeError.
         name = "JaxRuntimeError" if isinstance(e, jax.errors.JaxRuntimeError) else \
@@ -71,10 +84,12 @@ def run_case(case: dict) -> dict:
     return {"result": [list(values.shape), list(indices.shape)], "equal": bool(equal)}
 
 
-def main(cases_path: str) -> None:
+def main(cases_path: str, family: str, fake_cann_dir: str | None = None) -> None:
+    if family == "aclnn":
+        ju.npu.register("cpu", fake_cann_dir)
     for case in json.loads(Path(cases_path).read_text()):
         print("START", case["name"], flush=True)
-        print("DONE", json.dumps({"name": case["name"], **run_case(case)}), flush=True)
+        print("DONE", json.dumps({"name": case["name"], **run_case(family, case)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -238,130 +238,6 @@ CASES_3D = [
 ]
 
 
-# The aclnn pool targets: x -> (values, indices) with the window attributes. A case is
-# (name, k, x, values, indices, attribute changes, expected), expected "oracle" (PyTorch's
-# answer), the INVALID_ARGUMENT message after "<op>: ", or a whole message ("!...").
-def _window(k, kernel=2, stride=2, padding=0, dilation=1, ceil_mode=False, last=False):
-    def listed(v):
-        return list(v) if isinstance(v, (tuple, list)) else [v] * k
-    return {"kernel_size": listed(kernel), "stride": listed(stride), "padding": listed(padding),
-            "dilation": listed(dilation), "ceil_mode": ceil_mode, "channels_last": last}
-
-
-def _window_text(w):
-    t = {n: "(" + ", ".join(map(str, w[n])) + ")" for n in ("kernel_size", "stride",
-                                                             "padding", "dilation")}
-    return (f"kernel_size {t['kernel_size']}, stride {t['stride']}, padding {t['padding']}, dilation "
-            f"{t['dilation']}, ceil_mode={'true' if w['ceil_mode'] else 'false'}")
-
-
-P2, P2_OUT = [[2, 3, 7, 6], F32], [2, 3, 3, 3]  # kernel 2, stride 2
-P3, P3_OUT = [[2, 2, 5, 4, 5], F32], [2, 2, 2, 2, 2]
-W2, W3 = _window(2), _window(3)
-GIVES = f"pooling x of shape (2, 3, 7, 6) with {_window_text(W2)} gives"
-POOL_CASES = [
-    # valid calls
-    ("pool2d valid", 2, P2, [P2_OUT, F32], [P2_OUT, I32], W2, "oracle"),
-    ("pool2d valid overlapping ceil_mode int64", 2, P2, [[2, 3, 4, 7], F32], [[2, 3, 4, 7], I64],
-     _window(2, (3, 2), (2, 1), 1, ceil_mode=True), "oracle"),
-    ("pool2d valid NHWC unbatched float16", 2, [[7, 6, 3], "float16"], [[3, 3, 3], "float16"],
-     [[3, 3, 3], I32], _window(2, last=True), "oracle"),
-    ("pool3d valid", 3, P3, [P3_OUT, F32], [P3_OUT, I32], W3, "oracle"),
-    ("pool3d valid NDHWC bfloat16", 3, [[1, 4, 4, 4, 2], "bfloat16"],
-     [[1, 2, 2, 2, 2], "bfloat16"], [[1, 2, 2, 2, 2], I32], _window(3, last=True), "oracle"),
-    ("pool2d empty batch", 2, [[0, 3, 7, 6], F32], [[0, 3, 3, 3], F32], [[0, 3, 3, 3], I32],
-     W2, "oracle"),
-    # buffers
-    ("pool2d x rank 5", 2, [[1, *P2[0]], F32], [[1, *P2_OUT], F32], [[1, *P2_OUT], I32], W2,
-     "x must have rank 3 or 4, got shape (1, 2, 3, 7, 6)"),
-    ("pool3d x rank 3", 3, [[5, 4, 5], F32], [[2, 2, 2], F32], [[2, 2, 2], I32], W3,
-     "x must have rank 4 or 5, got shape (5, 4, 5)"),
-    ("pool2d indices float32", 2, P2, [P2_OUT, F32], [P2_OUT, F32], W2,
-     "indices must be int32 or int64, got float32"),
-    ("pool2d values dtype", 2, P2, [P2_OUT, F64], [P2_OUT, I32], W2,
-     "values has dtype float64 but x has dtype float32; they must be equal"),
-    ("pool2d values other rank", 2, P2, [P2_OUT[1:], F32], [P2_OUT, I32], W2,
-     f"values has shape (3, 3, 3) but {GIVES} (2, 3, 3, 3)"),
-    ("pool2d values larger", 2, P2, [[2, 3, 4, 3], F32], [P2_OUT, I32], W2,
-     f"values has shape (2, 3, 4, 3) but {GIVES} (2, 3, 3, 3)"),
-    ("pool2d values other N", 2, P2, [[1, 3, 3, 3], F32], [P2_OUT, I32], W2,
-     f"values has shape (1, 3, 3, 3) but {GIVES} (2, 3, 3, 3)"),
-    ("pool2d indices smaller", 2, P2, [P2_OUT, F32], [[2, 3, 3, 2], I32], W2,
-     f"indices has shape (2, 3, 3, 2) but {GIVES} (2, 3, 3, 3)"),
-    ("pool2d NHWC other C", 2, [[2, 7, 6, 3], F32], [[2, 3, 3, 4], F32], [[2, 3, 3, 4], I32],
-     _window(2, last=True),
-     ("values has shape (2, 3, 3, 4) but pooling x of shape (2, 7, 6, 3) with "
-      f"{_window_text(_window(2))} gives (2, 3, 3, 3)")),
-    ("pool2d x empty plane", 2, [[2, 3, 0, 6], F32], [P2_OUT, F32], [P2_OUT, I32], W2,
-     "x must have non-empty spatial dims (NCHW), got shape (2, 3, 0, 6)"),
-    ("pool2d int32 values", 2, [P2[0], I32], [P2_OUT, I32], [P2_OUT, I32], W2,
-     "aclnnMaxPool2dWithIndices takes float16, bfloat16 or float32 values, got int32"),
-    ("pool3d float64 values", 3, [P3[0], F64], [P3_OUT, F64], [P3_OUT, I32], W3,
-     "aclnnMaxPool3dWithArgmax takes float16, bfloat16 or float32 values, got float64"),
-    ("pool2d uint2 values", 2, [P2[0], "uint2"], [P2_OUT, "uint2"], [P2_OUT, I32], W2,
-     "aclnnMaxPool2dWithIndices takes float16, bfloat16 or float32 values, got uint2"),
-    # attributes
-    ("pool2d kernel of 3", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel_size": [2, 2, 2]},
-     "kernel_size must have 2 elements, got (2, 2, 2)"),
-    ("pool3d padding of 2", 3, P3, [P3_OUT, F32], [P3_OUT, I32], {**W3, "padding": [0, 0]},
-     "padding must have 3 elements, got (0, 0)"),
-    ("pool2d stride 0", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "stride": [0, 2]},
-     "stride elements must be >= 1, got (0, 2)"),
-    ("pool2d kernel 0", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "kernel_size": [2, 0]},
-     "kernel_size elements must be >= 1, got (2, 0)"),
-    ("pool2d padding -1", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "padding": [-1, 0]},
-     "padding elements must be >= 0, got (-1, 0)"),
-    ("pool3d dilation 0", 3, P3, [P3_OUT, F32], [P3_OUT, I32], {**W3, "dilation": [1, 0, 1]},
-     "dilation elements must be >= 1, got (1, 0, 1)"),
-    ("pool2d window larger than the input", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
-     {**W2, "kernel_size": [9, 2]},
-     ("pooling x of shape (2, 3, 7, 6) with "
-      f"{_window_text({**W2, 'kernel_size': [9, 2]})} gives no valid output size")),
-    ("pool2d padding beyond int64 sizes", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
-     {**W2, "padding": [2**62, 0], "stride": [1, 2]},
-     ("pooling x of shape (2, 3, 7, 6) with "
-      f"{_window_text({**W2, 'padding': [2**62, 0], 'stride': [1, 2]})} gives no valid output "
-      "size")),
-    ("pool2d an attribute too many", 2, P2, [P2_OUT, F32], [P2_OUT, I32], {**W2, "extra": True},
-     # XLA's decoding, compiled in from jaxlib 0.7's FFI headers (the build's)
-     ("!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 7 with name(s): "
-     "ceil_mode, channels_last, dilation, extra, kernel_size, padding, stride")),
-    ("pool2d an attribute missing", 2, P2, [P2_OUT, F32], [P2_OUT, I32],
-     {n: v for n, v in W2.items() if n != "channels_last"},
-     ("!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but got 5 with name(s): "
-     "ceil_mode, dilation, kernel_size, padding, stride")),
-]
-
-
-@pytest.fixture(scope="module")
-def aclnn_pool_outcomes(tmp_path_factory, fake_cann_dir):
-    cases = [{"name": name, "k": k, "x": x, "values": values, "indices": indices,
-              "attributes": attributes}
-             for name, k, x, values, indices, attributes, _ in POOL_CASES]
-    return run_cases("aclnn_pool", cases, tmp_path_factory.mktemp("aclnn_pool"),
-                     str(fake_cann_dir))
-
-
-@pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
-def test_aclnn_pool_target_direct_call(aclnn_pool_outcomes, case):
-    name, k, expected = case[0], case[1], case[-1]
-    outcome = aclnn_pool_outcomes[name]
-    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
-    if expected == "oracle":
-        assert outcome.get("equal") is True, f"{name}: {outcome}"
-    elif expected.startswith("!"):
-        assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
-        # XLA's own decoding errors read as the FFI headers compiled in write them
-        # (ffi/third_party's, jaxlib 0.7.2's); a newer jaxlib's runtime may put
-        # "[execute] " first.
-        message = outcome["message"].replace("[execute] ", "", 1)
-        assert message.startswith(expected[1:]), outcome
-    else:
-        assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
-        op = "max_pool2d_with_indices" if k == 2 else "max_pool3d_with_indices"
-        assert outcome["message"] == f"INVALID_ARGUMENT: {op}: {expected}", outcome
-
-
 def _spatial_rank(case) -> int:
     return 3 if case[1] in (F3, B3) else case[7] if len(case) > 7 else 2
 
@@ -506,10 +382,11 @@ def test_an_edited_export_artifact_gets_an_error_not_a_crash(tmp_path):
 
 
 def test_aclnn_out_of_range_message_says_what_its_positions_are(tmp_path, fake_cann_dir):
-    # A direct call skips the NPU lowering (which clamps indices): the host-emulation
-    # handler checks them as the CPU's does (issue 37), names the bad index's position and
-    # says what that position is relative to.
+    # A direct call of the checked target: the handler checks the indices as the CPU's does
+    # (issue 37), names the bad index's position and says what that position is relative
+    # to. (The default target clamps them: tests/backends/npu.)
     case = _as_json(("out of range", F, X, IDX, OUT, False, ""))
+    case["op"] = "forward_checked"
     case["plane"] = 10**6  # indices drawn far past the 6x7 plane
     outcome = run_cases("aclnn", [case], tmp_path, str(fake_cann_dir))["out of range"]
     assert outcome["error"] in RUNTIME_ERRORS, outcome

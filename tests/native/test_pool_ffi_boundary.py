@@ -1,7 +1,9 @@
-"""The pool's FFI boundary: hand-written `jax.ffi.ffi_call`s to jax_unpool_max_pool_v1 with
-every kind of bad attribute and buffer. The public API never builds such calls; the handler
-must still answer each with an error naming what is wrong (or, for a valid call, the numpy
-oracle's values and indices), never a crash. Every call runs in a child process
+"""The pool's FFI boundary: hand-written `jax.ffi.ffi_call`s to jax_unpool_max_pool_v1 and to
+the aclnn pool targets (in host-emulation mode against the emulated CANN) with every kind
+of bad attribute and buffer. The public API never builds such calls; the handlers must
+still answer each with an error naming what is wrong -- the aclnn targets with the CPU's
+message wherever aclnn takes what the CPU takes -- or, for a valid call, the numpy
+oracle's values and indices, never a crash. Every call runs in a child process
 (tests/helpers/pool_boundary_calls.py), so that a crash fails the case it happened in.
 """
 
@@ -11,6 +13,7 @@ import fresh_process
 import numpy as np
 import numpy_oracle
 import pytest
+from fake_cann import build
 
 RUNTIME_ERRORS = ("JaxRuntimeError", "ValueError")  # see README: jax-ml/jax#34083
 F32, I32, I64 = "float32", "int32", "int64"
@@ -151,11 +154,83 @@ CASES = [
             "kernel_size=(5, 1), dilation=(1, 1)", x=((1, 1, 2, 2), F32),
             values=((1, 1, 1, 2), F32), indices=((1, 1, 1, 2), I32), kernel_size=[5, 1],
             stride=[1, 1]),
-    # attributes XLA's decoder refuses before the handler runs: any error will do
+    # attributes XLA's decoder refuses before the handler runs
     invalid("kernel_size a scalar", "any", kernel_size=2),
-    invalid("ceil_mode missing", "any", ceil_mode=None),
-    invalid("an attribute too many", "any", extra=True),
+    # XLA's decoding, compiled in from jaxlib 0.7's FFI headers (the build's)
+    invalid("ceil_mode missing", "!INVALID_ARGUMENT: Wrong number of attributes: expected 6 but "
+            "got 5 with name(s): channels_last, dilation, kernel_size, padding, stride",
+            ceil_mode=None),
+    invalid("an attribute too many", "!INVALID_ARGUMENT: Wrong number of attributes: expected 6 "
+            "but got 7 with name(s): ceil_mode, channels_last, dilation, extra, kernel_size, "
+            "padding, stride", extra=True),
+    # x (2, 3, 7, 6): an odd plane
+    valid("an odd plane", (2, 3, 7, 6)),
+    valid("overlapping, ceil_mode, int64", (2, 3, 7, 6), index_dtype=I64, kernel=(3, 2),
+          stride=(2, 1), padding=1, ceil_mode=True),
+    valid("NHWC unbatched float16", (7, 6, 3), "float16", k=2, channels_last=True),
+    valid("3-D an odd volume", (2, 2, 5, 4, 5)),
+    valid("3-D NDHWC bfloat16", (1, 4, 4, 4, 2), "bfloat16", channels_last=True),
+    valid("an empty batch", (0, 3, 7, 6)),
+    valid("int32", (2, 3, 7, 6), "int32"),
+    valid("3-D float64", (2, 2, 5, 4, 5), "float64"),
+    invalid("3-D x rank 3", "max_pool3d_with_indices: x must have rank 4 or 5, got shape "
+            "(5, 4, 5)", x=((5, 4, 5), F32), values=((2, 2, 2), F32), indices=((2, 2, 2), I32),
+            **window(3)),
+    invalid("NHWC other C", f"{P2}: values has shape (2, 3, 3, 4) but pooling x of shape "
+            "(2, 7, 6, 3) gives (2, 3, 3, 3) (ceil_mode=False)", x=((2, 7, 6, 3), F32),
+            values=((2, 3, 3, 4), F32), indices=((2, 3, 3, 4), I32), channels_last=True),
+    invalid("3-D padding of 2", "max_pool: kernel_size, stride, padding and dilation must "
+            "have one entry per spatial dim (1, 2 or 3 of them), got kernel_size=(2, 2, 2), "
+            "stride=(2, 2, 2), padding=(0, 0), dilation=(1, 1, 1)",
+            x=((2, 2, 5, 4, 5), F32), values=((2, 2, 2, 2, 2), F32),
+            indices=((2, 2, 2, 2, 2), I32), **{**window(3), "padding": [0, 0]}),
+    invalid("3-D dilation 0", "max_pool3d_with_indices: dilation must be positive and at most "
+            "2147483647, got (1, 0, 1)", x=((2, 2, 5, 4, 5), F32),
+            values=((2, 2, 2, 2, 2), F32), indices=((2, 2, 2, 2, 2), I32),
+            **{**window(3), "dilation": [1, 0, 1]}),
+    invalid("a window larger than x", f"{P2}: output size must be positive, got 0 along "
+            "spatial dim 0 of x of shape (2, 3, 7, 6): the input is too small for "
+            "kernel_size=(9, 2), dilation=(1, 1)", x=((2, 3, 7, 6), F32),
+            values=((2, 3, 3, 3), F32), indices=((2, 3, 3, 3), I32), kernel_size=[9, 2]),
+    invalid("padding 2^62", f"{P2}: padding must be non-negative and at most half of "
+            f"kernel_size (padding <= kernel_size // 2), got padding=({2**62}, 0) and "
+            "kernel_size=(2, 2)", x=((2, 3, 7, 6), F32), values=((2, 3, 3, 3), F32),
+            indices=((2, 3, 3, 3), I32), padding=[2**62, 0], stride=[1, 2]),
 ]
+
+# Where the aclnn pool targets answer otherwise than the CPU's: a window of another rank
+# than the target's; a value dtype aclnn cannot compare (after the shared checks, which
+# name the sub-byte and complex ones as the CPU does); dilation, which Atlas A2/A3 (the
+# emulated chip) refuse: CANN's message, which starts so.
+GWS2 = "max_pool2d_with_indices: aclnnMaxPool2dWithIndicesGetWorkspaceSize failed with status "
+GWS3 = "max_pool3d_with_indices: aclnnMaxPool3dWithArgmaxGetWorkspaceSize failed with status "
+
+
+def _other_rank(kernel: str) -> str:
+    return (f"{P2}: aclnnMaxPool2dWithIndices pools 2 spatial dims, got kernel_size={kernel}")
+
+
+def _dtype(d: str, k: int = 2) -> str:
+    op, run = (P2, "aclnnMaxPool2dWithIndices") if k == 2 else (
+        "max_pool3d_with_indices", "aclnnMaxPool3dWithArgmax")
+    return f"{op}: {run} takes float16, bfloat16 or float32 values, got {d}"
+
+
+ACLNN = {
+    "1-D unbatched float64 int64": _other_rank("(3,)"),
+    "a window of padding only (1-D)": _other_rank("(2,)"),
+    "no spatial dims": _other_rank("()"),
+    "four spatial dims": _other_rank("(2, 2, 2, 2)"),
+    "3-D NDHWC float16": f"^{GWS3}161002 ACLNN_ERR_PARAM_INVALID: ",
+    "a window of padding only (2-D)": f"^{GWS2}161002 ACLNN_ERR_PARAM_INVALID: ",
+    **{name: _dtype(d) for name, d in (("bool", "bool"), ("int8 NHWC", "int8"),
+                                       ("uint32", "uint32"), ("int64", "int64"),
+                                       ("float8_e4m3fn", "float8_e4m3fn"),
+                                       ("float8_e5m2 NHWC", "float8_e5m2"),
+                                       ("float8_e4m3fnuz", "float8_e4m3fnuz"),
+                                       ("int32", "int32"))},
+    "3-D float64": _dtype("float64", 3),
+}
 
 
 def _json(case) -> dict:
@@ -165,27 +240,57 @@ def _json(case) -> dict:
     return call
 
 
-def run_cases(cases: list[dict], tmp_path) -> dict[str, dict]:
-    return fresh_process.run_cases("pool_boundary_calls.py", cases, tmp_path)
+def run_cases(cases: list[dict], tmp_path, *family: str) -> dict[str, dict]:
+    return fresh_process.run_cases("pool_boundary_calls.py", cases, tmp_path, *family)
+
+
+def check(outcome: dict, name: str, expected: str) -> None:
+    """`expected`: "oracle", "any" (error), "!" + the message's start as XLA writes it, "^"
+    + its start after "INVALID_ARGUMENT: ", or the whole message after it."""
+    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
+    if expected == "oracle":
+        assert outcome.get("equal") is True, f"{name}: {outcome}"
+        return
+    assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
+    message = outcome["message"]
+    if expected.startswith("!"):
+        # XLA's own decoding errors read as the FFI headers compiled in write them
+        # (ffi/third_party's, jaxlib 0.7.2's); a newer jaxlib's runtime may put
+        # "[execute] " first.
+        assert message.replace("[execute] ", "", 1).startswith(expected[1:]), outcome
+    elif expected.startswith("^"):
+        assert message.startswith(f"INVALID_ARGUMENT: {expected[1:]}"), outcome
+    elif expected != "any":
+        assert message == f"INVALID_ARGUMENT: {expected}", outcome
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    return run_cases([_json(c) for c in CASES], tmp_path_factory.mktemp("pool"))
+    return run_cases([_json(c) for c in CASES], tmp_path_factory.mktemp("pool"), "cpu")
+
+
+@pytest.fixture(scope="module")
+def aclnn_outcomes(tmp_path_factory):
+    fake_cann_dir = build(tmp_path_factory.mktemp("fake_cann_pool_boundary"))
+    return run_cases([_json(c) for c in CASES], tmp_path_factory.mktemp("aclnn_pool"), "aclnn",
+                     str(fake_cann_dir))
 
 
 @pytest.mark.jax_window
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_pool_target_direct_call(outcomes, case):
     name, _, expected = case
-    outcome = outcomes[name]
-    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
-    if expected == "oracle":
-        assert outcome.get("equal") is True, f"{name}: {outcome}"
-    else:
-        assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
-        if expected != "any":
-            assert outcome["message"] == f"INVALID_ARGUMENT: {expected}", outcome
+    check(outcomes[name], name, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_aclnn_pool_target_direct_call(aclnn_outcomes, case):
+    name, _, expected = case
+    check(aclnn_outcomes[name], name, ACLNN.get(name, expected))
+
+
+def test_every_aclnn_difference_names_a_case():
+    assert set(ACLNN) <= {c[0] for c in CASES}
 
 
 # The formats' largest finite values (OCP 8-bit floating point, and the fnuz variants'

@@ -11,6 +11,7 @@ import numpy as np
 import numpy_oracle as oracle
 
 import jax_unpool as ju
+from jax_unpool import _geometry
 from jax_unpool._compat import enable_x64
 
 FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -102,7 +103,7 @@ def forward_case(rng, k: int, last: bool, kind: str, dtype: str, index_dtype):
             out_spatial, spatial = in_spatial, tuple(sizes)
         else:
             spatial = tuple(rng.integers(1, 6, k).tolist())
-            if kind == "no_hint" and rng.random() < 0.7:  # sizes from which the hint is inferred
+            if kind == "no_hint" and rng.random() < 0.7:  # sizes that give the lowering a window
                 scale = tuple(rng.integers(1, 4, k).tolist())
                 out_spatial = tuple(s * m for s, m in zip(spatial, scale))
                 window = (scale, scale, (0,) * k)
@@ -117,8 +118,8 @@ def forward_case(rng, k: int, last: bool, kind: str, dtype: str, index_dtype):
                 idx = rng.choice(pool_of_positions, (n, c, *spatial))  # many duplicates
             else:
                 idx = indices_in_boxes(rng, (n, c), spatial, out_spatial, window)
-            if kind == "no_hint":
-                window = None
+            if kind == "no_hint":  # the window the CUDA lowering passes for no hint, or None
+                window = _geometry.unpool_window(spatial, out_spatial, None)
         values = random_values(rng, (n, c, *spatial), dtype)
         return (to_layout(values, k, last), to_layout(idx.astype(index_dtype), k, last),
                 out_spatial, window)

@@ -1,10 +1,10 @@
 // Host emulation of the CUDA handlers: their bodies (ffi/cuda/unpool_call.h, pool_call.h)
 // run as they do on the GPU -- the same checks, plans and per-element code, compiled by a
-// plain C++ compiler (ffi/cuda/device.h defines the CUDA qualifiers away) -- on a device
-// whose launches loop over the grid in a shuffled order (a kernel's result must not depend
-// on the order its threads run in) and whose memory is the host's. Only the grid-stride
-// kernel wrapper and the CUDA runtime calls (device_launcher.cuh, cuda_device.h) are not
-// run here. Built and called by tests/backends/cuda/emulation.py (ctypes).
+// plain C++ compiler (ffi/common/host_device.h defines the CUDA qualifiers away) -- on a
+// device whose launches loop over the grid in a shuffled order (a kernel's result must not
+// depend on the order its threads run in) and whose memory is the host's. Only the
+// grid-stride kernel wrapper and the CUDA runtime calls (grid_launcher.cuh, gpu_stream.h)
+// are not run here. Built and called by tests/backends/cuda/emulation.py (ctypes).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -38,6 +38,7 @@ from dtypes import bits
 from out_of_range import POOL_HINT
 
 import jax_unpool as ju
+from jax_unpool import _geometry
 from jax_unpool._compat import enable_x64
 from jax_unpool.backends import cuda
 
@@ -73,16 +74,22 @@ def test_each_forward_path_is_taken_and_equals_the_cpu_kernel(emulation):
     _, tiled3 = ju.max_pool2d_with_indices(rng.standard_normal((2, 3, 12, 12)), 3)
     tiled3 = np.asarray(tiled3)
     hint = ((2, 2), (2, 2), (0, 0))
+
+    def lowered(out_size):  # the window the CUDA lowering passes for a call without a hint
+        return _geometry.unpool_window((4, 4), out_size, None)
+
+    assert lowered((8, 8)) == hint and lowered((9, 9)) is None
     cases = [(tiled, (8, 8), hint, False, emu.PLANE_TILED),  # channels first, 2x2 boxes
-             (tiled, (8, 8), None, False, emu.PLANE_TILED),  # the hint inferred from the sizes
+             (tiled, (8, 8), lowered((8, 8)), False, emu.PLANE_TILED),  # from the sizes
+             (tiled, (8, 8), None, False, emu.GENERAL),  # no window: the handler infers none
              (outside, (8, 8), hint, False, emu.PLANE_TILED_THEN_GENERAL),
-             (tiled3, (12, 12), None, False, emu.PLANE_TILED),  # 3x3 boxes
+             (tiled3, (12, 12), lowered((12, 12)), False, emu.PLANE_TILED),  # 3x3 boxes
              (tiled, (8, 8), hint, True, emu.TILED),  # channels last
              (outside, (8, 8), hint, True, emu.TILED_THEN_GENERAL),
              (odd, (9, 9), hint, False, emu.WINDOWED),  # a row and a column that no box covers
              (overlapping, (9, 9), ((3, 3), (2, 2), (0, 0)), False, emu.WINDOWED),
              (outside, (9, 9), hint, False, emu.WINDOWED_THEN_GENERAL),
-             (odd, (9, 9), None, False, emu.GENERAL)]  # 9 is no multiple of 4: no hint inferred
+             (odd, (9, 9), lowered((9, 9)), False, emu.GENERAL)]  # 9 is no multiple of 4
     paths = []
     for idx, out_spatial, window, last, _ in cases:
         values, idx = to_layout(x, 2, last), to_layout(idx, 2, last)

@@ -268,27 +268,40 @@ def test_vmap_is_one_aclnn_call(emulated, rng, op):
 # What the handlers hand to CANN
 # --------------------------------------------------------------------------------------
 
-def _run_op(op, rng, idx=None):
+def _run_op(op, rng, idx=None, checked=False):
+    """The 2-D unpool `op` through the public function, or, `checked`, through the primitive
+    with check_indices=True (the checked target: no clamp, no memory of its own)."""
     shape = SHAPES[4]
     idx = oracle.random_indices(rng, shape, HW[0] * HW[1]) if idx is None else idx
+    if checked:
+        values = random_values(rng, shape if op == "forward" else (*shape[:2], *HW), "float32")
+        return _checked(2, op == "forward", HW)(values, idx).block_until_ready()
     if op == "forward":
         return _forward()(random_values(rng, shape, "float32"), idx).block_until_ready()
     g = random_values(rng, _grad_shape(shape, "NCHW"), "float32")
     return _backward(shape, g.dtype)(g, idx).block_until_ready()
 
 
+# aclrtMalloc'ed blocks of a host-emulation call: the op's workspace, and unless checked
+# the clamped indices and the clamp's workspace.
+BLOCKS = {False: 3, True: 1}
+
+
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("op", ["forward", "backward"])
-def test_workspace_stream_and_objects(emulated, rng, op):
-    _run_op(op, rng)
+def test_workspace_stream_and_objects(emulated, rng, op, checked):
+    _run_op(op, rng, checked=checked)
     run = FWD_RUN if op == "forward" else BWD_RUN
     # The emulator asks for a non-zero workspace and refuses a launch whose workspace
     # size differs from what GetWorkspaceSize returned: the success proves it was honoured.
     assert emulated.last_workspace_size() > 0
-    # Host emulation: no stream (CANN's default), the workspace from aclrtMalloc, freed
-    # once the stream is synchronised.
+    # Host emulation: no stream (CANN's default), each block from aclrtMalloc, freed once
+    # the stream is synchronised.
     assert emulated.last_stream(run.encode()) is None
+    assert emulated.call_count(b"aclnnClamp") == (0 if checked else 1)
+    n = BLOCKS[checked]
     assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
-                                             b"aclrtFree")] == [1, 1, 1]
+                                             b"aclrtFree")] == [n, n, n]
     assert emulated.live_allocations() == 0 and emulated.bad_frees() == 0
     assert emulated.live_objects() == emulated.live0 and emulated.bad_destroys() == 0
 
@@ -324,81 +337,194 @@ def test_object_creation_failure_destroys_what_was_created(emulated, rng, op):
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_workspace_allocation_failure_destroys_the_unrun_executor(emulated, rng, op):
+    # The checked target's first allocation is the op's workspace; the executor, which
+    # cannot run, is released as CANN documents (made repeatable, then destroyed).
     emulated.fail_next(b"aclrtMalloc", 207001, b"injected: out of device memory")
     with pytest.raises(RUNTIME_ERRORS) as err:
-        _run_op(op, rng)
+        _run_op(op, rng, checked=True)
     assert ("aclrtMalloc of the workspace failed with error 207001: injected: out of device "
             "memory") in str(err.value)
     assert emulated.call_count((FWD_RUN if op == "forward" else BWD_RUN).encode()) == 0
     assert emulated.live_executors() == 0 and emulated.live_objects() == emulated.live0
+    assert emulated.call_count(b"aclSetAclOpExecutorRepeatable") == 1
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
-def test_failed_synchronisation_reaches_python_and_frees_the_workspace(emulated, rng, op):
-    emulated.fail_next(b"aclrtSynchronizeStream", 507000, b"injected: stream broke")
+def test_a_failed_allocation_for_the_clamped_indices_fails_before_any_op(emulated, rng, op):
+    emulated.fail_next(b"aclrtMalloc", 207001, b"injected: out of device memory")
     with pytest.raises(RUNTIME_ERRORS) as err:
         _run_op(op, rng)
+    assert str(err.value) == (
+        f"INTERNAL: max_unpool2d{'' if op == 'forward' else '_backward'}: aclrtMalloc of the "
+        f"safe indices failed with error 207001: injected: out of device memory")
+    assert [emulated.call_count(f) for f in (b"aclnnClampGetWorkspaceSize",
+                                             (FWD_GWS if op == "forward" else BWD_GWS).encode())
+            ] == [0, 0]
+    assert emulated.live_objects() == emulated.live0
+
+
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("op", ["forward", "backward"])
+def test_failed_synchronisation_reaches_python_and_frees_the_workspace(emulated, rng, op,
+                                                                       checked):
+    # The first synchronisation is the op's (checked) or the clamp's, which fails the call
+    # before the op: every block allocated by then is freed all the same.
+    emulated.fail_next(b"aclrtSynchronizeStream", 507000, b"injected: stream broke")
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        _run_op(op, rng, checked=checked)
     assert "aclrtSynchronizeStream failed with error 507000: injected: stream broke" in str(
         err.value)
-    assert emulated.live_allocations() == 0 and emulated.call_count(b"aclrtFree") == 1
+    assert emulated.live_allocations() == 0
+    assert emulated.call_count(b"aclrtFree") == (1 if checked else 2)
 
 
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("op", ["forward", "backward"])
-def test_failed_launch_synchronises_before_freeing_the_workspace(emulated, rng, op):
+def test_failed_launch_synchronises_before_freeing_the_workspace(emulated, rng, op, checked):
     run = FWD_RUN if op == "forward" else BWD_RUN
     emulated.fail_next(run.encode(), 361001, b"injected: launch failed")
     with pytest.raises(RUNTIME_ERRORS, match=f"{run} failed with status 361001"):
-        _run_op(op, rng)
+        _run_op(op, rng, checked=checked)
+    n = BLOCKS[checked]
     assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
-                                             b"aclrtFree")] == [1, 1, 1]
+                                             b"aclrtFree")] == [n, n, n]
     assert emulated.live_allocations() == 0
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_out_of_range_indices_are_clamped_into_the_plane(emulated, rng, op):
-    # The emulator refuses any index outside [0, 42); the lowering clamps them first, as
-    # real CANN would write/read out of bounds instead of reporting them.
+    # The emulator refuses any index outside [0, 42), as real CANN would write/read out of
+    # bounds instead: the handler clamps them first, with aclnnClamp as on a device -- once
+    # (issue 47): the lowered program clamps nothing itself.
     x = random_values(rng, SHAPES[4], "float32")
     idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1])
     idx[1, 2, 3, 4], idx[0, 0, 0, 0] = HW[0] * HW[1] + 5, -3
     clamped = np.clip(idx, 0, HW[0] * HW[1] - 1)
     if op == "forward":
-        out, expected = _forward()(x, idx), oracle.unpool(x, clamped, HW)
+        f, operands, expected = _forward(), (x, idx), oracle.unpool(x, clamped, HW)
     else:
         g = random_values(rng, _grad_shape(SHAPES[4], "NCHW"), "float32")
-        out, expected = _backward(SHAPES[4], g.dtype)(g, idx), oracle.gather(g, clamped)
-    np.testing.assert_array_equal(out, expected)
+        f, operands = _backward(SHAPES[4], g.dtype), (g, idx)
+        expected = oracle.gather(g, clamped)
+    assert "clamp" not in f.lower(*operands).as_text()
+    np.testing.assert_array_equal(f(*operands), expected)
     assert emulated.call_count((FWD_RUN if op == "forward" else BWD_RUN).encode()) == 1
+    assert emulated.call_count(b"aclnnClamp") == 1
 
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_a_direct_call_with_an_index_out_of_its_plane_fails_as_on_the_cpu(emulated, rng, op,
                                                                           layout):
-    # Issue 37 item 4: a hand-written call of the aclnn target skips the lowering's clamp.
+    # Issue 37 item 4: a hand-written call of an aclnn target gets no lowering's help, and
     # aclnn does not range-check (an out-of-range index is an out-of-bounds access on a
-    # device); the host-emulation handler checks the indices as the CPU handler does, and
-    # says the same, before any aclnn call.
+    # device). The checked target checks the indices as the CPU handler does, and says the
+    # same, before any aclnn call; the default one clamps them (aclnnClamp), as a device's.
     last = layout == "NHWC"
     shape = (1, 4, 4, 2) if last else (1, 2, 4, 4)
     idx = oracle.random_indices(rng, shape, 16)
     idx.reshape(-1)[5] = 1000
     values = random_values(rng, shape, "float32")
-    cpu, aclnn = (("jax_unpool_max_unpool_v2", npu.MAX_UNPOOL2D_TARGET) if op == "forward"
-                  else ("jax_unpool_max_unpool_backward_v2", npu.MAX_UNPOOL2D_BACKWARD_TARGET))
-    messages = []
-    for target, attributes in ((cpu, {"spatial_rank": 2}), (aclnn, {})):
+    forward = op == "forward"
+    cpu, checked, default = (
+        ("jax_unpool_max_unpool_v2", npu.MAX_UNPOOL2D_CHECKED_TARGET, npu.MAX_UNPOOL2D_TARGET)
+        if forward else ("jax_unpool_max_unpool_backward_v2",
+                         npu.MAX_UNPOOL2D_BACKWARD_CHECKED_TARGET,
+                         npu.MAX_UNPOOL2D_BACKWARD_TARGET))
+
+    def call(target, **attributes):
         f = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, np.float32))
+        return jax.block_until_ready(jax.jit(lambda v, i: f(v, i, channels_last=last,
+                                                            **attributes))(values, idx))
+
+    messages = []
+    for target, attributes in ((cpu, {"spatial_rank": 2}), (checked, {})):
         with pytest.raises(RUNTIME_ERRORS) as err:
-            jax.block_until_ready(jax.jit(lambda v, i, f=f, a=attributes: f(
-                v, i, channels_last=last, **a))(values, idx))
+            call(target, **attributes)
         messages.append(str(err.value))
     assert messages[1] == messages[0]
     assert messages[1].startswith(
-        f"OUT_OF_RANGE: max_unpool2d{'' if op == 'forward' else '_backward'}: index 1000 at "
+        f"OUT_OF_RANGE: max_unpool2d{'' if forward else '_backward'}: index 1000 at "
         f"(n=0, c={1 if last else 0}, i={2 if last else 5}) of indices is out of range: "
         f"valid indices are [0, 16) for an output plane of 4x4")
-    assert emulated.call_count((FWD_GWS if op == "forward" else BWD_GWS).encode()) == 0
+    assert emulated.call_count((FWD_GWS if forward else BWD_GWS).encode()) == 0
+    clamped = np.clip(idx, 0, 15)
+    want = (oracle.unpool_nd(values, clamped, (4, 4), last) if forward
+            else oracle.gather_nd(values, clamped, 2, last))
+    np.testing.assert_array_equal(call(default), want)
+    assert emulated.call_count(b"aclnnClamp") == 1
+    assert emulated.call_count((FWD_RUN if forward else BWD_RUN).encode()) == 1
+
+
+def test_a_direct_int32_call_of_a_cann_that_takes_only_int64_gets_a_clear_error(emulated,
+                                                                               rng):
+    # Issue 47: CANN 8.0.RC1-RC3 refuse INT32 indices in aclnnMaxUnpool2d with 161002.
+    emulated.set_int64_indices_only(1)
+    x = random_values(rng, SHAPES[4], "float32")
+    idx = oracle.random_indices(rng, x.shape, HW[0] * HW[1], "int32")
+    f = jax.ffi.ffi_call(npu.MAX_UNPOOL2D_TARGET,
+                         jax.ShapeDtypeStruct((*SHAPES[4][:2], *HW), np.float32))
+    with pytest.raises(RUNTIME_ERRORS) as err:
+        jax.block_until_ready(jax.jit(lambda v, i: f(v, i, channels_last=False))(x, idx))
+    assert str(err.value) == (
+        "INVALID_ARGUMENT: max_unpool2d: this CANN's aclnnMaxUnpool2d takes int64 indices "
+        "only (CANN before 8.0.0), got int32: convert them to int64, as the NPU lowering does")
+    assert emulated.call_count(FWD_RUN.encode()) == 0
+
+
+def test_register_can_turn_the_device_ordinal_check_off(fake_cann_dir):
+    # Issue 47: the check of the calling thread's ACL device against XLA's device ordinal
+    # has a documented escape, for a plugin that numbers devices otherwise than ACL.
+    try:
+        npu.register("cpu", fake_cann_dir, check_device_ordinal=False)
+        assert npu._jax_unpool.npu_device_ordinal_check() is False
+        npu.register("cpu", fake_cann_dir)
+        assert npu._jax_unpool.npu_device_ordinal_check() is True
+        with pytest.raises(TypeError, match="check_device_ordinal must be a bool, got 'no'"):
+            npu.register("cpu", fake_cann_dir, check_device_ordinal="no")
+        assert npu._jax_unpool.npu_device_ordinal_check() is True
+    finally:
+        npu.unregister_cpu_emulation()
+
+
+def test_a_clamp_that_refuses_int64_keeps_int32_indices_or_the_xla_ops(fake, fake_cann_dir,
+                                                                       rng):
+    # Issue 47: int64 aclnnClamp on the 910B AI Core is unverified. Where its
+    # GetWorkspaceSize refuses INT64 at register(), int32 indices go to aclnn as they are
+    # (clamped in int32) and int64 ones, and the 3-D backward (INT64 only), to XLA's ops:
+    # the right values everywhere, no call that would fail.
+    fake.reset()
+    fake.set_clamp_int32_only(1)
+    try:
+        with npu.cpu_emulation(fake_cann_dir):
+            x = random_values(rng, SHAPES[4], "float32")
+            g = random_values(rng, _grad_shape(SHAPES[4], "NCHW"), "float32")
+            idx = oracle.random_indices(rng, SHAPES[4], HW[0] * HW[1], "int32")
+            idx[0, 0, 0, 0] = 99
+            clamped = np.clip(idx, 0, HW[0] * HW[1] - 1)
+            np.testing.assert_array_equal(_forward()(x, idx), oracle.unpool(x, clamped, HW))
+            assert fake.last_indices_dtype(FWD_RUN.encode()) == ACL["INT32"]
+            np.testing.assert_array_equal(_backward(SHAPES[4], g.dtype)(g, idx),
+                                          oracle.gather(g, clamped))
+            assert fake.last_indices_dtype(BWD_RUN.encode()) == ACL["INT32"]
+            assert fake.last_dtype(b"aclnnClamp") == ACL["INT32"]
+            runs = [fake.call_count(f.encode()) for f in (FWD_RUN, BWD_RUN, BWD3_RUN)]
+            with enable_x64():
+                wide = clamped.astype(np.int64)
+                for f, operands in ((_forward(), (x, wide)),
+                                    (_backward(SHAPES[4], g.dtype), (g, wide))):
+                    assert npu.MAX_UNPOOL2D_TARGET not in f.lower(*operands).as_text()
+                np.testing.assert_array_equal(_forward()(x, wide), oracle.unpool(x, wide, HW))
+                np.testing.assert_array_equal(_backward(SHAPES[4], g.dtype)(g, wide),
+                                              oracle.gather(g, wide))
+            volume = int(np.prod(SIZE3))
+            idx3 = oracle.random_indices(rng, SHAPE3, volume, "int32")
+            g3 = random_values(rng, (*SHAPE3[:2], *SIZE3), "float32")
+            np.testing.assert_array_equal(_backward3(SHAPE3)(g3, idx3),
+                                          oracle.gather_nd(g3, idx3, 3))
+            assert [fake.call_count(f.encode()) for f in (FWD_RUN, BWD_RUN, BWD3_RUN)] == runs
+    finally:
+        fake.set_clamp_int32_only(0)
 
 
 def test_int32_indices_reach_a_cann_that_takes_only_int64(emulated, rng):

@@ -107,11 +107,13 @@ def test_workspace_stream_and_objects(emulated, rng, op):
         else:
             backward(random_values(rng, _out_shape(x.shape), "float32"), idx).block_until_ready()
     # The launch got exactly the workspace GetWorkspaceSize asked for (the emulator refuses
-    # any other size), from aclrtMalloc, freed after the stream was synchronised.
+    # any other size), from aclrtMalloc, freed after the stream was synchronised; so were
+    # the clamped indices and the clamp's workspace (aclnnClamp, as on a device).
     assert emulated.last_workspace_size() > 0
     assert emulated.last_stream((FWD_RUN if op == "forward" else BWD_RUN).encode()) is None
+    assert emulated.call_count(b"aclnnClamp") == 1
     assert [emulated.call_count(f) for f in (b"aclrtMalloc", b"aclrtSynchronizeStream",
-                                             b"aclrtFree")] == [1, 1, 1]
+                                             b"aclrtFree")] == [3, 3, 3]
 
 
 # --------------------------------------------------------------------------------------
@@ -187,15 +189,29 @@ def test_a_smaller_output_volume_is_refused_by_cann(emulated, rng, op):
 
 @pytest.mark.parametrize("op", ["forward", "backward"])
 def test_an_out_of_range_message_names_a_position_in_the_volume(emulated, rng, op):
-    # A direct call skips the lowering's clamping: the host-emulation handler checks the
-    # indices itself, as the CPU handler does, before aclnn (which does not check them).
+    # A direct call of a checked target: the handler checks the indices itself, as the CPU
+    # handler does, before aclnn (which does not check them); the default target clamps
+    # them instead (aclnnClamp), as on a device.
     x, idx = _volumes(rng, 5, "float32")
     idx[1, 2, 1, 0, 3] = 60
-    with enable_x64(True), pytest.raises(RUNTIME_ERRORS) as err:
+    g = random_values(rng, _out_shape(x.shape), "float32")
+    with enable_x64(True):
         if op == "forward":
-            forward(x, idx)
+            def checked(*operands):
+                return call(npu.MAX_UNPOOL3D_CHECKED_TARGET, _out_shape(x.shape), x.dtype,
+                            *operands)
+            clamped = forward(x, idx)
+            want = oracle.unpool_nd(x, np.clip(idx, 0, 59), VOLUME)
         else:
-            backward(random_values(rng, _out_shape(x.shape), "float32"), idx)
+            def checked(*operands):
+                return call(npu.MAX_UNPOOL3D_BACKWARD_CHECKED_TARGET, idx.shape, g.dtype,
+                            *operands)
+            clamped = backward(g, idx)
+            want = oracle.gather_nd(g, np.clip(idx, 0, 59), 3)
+        np.testing.assert_array_equal(clamped, want)
+        emulated.reset()
+        with pytest.raises(RUNTIME_ERRORS) as err:
+            jax.block_until_ready(checked(*((x, idx) if op == "forward" else (g, idx))))
     name = "max_unpool3d" if op == "forward" else "max_unpool3d_backward"
     assert str(err.value) == (  # i = (1 * 3 + 0) * 4 + 3
         f"OUT_OF_RANGE: {name}: index 60 at (n=1, c=2, i=15) of indices is out of range: "

@@ -238,18 +238,107 @@ code, message = xla.call(handlers["max_pool2d"], [x], [values, indices],
                          {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0),
                           "dilation": (1, 1), "ceil_mode": False, "channels_last": False})
 print(json.dumps([code, message, fake.live_executors(), fake.live_objects() - live0,
-                  fake.call_count(b"aclnnMaxPool2dWithIndices")]))
+                  fake.call_count(b"aclnnMaxPool2dWithIndices"), fake.bad_destroys(),
+                  fake.call_count(b"aclSetAclOpExecutorRepeatable")]))
 """
 
 
 def test_a_failed_workspace_allocation_destroys_the_unrun_executor(fake_cann_dir,
                                                                    fake_xla_dir):
-    code, message, executors, objects, launches = run_device(ALLOCATION_FAILS, fake_cann_dir,
-                                                              fake_xla_dir)
+    # Issue 47: CANN's docs let aclDestroyAclOpExecutor destroy only an executor made
+    # repeatable (aclSetAclOpExecutorRepeatable); the emulator refuses any other, as a
+    # closed build may. The unrun executor is made repeatable, then destroyed.
+    code, message, executors, objects, launches, bad_destroys, repeatable = run_device(
+        ALLOCATION_FAILS, fake_cann_dir, fake_xla_dir)
     assert code == 13 and launches == 0
     assert message == ("max_pool2d_with_indices: aclrtMalloc of the workspace failed with "
                        "error 207001: injected: out of device memory")
-    assert [executors, objects] == [0, 0]
+    assert [executors, objects, bad_destroys, repeatable] == [0, 0, 0, 1]
+
+
+RELEASE_FAILS = """
+xla.set_scratch_refused(1)
+records = []
+for function in (b"aclSetAclOpExecutorRepeatable", b"aclDestroyAclOpExecutor"):
+    fake.reset()
+    live0 = fake.live_executors()
+    fake.fail_next(b"aclrtMalloc", 207001, b"injected: out of device memory")
+    fake.fail_next(function, 561103, b"injected: no release")
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    values, indices = np.zeros((2, 3, 3, 3), np.float32), np.zeros((2, 3, 3, 3), np.int32)
+    code, message = xla.call(handlers["max_pool2d"], [x], [values, indices],
+                             {"kernel_size": (2, 2), "stride": (2, 2), "padding": (0, 0),
+                              "dilation": (1, 1), "ceil_mode": False, "channels_last": False})
+    records.append([code, message, fake.live_executors() - live0, fake.bad_destroys(),
+                    fake.call_count(b"aclDestroyAclOpExecutor")])
+print(json.dumps(records))
+"""
+
+
+def test_a_failed_release_of_an_unrun_executor_is_reported(fake_cann_dir, fake_xla_dir):
+    # Issue 47: the statuses of aclSetAclOpExecutorRepeatable and aclDestroyAclOpExecutor
+    # are checked; a failure adds what leaked to the call's error. No destroy follows a
+    # failed aclSetAclOpExecutorRepeatable (the docs allow none).
+    repeatable, destroy = run_device(RELEASE_FAILS, fake_cann_dir, fake_xla_dir)
+    cause = ("max_pool2d_with_indices: aclrtMalloc of the workspace failed with error 207001: "
+             "injected: out of device memory; ")
+    assert repeatable == [13, cause + (
+        "the executor aclnnMaxPool2dWithIndicesGetWorkspaceSize made could not be released "
+        "(a host-side leak): aclSetAclOpExecutorRepeatable failed with status 561103 "
+        "ACLNN_ERR_INNER_NULLPTR: "
+        "injected: no release"), 1, 0, 0]
+    assert destroy == [13, cause + (
+        "the executor aclnnMaxPool2dWithIndicesGetWorkspaceSize made could not be released "
+        "(a host-side leak): aclDestroyAclOpExecutor failed with status 561103 "
+        "ACLNN_ERR_INNER_NULLPTR: "
+        "injected: no release"), 1, 0, 1]
+
+
+PROBE = """
+fake.reset()
+dtypes = [ext.cann_pool_dtypes(2), ext.cann_pool_dtypes(3)]
+print(json.dumps([dtypes, fake.live_executors(), fake.bad_destroys(),
+                  fake.call_count(b"aclSetAclOpExecutorRepeatable"),
+                  fake.call_count(b"aclDestroyAclOpExecutor")]))
+"""
+
+
+def test_the_dtype_probe_releases_its_executors_as_cann_documents(fake_cann_dir,
+                                                                   fake_xla_dir):
+    # Issue 47: register() asks each pool op which dtypes it takes (GetWorkspaceSize,
+    # nothing runs); every executor it gets is made repeatable, then destroyed.
+    dtypes, executors, bad_destroys, repeatable, destroyed = run_device(PROBE, fake_cann_dir,
+                                                                        fake_xla_dir)
+    assert dtypes == [["float16", "bfloat16", "float32"]] * 2
+    assert [executors, bad_destroys, repeatable, destroyed] == [0, 0, 6, 6]
+
+
+@pytest.fixture(scope="module")
+def cann_without_repeatable(tmp_path_factory):
+    """A CANN whose libnnopbase.so has aclDestroyAclOpExecutor but no
+    aclSetAclOpExecutorRepeatable."""
+    return build(tmp_path_factory.mktemp("fake_cann_norepeatable"),
+                 extra_flags=("-DFAKECANN_NO_REPEATABLE_EXECUTOR",))
+
+
+def test_without_aclsetaclopexecutorrepeatable_no_unrun_executor_is_destroyed(
+        cann_without_repeatable, fake_xla_dir):
+    # The docs allow destroying only repeatable executors: where none can be made so, an
+    # unrun one is left (the error says so) and the dtype probe asks nothing.
+    nnopbase = ctypes.CDLL(str(cann_without_repeatable / "libnnopbase.so"))
+    assert not hasattr(nnopbase, "aclSetAclOpExecutorRepeatable")
+    code, message, executors, objects, launches, bad_destroys, _ = run_device(
+        ALLOCATION_FAILS, cann_without_repeatable, fake_xla_dir)
+    assert code == 13 and launches == 0 and bad_destroys == 0
+    assert message == (
+        "max_pool2d_with_indices: aclrtMalloc of the workspace failed with error 207001: "
+        "injected: out of device memory; the executor aclnnMaxPool2dWithIndicesGetWorkspaceSize "
+        "made could not be released (a host-side leak): this CANN has no "
+        "aclSetAclOpExecutorRepeatable, without which aclDestroyAclOpExecutor may destroy none")
+    assert [executors, objects] == [1, 1]
+    dtypes, executors, bad_destroys, _, destroyed = run_device(PROBE, cann_without_repeatable,
+                                                               fake_xla_dir)
+    assert dtypes == [["float32"]] * 2 and [executors, bad_destroys, destroyed] == [0, 0, 0]
 
 
 INDICES_ALLOCATION_FAILS = """
@@ -285,14 +374,14 @@ def test_without_acldestroyaclopexecutor_the_leak_is_reported(cann_without_destr
     # the latter, one that cannot run (no workspace) cannot be released. The error says so.
     nnopbase = ctypes.CDLL(str(cann_without_destroy / "libnnopbase.so"))
     assert not hasattr(nnopbase, "aclDestroyAclOpExecutor")
-    code, message, executors, objects, launches = run_device(
+    code, message, executors, objects, launches, *_ = run_device(
         ALLOCATION_FAILS, cann_without_destroy, fake_xla_dir)
     assert code == 13 and launches == 0
     assert message == (
         "max_pool2d_with_indices: aclrtMalloc of the workspace failed with error 207001: "
-        "injected: out of device memory; this CANN has no aclDestroyAclOpExecutor, so the executor "
-        "aclnnMaxPool2dWithIndicesGetWorkspaceSize made could not be released (a host-side "
-        "leak)")
+        "injected: out of device memory; the executor aclnnMaxPool2dWithIndicesGetWorkspaceSize "
+        "made could not be released (a host-side leak): this CANN has no "
+        "aclDestroyAclOpExecutor")
     assert [executors, objects] == [1, 1]  # the executor, and nothing else
 
 
@@ -329,7 +418,32 @@ def test_the_contexts_device_must_be_the_calls(fake_cann_dir, fake_xla_dir):
             f"max_unpool2d: XLA runs this call on the stream of device {ordinal}, but the "
             f"calling thread's ACL context is device {device}'s: the launch and its "
             f"workspace would be on different devices. The PJRT plugin must set the context "
-            f"of the call's device on the threads that run custom calls.")
+            f"of the call's device on the threads that run custom calls; one that numbers its "
+            f"devices otherwise than ACL does needs "
+            f"jax_unpool.npu.register(..., check_device_ordinal=False).")
+
+
+DEVICE_CHECK_OFF = """
+records = [ext.npu_device_ordinal_check()]
+fake.set_device(0)
+xla.set_device_ordinal(1, 0)
+ext.npu_device_ordinal_check(False)
+records.append(ext.npu_device_ordinal_check())
+code, message, equal = unpool2d()
+records.append([code, message, equal])
+ext.npu_device_ordinal_check(True)
+records.append(unpool2d()[0])
+print(json.dumps(records))
+"""
+
+
+def test_the_device_ordinal_check_can_be_turned_off(fake_cann_dir, fake_xla_dir):
+    # Issue 47: a plugin whose XLA ordinals are not ACL's device numbers fails every call
+    # with the check; register(check_device_ordinal=False) turns it off (process-wide).
+    before, off, call, on_again = run_device(DEVICE_CHECK_OFF, fake_cann_dir, fake_xla_dir)
+    assert before is True and off is False
+    assert call == [0, "", True]
+    assert on_again == 9  # FAILED_PRECONDITION once it is on again
 
 
 
@@ -420,7 +534,7 @@ def cpu_message(name, values, indices, out_shape):
 @pytest.mark.parametrize("name", UNPOOLS)
 def test_a_checked_target_fails_a_direct_call_with_the_cpus_message(fake_cann_dir,
                                                                      fake_xla_dir, name):
-    # JAX_UNPOOL_NPU_CHECK_INDICES=1's targets: aclnnMin and aclnnMax on XLA's stream, one
+    # check_indices=True's targets: aclnnMin and aclnnMax on XLA's stream, one
     # synchronisation of it, a copy of the two results to the host and, as one is out of
     # range, of the indices (to name the first bad one): OUT_OF_RANGE with the CPU
     # handler's very message, and CANN's unpool op never runs.
@@ -478,10 +592,73 @@ def test_a_cann_without_ops_math_refuses_device_unpools_and_routes_none(tmp_path
             (unchecked, "aclnnClampGetWorkspaceSize, aclnnClamp",
              "clamps its indices into their plane"),
             (checked, "aclnnMinGetWorkspaceSize, aclnnMin, aclnnMaxGetWorkspaceSize, aclnnMax",
-             "checks its indices (JAX_UNPOOL_NPU_CHECK_INDICES=1)")):
+             "checks its indices (check_indices=True)")):
         assert code == 9 and first_phases == 0  # FAILED_PRECONDITION
         assert message == (
             f"max_unpool2d: the loaded CANN ({nnopbase}, {opapi}, and the op library's "
             f"ops-math library where present) has no {missing}, with which a device call "
             f"{purpose}: CANN's unpool ops do not range-check indices. Install CANN's "
             f"ops-math package (libopapi_math.so) beside the op library.")
+
+
+OLD_CANN_INT32 = """
+fake.reset()
+fake.set_int64_indices_only(1)  # aclnnMaxUnpool2d before CANN 8.0.0
+x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+records = []
+for dtype in ("int32", "int64"):
+    idx = oracle.random_indices(rng, x.shape, 16, dtype)
+    out = np.zeros((1, 2, 4, 4), np.float32)
+    code, message = xla.call(handlers["max_unpool2d"], [x, idx], [out], {"channels_last": False})
+    records.append([code, message, code == 0 and bool(np.array_equal(out, oracle.unpool(
+        x, idx, (4, 4)))), fake.call_count(b"aclnnMaxUnpool2d"), fake.live_executors(),
+                    fake.bad_destroys()])
+print(json.dumps(records))
+"""
+
+
+def test_int32_indices_on_a_cann_that_takes_int64_only_get_a_clear_error(fake_cann_dir,
+                                                                         fake_xla_dir):
+    # Issue 47: aclnnMaxUnpool2d of CANN 8.0.RC1-RC3 refuses INT32 indices with 161002; a
+    # direct call with them gets the project's own message (the NPU lowering converts).
+    # The op is asked again with int64 to tell that from other refusals; the executor that
+    # asking makes is released as CANN documents.
+    int32, int64 = run_device(OLD_CANN_INT32, fake_cann_dir, fake_xla_dir)
+    assert int32 == [3, ("max_unpool2d: this CANN's aclnnMaxUnpool2d takes int64 indices "
+                         "only (CANN before 8.0.0), got int32: convert them to int64, as the "
+                         "NPU lowering does"), False, 0, 0, 0]
+    assert int64 == [0, "", True, 1, 0, 0]
+
+
+CLAMP_INT32_ONLY = """
+records = [ext.cann_clamp_index_dtypes()]
+fake.reset()
+fake.set_clamp_int32_only(1)
+records.append(ext.cann_clamp_index_dtypes())
+g = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+for dtype in ("int32", "int64"):
+    idx = oracle.random_indices(rng, (1, 2, 3, 3), 16, dtype)
+    idx.reshape(-1)[0] = 99
+    out = np.zeros(idx.shape, np.float32)
+    code, message = xla.call(handlers["max_unpool2d_backward"], [g, idx], [out],
+                             {"channels_last": False})
+    records.append([code, message, code == 0 and bool(np.array_equal(
+        out, oracle.gather(g, np.clip(idx, 0, 15))))])
+records.append([fake.live_executors(), fake.bad_destroys()])
+print(json.dumps(records))
+"""
+
+
+def test_the_index_dtypes_aclnnclamp_takes_are_asked_of_cann(fake_cann_dir, fake_xla_dir):
+    # Issue 47: int64 aclnnClamp on the 910B AI Core is unverified. register() asks which
+    # index dtypes the loaded CANN's clamp takes (jax_unpool.npu routes by the answer); a
+    # device call of one it refuses fails with CANN's refusal, one it takes runs.
+    both, int32_only, int32, int64, objects = run_device(CLAMP_INT32_ONLY, fake_cann_dir,
+                                                         fake_xla_dir)
+    assert both == ["int32", "int64"] and int32_only == ["int32"]
+    assert int32 == [0, "", True]
+    assert int64[0] == 3 and int64[1].startswith(
+        "max_unpool2d_backward: aclnnClampGetWorkspaceSize failed with status 161002 "
+        "ACLNN_ERR_PARAM_INVALID: "), int64
+    assert "INT32 only" in int64[1]
+    assert objects == [0, 0]

@@ -1,6 +1,6 @@
-// The device of the CUDA handlers (call.h): the kernels' entry points (kernels.h) and the
-// CUDA runtime on XLA's stream, its kernels loaded first. Only checked calls wait
-// (CopyToHost).
+// The CUDA handlers' device on a GPU (call.h): the kernels' entry points (kernels.h) and
+// the CUDA runtime's calls on XLA's stream, its kernels loaded first. Only checked calls
+// wait (CopyToHost).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,11 +16,11 @@ namespace cuda {
 
 namespace ffi = xla::ffi;
 
-class CudaDevice {
+class GpuStream {
  public:
   // Every handler's execute stage starts here: its device's kernels loaded, before any
   // launch (kernel_registry.h).
-  explicit CudaDevice(cudaStream_t stream) : stream_(stream) {
+  explicit GpuStream(cudaStream_t stream) : stream_(stream) {
     Do([&] { return EnsureKernelsLoaded(stream_); });
   }
 

@@ -1,10 +1,7 @@
-// The max pool's window geometry and its call checked, attributes and buffers, before any
-// memory is touched, on any platform. A hand-written jax.ffi.ffi_call or an edited
-// jax.export artifact can pass anything: every attribute is checked as PyTorch checks it,
-// and the results must have exactly the shape PyTorch's output-size rule gives.
-//
-// Every spatial rank is seen as 3-D (D, H, W): a 1-D or 2-D pool has leading axes of
-// size 1 with a window of 1.
+// A max pool call checked on any platform, attributes and buffers, before any memory is
+// touched, and its geometry (common/geometry.h). A hand-written jax.ffi.ffi_call or an
+// edited jax.export artifact can pass anything: every attribute is checked as PyTorch
+// checks it, and the results must have exactly the shape PyTorch's output-size rule gives.
 #pragma once
 
 #include <algorithm>
@@ -14,22 +11,12 @@
 #include <utility>
 
 #include "common/buffer_checks.h"
-#include "common/pool_axes.h"
+#include "common/geometry.h"
 #include "common/pool_values.h"
 #include "common/value_types.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_unpool {
-
-// Per axis (D, H, W), PoolAxes: input and output sizes, the window and its taps.
-struct PoolGeometry : PoolAxes {
-  int k = 2;  // spatial rank
-  bool channels_last = false;
-  int64_t N = 1, C = 1;
-
-  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
-  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
-};
 
 // floor(n / d) for d >= 1 without a 128-bit division: that is a library call (__divti3),
 // which the wheels' toolchain takes from zig's compiler_rt, and with it compiler_rt's
@@ -84,15 +71,12 @@ inline const char* OpName(int k) {
 // Checks the attributes and the buffers (x -> values, indices) of a max pool call and
 // returns its geometry, or INVALID_ARGUMENT naming the op, what was expected and what
 // was received.
-inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
-                                                const ffi::AnyBuffer& values,
-                                                const ffi::AnyBuffer& indices,
-                                                bool channels_last,
-                                                ffi::Span<const int64_t> kernel_size,
-                                                ffi::Span<const int64_t> stride,
-                                                ffi::Span<const int64_t> padding,
-                                                ffi::Span<const int64_t> dilation,
-                                                bool ceil_mode) {
+inline ffi::ErrorOr<Geometry> CheckPoolCall(const ffi::AnyBuffer& x, const ffi::AnyBuffer& values,
+                                            const ffi::AnyBuffer& indices, bool channels_last,
+                                            ffi::Span<const int64_t> kernel_size,
+                                            ffi::Span<const int64_t> stride,
+                                            ffi::Span<const int64_t> padding,
+                                            ffi::Span<const int64_t> dilation, bool ceil_mode) {
   const auto fail = [](const std::string& what) {
     return ffi::Unexpected(ffi::Error::InvalidArgument(what));
   };
@@ -136,7 +120,7 @@ inline ffi::ErrorOr<PoolGeometry> CheckPoolCall(const ffi::AnyBuffer& x,
     return fail(op + ": x must have rank " + std::to_string(k + 1) + " or " +
                 std::to_string(k + 2) + ", got shape " + ShapeString(dims));
 
-  PoolGeometry g;
+  Geometry g;
   g.k = static_cast<int>(k);
   g.channels_last = channels_last;
   const size_t s = rank - k - (channels_last ? 1 : 0);  // the first spatial dim

@@ -1,6 +1,6 @@
-// The device launcher of the plans (unpool_plan.h): each functor runs as a grid-stride
-// kernel on XLA's stream, its grid sized from its occupancy (kernel_registry.h); nothing
-// synchronises. The first failed launch or memset is kept.
+// The launcher of the plans on a GPU (unpool_plan.h, pool_plan.h): each functor runs as a
+// grid-stride kernel on XLA's stream, its grid sized from its occupancy (kernel_registry.h);
+// nothing synchronises. The first failed launch or memset is kept.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,9 +38,9 @@ template <typename Index, typename F>
 const bool Kernel<Index, F>::registered = RegisterKernel(
     &Kernel<Index, F>::entry, reinterpret_cast<const void*>(&RunElements<Index, F>));
 
-class DeviceLauncher {
+class GridLauncher {
  public:
-  explicit DeviceLauncher(cudaStream_t stream) : stream_(stream) {}
+  explicit GridLauncher(cudaStream_t stream) : stream_(stream) {}
 
   template <typename Index, typename F>
   void Run(Index n, const F& f, const uint32_t* guard) {

@@ -1,19 +1,20 @@
 // What the CUDA kernels' per-element code needs from the compiler, in one place: the
-// qualifiers, the atomics, bit casts and division by a run-time constant. Under nvcc this
-// is device code. The host emulation (tests/backends/cuda/emulation.cc) compiles the same headers
-// with a plain C++ compiler: the qualifiers vanish and the atomics become the host's, so
-// that the kernels' logic runs, and is checked, where there is no GPU.
+// atomics, bit casts, vector stores, loop unrolling and division by a run-time constant.
+// Under nvcc this is device code. The host emulation (tests/backends/cuda/emulation.cc)
+// compiles the same headers with a plain C++ compiler: the qualifiers (JU_HD) vanish and
+// the atomics become the host's, so that the kernels' logic runs, and is checked, where
+// there is no GPU.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "common/host_device.h"
+
 #if defined(__CUDACC__)
-#define JU_HD __host__ __device__ __forceinline__
 #define JU_UNROLL _Pragma("unroll")
 #else
-#define JU_HD inline
 #define JU_UNROLL
 #endif
 

@@ -1,0 +1,26 @@
+// The CPU part of the extension module _jax_unpool (ffi/module.cc): the CPU handlers'
+// capsules, which jax_unpool/backends/cpu.py registers for platform "cpu".
+#include <nanobind/nanobind.h>
+
+#include "common/handler_capsules.h"
+#include "cpu/handlers.h"
+#include "cpu/simd.h"
+
+namespace jax_unpool {
+
+void RegisterCpu(nanobind::module_& m) {
+  m.def("cpu_registrations", []() {
+    return HandlerCapsules({
+        Entry<MaxUnpool2dCpu>("max_unpool2d"),
+        Entry<MaxUnpool2dBackwardCpu>("max_unpool2d_backward"),
+        Entry<MaxUnpoolCpu>("max_unpool"),
+        Entry<MaxUnpoolBackwardCpu>("max_unpool_backward"),
+        Entry<MaxPoolCpu>("max_pool"),
+    });
+  });
+  // How the CPU unpool backward gathers 4- and 8-byte values: "avx2" (vpgather*) or
+  // "scalar" (loads), by CPU and JAX_UNPOOL_CPU_GATHER (cpu/simd.h).
+  m.def("cpu_gather", []() { return UseVectorGathers() ? "avx2" : "scalar"; });
+}
+
+}  // namespace jax_unpool
