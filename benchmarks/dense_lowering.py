@@ -89,10 +89,10 @@ def segnet_step(x):
 
 def general_lowerings() -> dict[str, registry.Lowering]:
     """The unpool primitives lowered as before the dense ops: XLA's scatter and gather."""
-    def forward(x, indices, *, output_size, channels_last, window=None):
+    def forward(x, indices, *, output_size, channels_last, **_):
         return _unpool_xla.scatter_planes(x, indices, output_size, channels_last)
 
-    def backward(grad_output, indices, *, channels_last, spatial_rank=2, window=None):
+    def backward(grad_output, indices, *, channels_last, spatial_rank=2, **_):
         return _unpool_xla.gather_planes(grad_output, indices, channels_last, spatial_rank)
 
     return {"max_unpool": registry.Lowering(mlir.lower_fun(forward, multiple_results=False),
