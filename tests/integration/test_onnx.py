@@ -323,3 +323,68 @@ def test_a_gradient_has_no_plugin_and_jax2onnx_names_it():
             jax.ShapeDtypeStruct((1, 2, 3, 3), jnp.int32)]
     with pytest.raises(NotImplementedError, match="max_unpool2d_backward"):
         to_onnx(fn, spec)
+
+
+# --------------------------------------------------------------------------------------
+# The layers page's SegNet (docs/layers.md, Flax NNX)
+# --------------------------------------------------------------------------------------
+
+def test_the_layers_pages_segnet_runs_in_onnxruntime_as_in_jax():
+    nnx = pytest.importorskip("flax.nnx", reason="the SegNet is Flax NNX's: pip install flax")
+    from jax_unpool.nnx import MaxPool2d, MaxUnpool2d
+
+    class SegNet(nnx.Module):  # docs/layers.md's, with its insides as outputs too
+        def __init__(self, rngs):
+            self.enc = nnx.Conv(1, 16, (3, 3), padding="SAME", rngs=rngs)
+            self.dec = nnx.Conv(16, 16, (3, 3), padding="SAME", rngs=rngs)
+            self.head = nnx.Conv(16, 3, (1, 1), rngs=rngs)
+            self.pool, self.unpool = MaxPool2d(2), MaxUnpool2d(2)
+
+        def __call__(self, x):
+            features = nnx.relu(self.enc(x))
+            values, where = self.pool(features)
+            unpooled = self.unpool(values, where, output_size=x.shape)
+            # `* 1`: an output that a convolution also reads would come out channels-first
+            # (jax2onnx's transpose folding; test_jax2onnx_folds_an_outputs_transpose_away)
+            return (self.head(nnx.relu(self.dec(unpooled))), features * 1, values, where,
+                    unpooled * 1)
+
+    model = SegNet(nnx.Rngs(jax.random.key(0, impl="rbg")))
+    model_onnx = to_onnx(lambda x: model(x), [jax.ShapeDtypeStruct(("B", 15, 15, 1),
+                                                                   jnp.float32)])
+    x = np.asarray(jax.random.normal(jax.random.key(1), (4, 15, 15, 1)))
+    logits, features, values, where, unpooled = run_onnx(model_onnx, x)
+    expected = model(x)
+    # the convolutions: float rounding (ONNX Runtime sums in another order)
+    np.testing.assert_allclose(features, expected[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits, expected[0], rtol=1e-4, atol=1e-5)
+    # the pool and the unpool of ONNX Runtime's own features: bit for bit
+    want_values, want_where = model.pool(features)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(where, want_where)
+    np.testing.assert_array_equal(unpooled, model.unpool(want_values, want_where,
+                                                         output_size=x.shape))
+    assert {"MaxPool", "MaxUnpool"} <= set(ops_in(model_onnx))
+
+
+def test_jax2onnx_folds_an_outputs_transpose_away():
+    # jax2onnx 0.17.1, no op of ours: a channels-last tensor that is an output and also
+    # the input of a convolution comes out channels-first, its declared shape too (the
+    # transpose pair around the ReLU is folded without a look at the graph's outputs).
+    # When this fails, jax2onnx has fixed it: drop the `* 1` above and docs/deploy.md's note.
+    nnx = pytest.importorskip("flax.nnx", reason="pip install flax")
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.a = nnx.Conv(1, 4, (3, 3), padding="SAME", rngs=rngs)
+            self.b = nnx.Conv(4, 2, (1, 1), rngs=rngs)
+
+        def __call__(self, x):
+            h = nnx.relu(self.a(x))
+            return self.b(h), h
+
+    net = Net(nnx.Rngs(0))
+    x = np.random.default_rng(0).normal(size=(2, 5, 5, 1)).astype(np.float32)
+    _, h = run_onnx(to_onnx(lambda x: net(x), [jax.ShapeDtypeStruct(x.shape, jnp.float32)]),
+                    x)
+    assert net(x)[1].shape == (2, 5, 5, 4) and h.shape == (2, 4, 5, 5)
