@@ -46,8 +46,8 @@ from typing import Any
 try:
     import keras
 except ImportError as error:  # pragma: no cover - exercised where keras is missing
-    raise ImportError("jax_unpool.keras needs Keras 3: pip install 'jax-unpool[keras]'"
-                      ) from error
+    raise ImportError("jax_unpool.keras needs Keras 3, an optional extra: pip install "
+                      "'jax-unpool[keras]'") from error
 
 from keras import ops
 

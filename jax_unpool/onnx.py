@@ -43,8 +43,8 @@ try:
     from jax2onnx.plugins.plugin_system import PrimitiveLeafPlugin, register_primitive
 except ImportError as error:  # pragma: no cover - exercised where jax2onnx is missing
     raise ImportError(
-        "jax_unpool.onnx needs jax2onnx (and onnx, onnxruntime): pip install "
-        "'jax-unpool[onnx]' (jax2onnx needs jax 0.8.1 or newer)") from error
+        "jax_unpool.onnx needs jax2onnx, onnx and onnxruntime, an optional extra: pip "
+        "install 'jax-unpool[onnx]' (jax2onnx needs jax 0.8.1 or newer)") from error
 
 from jax_unpool import _geometry
 from jax_unpool._geometry import RANKS

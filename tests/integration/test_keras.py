@@ -17,6 +17,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is imported
 
 import fresh_process
 import keras_backend_run
+import layer_oracle
 import numpy as np
 import numpy_oracle as oracle
 import pytest
@@ -305,3 +306,8 @@ def test_the_tf_layout_decodes_with_or_without_the_batch():
         values, indices = POOL[2](index_layout="tf", include_batch_in_index=batch)(x)
         out.append(UNPOOL[2](index_layout="tf", output_size=(7, 5))(values, indices))
     np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_import_jax_unpool_neither_imports_nor_needs_keras():
+    assert layer_oracle.import_error_without("keras", "keras") == (
+        "jax_unpool.keras needs Keras 3, an optional extra: pip install 'jax-unpool[keras]'")

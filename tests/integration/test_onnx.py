@@ -14,10 +14,11 @@ bit for bit. What ONNX cannot express is refused at conversion, naming the op an
 from __future__ import annotations
 
 import itertools
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import jax
 import jax.numpy as jnp
+import layer_oracle
 import numpy as np
 import numpy_oracle as oracle
 import pytest
@@ -43,6 +44,19 @@ FORMATS = {(1, False): "NCW", (1, True): "NWC", (2, False): "NCHW", (2, True): "
 ODD = {1: (9,), 2: (7, 5), 3: (5, 3, 7)}  # odd sizes: a stride-2 pool drops the last row
 
 
+@contextmanager
+def x64_in_this_thread():
+    """x64 on for a conversion with int64 indices. jax2onnx 0.17.1 sets the global
+    jax_enable_x64 to its enable_double_precision while it converts, and afterwards to the
+    value it read, which is this thread's (True): the global is put back here."""
+    before = jax.config.jax_enable_x64
+    try:
+        with enable_x64(True):
+            yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
+
+
 def session(model) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
@@ -54,6 +68,12 @@ def run_onnx(model, *args) -> list[np.ndarray]:
 
 def ops_in(model) -> list[str]:
     return [node.op_type for node in model.graph.node]
+
+
+def test_import_jax_unpool_neither_imports_nor_needs_jax2onnx():
+    assert layer_oracle.import_error_without("jax2onnx", "onnx") == (
+        "jax_unpool.onnx needs jax2onnx, onnx and onnxruntime, an optional extra: pip "
+        "install 'jax-unpool[onnx]' (jax2onnx needs jax 0.8.1 or newer)")
 
 
 # --------------------------------------------------------------------------------------
@@ -186,7 +206,7 @@ CASES = [(k, last, dtype) for k in (1, 2, 3) for last in (False, True)
                          ids=[f"{k}d-{FORMATS[(k, last)]}-{d}" for k, last, d in CASES])
 def test_every_op_runs_in_onnxruntime_as_in_jax(k, last, index_dtype):
     fn = every_op(k, last, index_dtype)
-    x64 = enable_x64(True) if index_dtype == "int64" else nullcontext()
+    x64 = x64_in_this_thread() if index_dtype == "int64" else nullcontext()
     with x64:
         model = to_onnx(fn, [jax.ShapeDtypeStruct(layout_shape(k, last, "B"), jnp.float32)])
         for n in (1, 3):  # one artifact, a symbolic batch
