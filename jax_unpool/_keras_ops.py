@@ -94,10 +94,10 @@ def max_unpool(x, indices, output_size: Sequence[int], channels_last: bool):
     if channels_last:  # to (N, C, *spatial) and back: planes are then contiguous
         perm = [0, k + 1, *range(1, k + 1)]
         x, indices = ops.transpose(x, perm), ops.transpose(indices, perm)
-    n, c = int(x.shape[0]), int(x.shape[1])
+    n, c = ops.shape(x)[0], int(x.shape[1])  # the batch may be unknown (TensorFlow's graphs)
     plane_in, plane_out = math.prod(x.shape[2:]), math.prod(output_size)
     total_in, total_out = n * c * plane_in, n * c * plane_out
-    flat = ops.reshape(ops.cast(indices, "int64"), (n * c, plane_in))
+    flat = ops.reshape(ops.cast(indices, "int64"), (-1, plane_in))  # (n * c, plane_in)
     inside = ops.logical_and(ops.greater_equal(flat, 0), ops.less(flat, plane_out))
     target = ops.where(inside, flat + ops.expand_dims(
         ops.arange(n * c, dtype="int64") * plane_out, 1), total_out)  # total_out: dropped
@@ -108,7 +108,7 @@ def max_unpool(x, indices, output_size: Sequence[int], channels_last: bool):
     values = ops.take(ops.reshape(x, (-1,)), position)
     out = ops.scatter_update(ops.zeros((total_out + 1,), dtype=x.dtype),
                              ops.expand_dims(target, 1), values)
-    out = ops.reshape(out[:total_out], (n, c, *output_size))
+    out = ops.reshape(out[:total_out], (-1, c, *output_size))
     if channels_last:
         out = ops.transpose(out, [0, *range(2, k + 2), 1])
     return out
