@@ -25,12 +25,15 @@ from jax_unpool.pooling import (
     max_pool3d_with_indices,
     max_pool3d_with_indices_p,
 )
+from jax_unpool._window import WindowIndices
+from jax_unpool.window_offsets import window_indices
 from jax_unpool import backends, npu, reference
 from jax_unpool.backends import export_safety_checks
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "WindowIndices",
     "backends",
     "export_safety_checks",
     "max_pool1d_with_indices",
@@ -53,6 +56,7 @@ __all__ = [
     "max_unpool3d_p",
     "npu",
     "reference",
+    "window_indices",
 ]
 
 

@@ -433,14 +433,20 @@ def pool_geometry(fn: str, shape: tuple, kernel: tuple, stride: tuple, padding: 
             "too small")
     g = PoolGeometry(in_size, out_size, kernel, stride, padding, dilation, ceil_mode,
                      channels_last, np.dtype(index_dtype))
-    # Flat indices silently wrap around in a too-narrow integer type.
+    check_plane_indices(fn, g)
+    return g
+
+
+def check_plane_indices(fn: str, g: PoolGeometry) -> None:
+    """The pool's flat indices fit g.index_dtype: they would silently wrap around in a
+    too-narrow integer type."""
     largest = largest_index(g)
     if largest > np.iinfo(g.index_dtype).max:
+        names = ", ".join(SPATIAL[g.k])
         raise ValueError(
             f"{fn}: index_dtype {g.index_dtype.name} cannot hold the flat indices of a "
-            f"({', '.join(names)})={in_size} {'plane' if k < 3 else 'volume'} (up to "
+            f"({names})={g.in_size} {'plane' if g.k < 3 else 'volume'} (up to "
             f"{largest}); use index_dtype=int64 with jax_enable_x64")
-    return g
 
 
 def pool_geometry_of(shape, **params) -> PoolGeometry:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jax_unpool import _args, _geometry, _symbolic, _unpool_dense
+from jax_unpool import _args, _geometry, _symbolic, _unpool_dense, _window
 from jax_unpool._geometry import PoolGeometry
 
 # Up to this many kernel taps inside the input the taps are a Python loop, whose dense
@@ -110,19 +110,49 @@ def _lowest(dtype: np.dtype) -> np.ndarray:
 # --------------------------------------------------------------------------- #
 
 
-def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, jax.Array]:
+def _first_offsets(g: PoolGeometry) -> jax.Array:
+    """The window offset of `_first_in_bounds` (int32, the output's spatial shape): the
+    first tap at or past the input's start, 0 for a window starting inside the input or
+    holding padding only (`_window`'s rule). Only windows that start left of the input
+    (fewer than padding / stride + 1 of them per axis) differ from 0: a select each, with
+    numbers computed here, so the program has no division."""
+    total = jnp.zeros((1,) * g.k, np.int32)
+    for a, ks in enumerate(_window.tap_strides(g)):
+        s, p, d = g.stride[a], g.padding[a], g.dilation[a]
+        shape = [1] * g.k
+        shape[a] = g.out_size[a]
+        column = jnp.zeros(shape, np.int32)
+        for o in range(min(-(-p // s), g.out_size[a])):  # windows with start < 0
+            j = -(-(p - o * s) // d)
+            if j < g.kernel[a] and o * s - p + j * d < g.in_size[a] and j:
+                column = jnp.where(lax.broadcasted_iota(np.int32, shape, a) == o, j * ks,
+                                   column)
+        total = total + column
+    empty = _window.padding_only(g.out_size, tuple(range(g.k)), g)
+    return jnp.broadcast_to(total if empty is None else jnp.where(empty, 0, total), g.out_size)
+
+
+def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
+                            ) -> tuple[jax.Array, jax.Array]:
+    """The pool (batched x): values and flat indices of g.index_dtype, or with `window`
+    the argmaxes' window offsets (uint8, `_window`)."""
     taps = [_tap_range(g, a) for a in range(g.k)]
     xp = _padded(x, g, taps, jnp.asarray(_lowest(x.dtype)))
     is_float = jnp.issubdtype(x.dtype, jnp.inexact)
-    dt = g.index_dtype
-    # Flat positions from iotas and scalars, never tables: the program's size is the same
-    # for every input size. `origin` is relative tap 0 of every window; relative tap j of
-    # axis a lies j * dilation[a] * flat_stride[a] further.
-    origin = 0
-    for a, st in enumerate(g.flat_strides()):
-        origin = origin + (_window_numbers(g, a) * _wrapped(g.stride[a] * st, dt)
-                           + _wrapped((taps[a][0] * g.dilation[a] - g.padding[a]) * st, dt))
-    steps = [d * st for d, st in zip(g.dilation, g.flat_strides())]
+    dt = np.dtype(np.int32) if window else g.index_dtype
+    # Flat positions (or offsets) from iotas and scalars, never tables: the program's size
+    # is the same for every input size. `origin` is relative tap 0 of every window;
+    # relative tap j of axis a lies j * steps[a] further.
+    if window:
+        origin = sum(first * ks for (first, _), ks in zip(taps, _window.tap_strides(g)))
+        steps = list(_window.tap_strides(g))
+    else:
+        origin = 0
+        for a, st in enumerate(g.flat_strides()):
+            origin = origin + (_window_numbers(g, a) * _wrapped(g.stride[a] * st, dt)
+                               + _wrapped((taps[a][0] * g.dilation[a] - g.padding[a]) * st,
+                                          dt))
+        steps = [d * st for d, st in zip(g.dilation, g.flat_strides())]
 
     def tap_index(rel):
         if all(isinstance(j, int) for j in rel):  # unrolled: one scalar per tap
@@ -142,7 +172,8 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
     # loses every later comparison, so the index stays the first in-bounds one). Padding
     # is never selected, even against an all -inf / all dtype-min input.
     best = _tap(xp, g, (0,) * g.k)
-    idx = jnp.broadcast_to(_plane(_first_in_bounds(g), g), best.shape)
+    first = _first_offsets(g) if window else _first_in_bounds(g)
+    idx = jnp.broadcast_to(_plane(first, g), best.shape)
     counts = [count for _, count in taps]
     # The taps in PyTorch's scan order (row-major), not positions: each step is dense
     # elementwise work over every window.
@@ -150,12 +181,12 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, j
         for rel in itertools.product(*map(range, counts)):
             if any(rel):
                 best, idx = step(rel, best, idx)
-        return best, idx
+    else:
+        def body(j, carry):
+            return step(jnp.unravel_index(j, counts), *carry)
 
-    def body(j, carry):
-        return step(jnp.unravel_index(j, counts), *carry)
-
-    return lax.fori_loop(1, math.prod(counts), body, (best, idx))
+        best, idx = lax.fori_loop(1, math.prod(counts), body, (best, idx))
+    return best, idx.astype(_window.OFFSET_DTYPE) if window else idx
 
 
 def gather_at_argmax(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
@@ -206,19 +237,31 @@ def _batched(fn, a: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
     return fn(a, idx)
 
 
-def gather(t: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+def gather(t: jax.Array, idx: jax.Array, g: PoolGeometry, index_format: str = "flat"
+           ) -> jax.Array:
     """max_pool_gather_p's XLA ops: dense selects where `_dense_boxes` applies, XLA's
-    gather otherwise."""
+    gather otherwise; for window offsets, a select per tap (`_window.gather`) where every
+    window has a tap in the input, the flat path otherwise."""
+    if index_format == "window":
+        if _window.dense_applies(g) and _args.is_movable(t.dtype):
+            return _window.gather(t, idx, g)
+        return gather(t, _window.to_flat(idx, g), g)
     b = _dense_boxes(g, t.dtype, t.shape)
     if b is None:
         return _batched(lambda t, i: gather_at_argmax(t, i, g), t, idx, g)
     return _unpool_dense.gather(t, idx, b, g.channels_last)
 
 
-def scatter_add(ct: jax.Array, idx: jax.Array, g: PoolGeometry) -> jax.Array:
+def scatter_add(ct: jax.Array, idx: jax.Array, g: PoolGeometry, index_format: str = "flat"
+                ) -> jax.Array:
     """max_pool_scatter_add_p's XLA ops: dense sums where `_dense_boxes` applies (in
     increasing window position, as PyTorch's CPU backward adds), XLA's scatter-add (the
-    transpose of `gather_at_argmax`) otherwise."""
+    transpose of `gather_at_argmax`) otherwise; for window offsets, a pad and an add per
+    tap (`_window.scatter`) where every window has a tap in the input."""
+    if index_format == "window":
+        if _window.dense_applies(g) and _args.is_movable(ct.dtype):
+            return _window.scatter(ct, idx, g, add=True)
+        return scatter_add(ct, _window.to_flat(idx, g), g)
     b = _dense_boxes(g, ct.dtype, ct.shape)
     if b is not None:
         return _unpool_dense.scatter(ct, idx, b, g.channels_last, add=True)
@@ -268,9 +311,11 @@ def _on_batches(pool_fn, x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, jax.
     return (values[0], indices[0]) if unbatched else (values, indices)
 
 
-def values_and_indices(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, jax.Array]:
+def values_and_indices(x: jax.Array, g: PoolGeometry, index_format: str = "flat"
+                       ) -> tuple[jax.Array, jax.Array]:
     """The pool in XLA ops (the primitives' lowering; their own JVP differentiates it)."""
-    return _on_batches(pool_values_and_indices, x, g)
+    return _on_batches(partial(pool_values_and_indices, window=index_format == "window"),
+                       x, g)
 
 
 def pool(x: jax.Array, g: PoolGeometry) -> tuple[jax.Array, jax.Array]:

@@ -15,9 +15,12 @@ into: a pool's window, whose argmax it holds. When every index lies in its own b
 - `scatter(..., add=True)` (the pools' gradient over overlapping windows) adds where the
   forward selects.
 
-Positions are compared as offsets from each box's corner, `index - corner(q)`, which
-for a position in the box depends only on where in the box it is (the shift and the
-phase): an iota over that small shape, never a table of the operand's size.
+Positions are compared as codes: for flat indices the offset from each box's corner,
+`index - corner(q)`, which for a position in the box depends only on where in the box it
+is (the shift and the phase): an iota over that small shape, never a table of the
+operand's size; for window offsets (`_window`, a pool's boxes with `taps` set) the tap
+number itself, which a box position has where it is a tap (a multiple of the dilation
+from the corner): small constants, no arithmetic on the operand at all.
 
 `in_boxes` is the check that chooses this path on the device for indices of unknown
 origin (`_unpool_xla`); `boxes` says, at trace time, whether it can apply at all. Operands here are batched (N first),
@@ -52,6 +55,8 @@ class Boxes(NamedTuple):
     stride: tuple[int, ...]
     padding: tuple[int, ...]
     offset_dtype: np.dtype  # of `index - corner`: int32 where every value fits
+    # Window offsets: the pool's (kernel, dilation), whose tap numbers are the codes.
+    taps: tuple | None = None
 
     @property
     def k(self) -> int:
@@ -97,13 +102,42 @@ def _spatial(ndim: int, channels_last: bool, k: int) -> list[int]:
     return list(_geometry.spatial_axes(ndim, channels_last, k))
 
 
+def window_boxes(g: _geometry.PoolGeometry) -> Boxes:
+    """The boxes of a pool's window offsets: the windows, coded by tap number. Along an
+    axis of one window the stride means nothing: the extent stands in for it, so that the
+    forward's (rows, stride) view stays the plane's size whatever the stride."""
+    stride = tuple(s if o > 1 else e for s, o, e in zip(g.stride, g.out_size, g.extent()))
+    return Boxes(g.out_size, g.in_size, g.extent(), stride, g.padding, np.dtype(np.int32),
+                 (g.kernel, g.dilation))
+
+
+def _tap_code(b: Boxes, pos) -> int | None:
+    """The code of box position `pos`: its tap number, or None where it is no tap."""
+    kernel, dilation = b.taps
+    code = 0
+    for d, kk, dil in zip(pos, kernel, dilation):
+        if d % dil or d // dil >= kk:
+            return None
+        code = code * kk + d // dil
+    return code
+
+
+def _position_code(b: Boxes, pos) -> int | None:
+    if b.taps is not None:
+        return _tap_code(b, pos)
+    return sum(d * st for d, st in zip(pos, b.out_strides()))
+
+
 def _iota(shape, axis: int, dtype=None) -> jax.Array:
     return lax.broadcasted_iota(dtype or np.int32, tuple(shape), axis)
 
 
 def _offsets(indices: jax.Array, b: Boxes, channels_last: bool) -> jax.Array:
-    """index - corner(q) at every input position q, corner(q) the flat position of the
-    box's first coordinates (q * stride - padding per axis, possibly outside the plane)."""
+    """The codes: index - corner(q) at every input position q, corner(q) the flat position
+    of the box's first coordinates (q * stride - padding per axis, possibly outside the
+    plane); window offsets as they are."""
+    if b.taps is not None:
+        return indices.astype(np.int32)
     dt = b.offset_dtype
     corner = -sum(p * st for p, st in zip(b.padding, b.out_strides()))
     for a, ax in enumerate(_spatial(indices.ndim, channels_last, b.k)):
@@ -122,9 +156,11 @@ def _hits(offsets: jax.Array, b: Boxes, axes: list[int], masked_axes):
     its box: its offset is d's, and d lies inside the plane on each of `masked_axes`
     where some box can leave it (elsewhere a position outside the plane has the offset
     of an inside one only in a box wider than the plane: see `gather`)."""
-    strides = b.out_strides()
     for pos in itertools.product(*map(range, b.extent)):
-        hit = offsets == sum(d * st for d, st in zip(pos, strides))
+        code = _position_code(b, pos)
+        if code is None:  # no tap: no window offset names it
+            continue
+        hit = offsets == code
         for a in masked_axes:
             if _may_leave(b, a, pos[a]):
                 coord = _iota(offsets.shape, axes[a]) * b.stride[a] + (pos[a] - b.padding[a])
@@ -166,6 +202,25 @@ def _with_phases(a: jax.Array, axes: list[int]) -> jax.Array:
     return lax.expand_dims(a, [ax + i + 1 for i, ax in enumerate(axes)])
 
 
+def _phase_codes(b: Boxes, shift, phase_axes, phase_shape) -> jax.Array:
+    """The code of output position (m, f) in box m - shift, at box position shift * s + f:
+    for flat indices that position's offset from the corner (an iota); for window offsets
+    its tap number, or -2 where it is no tap (constants of the phases' small shape)."""
+    if b.taps is None:
+        strides = b.out_strides()
+        return sum((_iota(phase_shape, ax, b.offset_dtype) + j * s) * st
+                   for ax, j, s, st in zip(phase_axes, shift, b.stride, strides))
+    kernel, dilation = b.taps
+    code, tap = np.zeros(phase_shape, np.int64), np.ones(phase_shape, bool)
+    for ax, j, s, kk, dil in zip(phase_axes, shift, b.stride, kernel, dilation):
+        position = j * s + np.arange(s)
+        shape = [1] * len(phase_shape)
+        shape[ax] = s
+        code = code * kk + (position // dil).reshape(shape)
+        tap = tap & ((position % dil == 0) & (position // dil < kk)).reshape(shape)
+    return jnp.asarray(np.where(tap, code, -2).astype(np.int32))
+
+
 def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
             add: bool = False) -> jax.Array:
     """out[..., index] = x, the largest input position winning among duplicates (or, with
@@ -180,7 +235,7 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
     phase_shape = [1] * (x.ndim + b.k)
     for ax, s in zip(phase_axes, b.stride):
         phase_shape[ax] = s
-    strides, shifts = b.out_strides(), b.shifts()
+    shifts = b.shifts()
     zero = jnp.zeros((), x.dtype)
     # One pad each, sliced per shift: XLA then pads once, not once per shift and element.
     x_padded = _padded_for_shifts(x, axes, shifts, rows, 0)
@@ -194,10 +249,7 @@ def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
             continue
         moved = _with_phases(_shifted(x_padded, axes, shifts, shift, rows), axes)
         held = _with_phases(_shifted(offsets_padded, axes, shifts, shift, rows), axes)
-        # The offset of output position (m, f) from the corner of box m - j: j * s + f.
-        target = sum((_iota(phase_shape, ax, b.offset_dtype) + j * s) * st
-                     for ax, j, s, st in zip(phase_axes, shift, b.stride, strides))
-        hit = held == target
+        hit = held == _phase_codes(b, shift, phase_axes, phase_shape)
         if add:
             term = jnp.where(hit, moved, zero)
             out = term if out is None else out + term
@@ -226,7 +278,8 @@ def gather(values: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool
     # A box wider than the plane on an axis after the first reaches, outside the plane,
     # positions whose offsets equal inside ones' (with W = 2 and extent 3: (h + 1, -1)
     # and (h, 1)): there, positions outside the plane are masked.
-    wide = [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
+    # (Tap numbers name each axis's position exactly: nothing to mask.)
+    wide = [] if b.taps else [a for a in range(1, b.k) if b.extent[a] > b.out_size[a]]
     out = jnp.zeros_like(indices, dtype=values.dtype)  # and the indices' sharding
     for pos, hit in _hits(offsets, b, axes, wide):
         start, limit, step = [0] * padded.ndim, list(padded.shape), [1] * padded.ndim

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jax_unpool import _args, _geometry, _symbolic, _unpool_dense
+from jax_unpool import _args, _geometry, _symbolic, _unpool_dense, _window
 
 __all__ = ["gather_planes", "gather_windowed", "scatter_planes", "scatter_windowed"]
 
@@ -225,11 +225,8 @@ def _dense_or_general(dense, general, values, indices, b, channels_last: bool):
     unbatched = indices.ndim == b.k + 1
     vb, ib = (values[None], indices[None]) if unbatched else (values, indices)
 
-    def dense_bits(v, i):
-        out = dense(_as_bits(v), i)
-        return out if out.dtype == v.dtype else lax.bitcast_convert_type(out, v.dtype)
-
-    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last), dense_bits, general, vb, ib)
+    out = lax.cond(_unpool_dense.in_boxes(ib, b, channels_last),
+                   lambda v, i: _bits_moved(dense, v, i), general, vb, ib)
     return out[0] if unbatched else out
 
 
@@ -237,11 +234,24 @@ def _empty(shape) -> bool:
     return any(not _symbolic.is_symbolic(d) and d == 0 for d in shape)
 
 
+def _bits_moved(fn, values: jax.Array, *args) -> jax.Array:
+    """fn(values as same-width unsigned ints, *args) as `values`' dtype: selects move the
+    bits (XLA's CPU backend computes bf16/f16 selects in f32, quieting NaN payloads)."""
+    out = fn(_as_bits(values), *args)
+    return out if out.dtype == values.dtype else lax.bitcast_convert_type(out, values.dtype)
+
+
 def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, ...],
-                     channels_last: bool, window=None) -> jax.Array:
+                     channels_last: bool, window=None, index_window=None) -> jax.Array:
     """The forward for the primitive's lowering: `scatter_planes`' result, with dense ops
     where `window` (extent, stride, padding) is given or output sizes are multiples of
-    the input's, and every index lies in its window's box; XLA's scatter otherwise."""
+    the input's, and every index lies in its window's box; XLA's scatter otherwise.
+    With window offsets (`index_window`, their pool): a select per tap where every window
+    has a tap in the input (`_window.scatter`), else their flat indices' path."""
+    if index_window is not None:
+        if _window.dense_applies(index_window):
+            return _bits_moved(_window.scatter, x, indices, index_window)
+        indices, window = _window.to_flat(indices, index_window), index_window.window()
     in_size = _geometry.spatial_dims(x.shape, channels_last, len(output_size))
     b = _unpool_dense.boxes(in_size, output_size,
                             _geometry.unpool_window(in_size, output_size, window), indices.dtype)
@@ -258,9 +268,14 @@ def scatter_windowed(x: jax.Array, indices: jax.Array, output_size: tuple[int, .
 
 
 def gather_windowed(grad_output: jax.Array, indices: jax.Array, channels_last: bool,
-                    spatial_rank: int, window=None) -> jax.Array:
+                    spatial_rank: int, window=None, index_window=None) -> jax.Array:
     """The backward for the primitive's lowering: `gather_planes`' result, with dense ops
-    where the window is known (as `scatter_windowed`) and every index lies in its box."""
+    where the window is known (as `scatter_windowed`) and every index lies in its box.
+    With window offsets: a select per tap (`_window.gather`), or their flat indices."""
+    if index_window is not None:
+        if _window.dense_applies(index_window):
+            return _bits_moved(_window.gather, grad_output, indices, index_window)
+        indices, window = _window.to_flat(indices, index_window), index_window.window()
     k = spatial_rank
     in_size = _geometry.spatial_dims(indices.shape, channels_last, k)
     out_size = _grad_size(grad_output, channels_last, k)

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from jax_unpool import _args, _compat, _geometry, _primitive, _sharding
+from jax_unpool import _args, _compat, _geometry, _primitive, _sharding, _window
 from jax_unpool._geometry import RANKS, PoolGeometry
 from jax_unpool.backends import registry
 
@@ -58,11 +59,16 @@ def _check_real(fn: str, dtype, passed=None) -> None:
                         f"{_args.dtype_text(dtype, passed)}")
 
 
-def _max_pool(fn: str, k: int, x, *args) -> tuple[jax.Array, jax.Array]:
+def _max_pool(fn: str, k: int, x, *args, index_format: str = "flat"):
     x, g = checked(fn, k, x, *args)
+    if _window.check_format(fn, index_format) == "window":
+        _window.check_taps(fn, g)
     values, indices = max_pool_p[k].bind(
         x, kernel_size=g.kernel, stride=g.stride, padding=g.padding, dilation=g.dilation,
-        ceil_mode=g.ceil_mode, channels_last=g.channels_last, index_dtype=g.index_dtype)
+        ceil_mode=g.ceil_mode, channels_last=g.channels_last, index_dtype=g.index_dtype,
+        index_format=index_format)
+    if index_format == "window":
+        return values, _window.WindowIndices(indices, g)
     return values, indices
 
 
@@ -76,7 +82,8 @@ def max_pool2d_with_indices(
     *,
     data_format: str = "NCHW",
     index_dtype: jax.typing.DTypeLike = jnp.int32,
-) -> tuple[jax.Array, jax.Array]:
+    index_format: str = "flat",
+) -> tuple[jax.Array, Any]:
     """2-D max pooling that also returns the argmax of every window.
 
     Same results as ``torch.nn.functional.max_pool2d(x, kernel_size, stride,
@@ -122,11 +129,16 @@ def max_pool2d_with_indices(
         (channels last); either spelling is accepted for 3-D and 4-D ``x``.
       index_dtype: ``int32`` or ``int64``. int64 needs ``jax_enable_x64``;
         without it JAX's usual rule applies (a warning, then int32).
+      index_format: ``"flat"`` (default): indices as above. ``"window"``: a
+        :class:`jax_unpool.WindowIndices` instead, each argmax as its position in its
+        window in one byte (uint8 ``offsets``, row-major tap order), a quarter of int32
+        indices' memory, for windows of at most 256 taps; ``w.to_flat(index_dtype)``
+        gives the flat indices bit for bit, and the unpools take ``w`` directly.
 
     Returns:
       ``(values, indices)``, both shaped like ``x`` with ``(H, W)`` replaced by
       ``(H_out, W_out)``; ``values`` has ``x``'s dtype, ``indices`` has
-      ``index_dtype``.
+      ``index_dtype`` (or is a ``WindowIndices``).
 
     Differentiation: w.r.t. ``x`` the gradient adds each output cotangent into
     its argmax position (sums where overlapping windows share an argmax); the
@@ -149,7 +161,7 @@ def max_pool2d_with_indices(
         int32/int64; complex ``x``.
     """
     return _max_pool("max_pool2d_with_indices", 2, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype)
+                     ceil_mode, data_format, index_dtype, index_format=index_format)
 
 
 def max_pool1d_with_indices(
@@ -162,7 +174,8 @@ def max_pool1d_with_indices(
     *,
     data_format: str = "NCW",
     index_dtype: jax.typing.DTypeLike = jnp.int32,
-) -> tuple[jax.Array, jax.Array]:
+    index_format: str = "flat",
+) -> tuple[jax.Array, Any]:
     """1-D max pooling with argmax indices, as ``torch.nn.functional.max_pool1d(...,
     return_indices=True)``.
 
@@ -172,7 +185,7 @@ def max_pool1d_with_indices(
     differentiation, errors -- is as in :func:`max_pool2d_with_indices`.
     """
     return _max_pool("max_pool1d_with_indices", 1, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype)
+                     ceil_mode, data_format, index_dtype, index_format=index_format)
 
 
 def max_pool3d_with_indices(
@@ -185,7 +198,8 @@ def max_pool3d_with_indices(
     *,
     data_format: str = "NCDHW",
     index_dtype: jax.typing.DTypeLike = jnp.int32,
-) -> tuple[jax.Array, jax.Array]:
+    index_format: str = "flat",
+) -> tuple[jax.Array, Any]:
     """3-D max pooling with argmax indices, as ``torch.nn.functional.max_pool3d(...,
     return_indices=True)``.
 
@@ -195,7 +209,7 @@ def max_pool3d_with_indices(
     order. Everything else is as in :func:`max_pool2d_with_indices`.
     """
     return _max_pool("max_pool3d_with_indices", 3, x, kernel_size, stride, padding, dilation,
-                     ceil_mode, data_format, index_dtype)
+                     ceil_mode, data_format, index_dtype, index_format=index_format)
 
 
 # --------------------------------------------------------------------------------------
@@ -211,7 +225,7 @@ def _rank(kernel_size) -> int:
 
 
 def _max_pool_params(primitive: str, *, kernel_size, stride, padding, dilation, ceil_mode,
-                     channels_last, index_dtype) -> None:
+                     channels_last, index_dtype, index_format) -> None:
     """The parameters' types, checked at every bind; their values are checked against
     x's shape by the abstract evaluation."""
     k = _rank(kernel_size)
@@ -223,11 +237,15 @@ def _max_pool_params(primitive: str, *, kernel_size, stride, padding, dilation, 
                             f"{_args.received(value)}")
     _primitive.check_bool(primitive, "ceil_mode", ceil_mode)
     _primitive.check_bool(primitive, "channels_last", channels_last)
+    _window.check_format(primitive, index_format)
 
 
+# index_format: "flat" (int indices of index_dtype) or "window" (uint8 offsets, `_window`);
+# binds written before it existed omit it.
 max_pool_p = {k: _primitive.Primitive(f"max_pool{k}d_with_indices",
                                       partial(_max_pool_params, f"max_pool{k}d_with_indices_p"),
-                                      multiple_results=True)
+                                      multiple_results=True,
+                                      defaults=lambda: {"index_format": "flat"})
               for k in RANKS}
 max_pool1d_with_indices_p, max_pool2d_with_indices_p, max_pool3d_with_indices_p = (
     max_pool_p.values())
@@ -238,9 +256,12 @@ def _max_pool_abstract_eval(x, **params):
     fn = f"max_pool{k}d_with_indices"
     _check_real(fn, x.dtype)
     g = _geometry.pool_geometry_of(x.shape, **params)
+    window = params["index_format"] == "window"
+    if window:
+        _window.check_taps(fn, g)
     shape = _geometry.with_spatial(x.shape, g.out_size, g.channels_last)
     return [_sharding.result_type(fn, x, [], shape, dtype, g.channels_last, k)
-            for dtype in (x.dtype, g.index_dtype)]
+            for dtype in (x.dtype, _window.OFFSET_DTYPE if window else g.index_dtype)]
 
 
 def _max_pool_jvp(primals, tangents, **params):
@@ -248,7 +269,8 @@ def _max_pool_jvp(primals, tangents, **params):
     values, indices = max_pool_p[len(params["kernel_size"])].bind(x, **params)
     g = _geometry.pool_geometry_of(x.shape, **params)
     t_values = _primitive.tangent_or_zero(
-        t, values, lambda t: max_pool_gather_p[g.k].bind(t, indices, geometry=g))
+        t, values, lambda t: max_pool_gather_p[g.k].bind(
+            t, indices, geometry=g, index_format=params["index_format"]))
     return [values, indices], [t_values, _compat.zero_tangent(indices)]
 
 
@@ -273,20 +295,24 @@ registry.declare("max_pool", max_pool_p.values())
 #     position (x's shape): overlapping windows add up, in increasing window position as
 #     PyTorch's CPU backward does; an index past the plane (a window of padding only)
 #     reads 0 and is dropped.
-# `geometry` is the pool's `_geometry.PoolGeometry` and `indices` its own output: each
+# `geometry` is the pool's `_geometry.PoolGeometry`, `indices` its own output, flat or
+# window offsets (`index_format`): each
 # backend lowers the pair with its unpool kernels where the argmaxes allow it
 # (`registry.pool_derivative`), with XLA ops otherwise.
 # --------------------------------------------------------------------------------------
 
-def _derivative_params(primitive: str, *, geometry) -> None:
+def _derivative_params(primitive: str, *, geometry, index_format) -> None:
     if not isinstance(geometry, PoolGeometry):
         raise TypeError(f"{primitive}: geometry must be a pool's PoolGeometry, got "
                         f"{_args.received(geometry)}")
+    _window.check_format(primitive, index_format)
 
 
-def _check_derivative_operands(fn: str, values, indices, g: PoolGeometry, size) -> None:
+def _check_derivative_operands(fn: str, values, indices, g: PoolGeometry, size,
+                               index_format: str) -> None:
     """`values` has the shape of `indices` with spatial sizes `size`."""
-    if indices.dtype != g.index_dtype or tuple(values.shape) != _geometry.with_spatial(
+    dtype = _window.OFFSET_DTYPE if index_format == "window" else g.index_dtype
+    if indices.dtype != dtype or tuple(values.shape) != _geometry.with_spatial(
             indices.shape, size, g.channels_last):
         raise ValueError(f"{fn}: operands of shapes {tuple(values.shape)} and "
                          f"{tuple(indices.shape)} ({indices.dtype}) do not fit the pool "
@@ -295,7 +321,8 @@ def _check_derivative_operands(fn: str, values, indices, g: PoolGeometry, size) 
 
 def _pair_member(name: str):
     return {k: _primitive.Primitive(f"max_pool{k}d_{name}",
-                                    partial(_derivative_params, f"max_pool{k}d_{name}_p"))
+                                    partial(_derivative_params, f"max_pool{k}d_{name}_p"),
+                                    defaults=lambda: {"index_format": "flat"})
             for k in RANKS}
 
 
@@ -303,41 +330,41 @@ max_pool_gather_p = _pair_member("gather")
 max_pool_scatter_add_p = _pair_member("scatter_add")
 
 
-def _gather_abstract_eval(t, indices, *, geometry):
+def _gather_abstract_eval(t, indices, *, geometry, index_format):
     g = geometry
     fn = f"max_pool{g.k}d_gather"
-    _check_derivative_operands(fn, t, indices, g, g.in_size)
+    _check_derivative_operands(fn, t, indices, g, g.in_size, index_format)
     return _sharding.result_type(fn, indices, [t], indices.shape, t.dtype, g.channels_last, g.k)
 
 
-def _scatter_add_abstract_eval(ct, indices, *, geometry):
+def _scatter_add_abstract_eval(ct, indices, *, geometry, index_format):
     g = geometry
     fn = f"max_pool{g.k}d_scatter_add"
-    _check_derivative_operands(fn, ct, indices, g, g.out_size)
+    _check_derivative_operands(fn, ct, indices, g, g.out_size, index_format)
     shape = _geometry.with_spatial(indices.shape, g.in_size, g.channels_last)
     return _sharding.result_type(fn, ct, [indices], shape, ct.dtype, g.channels_last, g.k)
 
 
 def _linear_rules(primitives: dict, transposed: dict):
     """JVP, batching and transpose of one primitive of the pair (`transposed`: the other)."""
-    def jvp(primals, tangents, *, geometry):
+    def jvp(primals, tangents, **params):
         t, indices = primals
 
         def bind(values):
-            return primitives[geometry.k].bind(values, indices, geometry=geometry)
+            return primitives[params["geometry"].k].bind(values, indices, **params)
 
         out = bind(t)
         return out, _primitive.tangent_or_zero(tangents[0], out, bind)
 
-    def batch(args, dims, *, geometry):
-        (t, indices), unfold = _primitive.fold_batch(args, dims, geometry.k)
-        return unfold(primitives[geometry.k].bind(t, indices, geometry=geometry))
+    def batch(args, dims, **params):
+        (t, indices), unfold = _primitive.fold_batch(args, dims, params["geometry"].k)
+        return unfold(primitives[params["geometry"].k].bind(t, indices, **params))
 
-    def transpose(ct, t, indices, *, geometry):
+    def transpose(ct, t, indices, **params):
         assert ad.is_undefined_primal(t) and not ad.is_undefined_primal(indices)
         if type(ct) is ad.Zero:
             return ad.Zero(t.aval), None
-        return transposed[geometry.k].bind(ct, indices, geometry=geometry), None
+        return transposed[params["geometry"].k].bind(ct, indices, **params), None
 
     return jvp, batch, transpose
 

@@ -1,9 +1,9 @@
 """Pure-XLA implementations of the public functions, with the same signatures and semantics.
 
 They are the test oracle and the pure-XLA baseline of the benchmarks: the unpooling is
-XLA's scatter and gather (``scatter_planes``, ``gather_planes``: also the primitives'
-lowering on platforms without a native kernel), the pools are XLA ops with XLA's
-scatter-add as their gradient. Being XLA ops, they cannot fail at run time: an
+XLA's scatter and gather (``scatter_planes``, ``gather_planes``), the pools are XLA ops
+with XLA's scatter-add as their gradient; window offsets go through flat indices
+(``WindowIndices.to_flat`` and its inverse). Being XLA ops, they cannot fail at run time: an
 out-of-range index is dropped by the forward and reads 0 in the backward.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 
-from jax_unpool import _pool_xla, pooling, unpooling
+from jax_unpool import _geometry, _pool_xla, _window, pooling, unpooling
 from jax_unpool._geometry import RANKS
 from jax_unpool._unpool_xla import gather_planes, scatter_planes
 
@@ -41,22 +41,42 @@ def _reference_of(public, compute):
     return reference
 
 
+def _flat(fn, k, indices, **arguments):
+    """Window offsets (a WindowIndices) as flat indices, and the arguments they imply."""
+    g = unpooling.window_geometry(fn, k, indices, **arguments)
+    fmt = _geometry.data_format(k, g.channels_last, indices.offsets.ndim == k + 2)
+    return indices.to_flat(g.index_dtype), g.in_size, fmt
+
+
 def _unpool(fn, k, x, indices, kernel_size, stride, padding, output_size, data_format):
+    if isinstance(indices, _window.WindowIndices):
+        indices, output_size, data_format = _flat(
+            fn, k, indices, kernel_size=kernel_size, stride=stride, padding=padding,
+            output_size=output_size, data_format=data_format)
+        kernel_size, stride, padding = None, None, 0
     x, indices, size, last, _ = unpooling.unpool_operands(
         fn, k, x, indices, kernel_size, stride, padding, output_size, data_format)
     return scatter_planes(x, indices, size, last)
 
 
 def _unpool_backward(fn, k, grad_output, x, indices, output_size, data_format):
+    if isinstance(indices, _window.WindowIndices):
+        indices, output_size, data_format = _flat(fn, k, indices, output_size=output_size,
+                                                  data_format=data_format)
     grad_output, indices, last = unpooling.unpool_backward_operands(
         fn, k, grad_output, x, indices, output_size, data_format)
     return gather_planes(grad_output, indices, last, k)
 
 
 def _pool(fn, k, x, kernel_size, stride, padding, dilation, ceil_mode, data_format,
-          index_dtype):
-    return _pool_xla.pool(*pooling.checked(fn, k, x, kernel_size, stride, padding, dilation,
-                                           ceil_mode, data_format, index_dtype))
+          index_dtype, index_format):
+    x, g = pooling.checked(fn, k, x, kernel_size, stride, padding, dilation, ceil_mode,
+                           data_format, index_dtype)
+    values, indices = _pool_xla.pool(x, g)
+    if _window.check_format(fn, index_format) == "window":  # from the flat indices
+        _window.check_taps(fn, g)
+        return values, _window.WindowIndices(_window.from_flat(indices, g)[0], g)
+    return values, indices
 
 
 max_unpool1d, max_unpool2d, max_unpool3d = (

@@ -46,8 +46,8 @@ import jax
 import numpy as np
 from jax.interpreters import ad
 
-from jax_unpool import _args, _geometry, _primitive, _settings, _sharding, _symbolic
-from jax_unpool._geometry import RANKS
+from jax_unpool import _args, _geometry, _primitive, _settings, _sharding, _symbolic, _window
+from jax_unpool._geometry import RANKS, PoolGeometry
 from jax_unpool.backends import registry
 
 __all__ = [
@@ -90,6 +90,66 @@ def check_gather_operands(fn: str, grad_output: Any, indices: Any, channels_last
             "batch and channel dims")
 
 
+_DEFAULT_FORMATS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def window_geometry(fn: str, k: int, w: _window.WindowIndices, *, kernel_size: Any = None,
+                    stride: Any = None, padding: Any = 0, output_size: Any = None,
+                    data_format: str | None = None) -> PoolGeometry:
+    """The pool geometry of window offsets `w`, with every argument the caller also passed
+    checked against it: a conflict is a ValueError naming both (an argument left at its
+    default takes `w`'s)."""
+    g = w.geometry
+    if g.k != k:
+        raise ValueError(f"{fn}: indices are the window offsets of a {g.k}-D pool "
+                         f"(kernel_size={g.kernel}); {fn} unpools {k}-D")
+    given = {"kernel_size": (kernel_size, None, g.kernel), "stride": (stride, None, g.stride),
+             "padding": (padding, 0, g.padding)}
+    for name, (value, default, own) in given.items():
+        if value is None or (value is default) or (_args.is_int(value) and value == default
+                                                    and name == "padding"):
+            continue
+        sizes = _args.positive_sizes(fn, name, value, k, allow_zero=name == "padding")
+        if tuple(sizes) != tuple(own):
+            raise ValueError(f"{fn}: {name}={_args.received(value)} conflicts with the window "
+                             f"offsets' pool, whose {name} is {own}; leave it out")
+    if (data_format is not None and data_format != _DEFAULT_FORMATS[k]
+            and _geometry.channels_last(fn, data_format, k) != g.channels_last):
+        raise ValueError(f"{fn}: data_format={data_format!r} conflicts with the window "
+                         f"offsets' pool, whose data format is channels-"
+                         f"{'last' if g.channels_last else 'first'}; leave it out")
+    if output_size is not None:
+        size = _geometry.output_spatial(fn, output_size, len(w.shape), g.channels_last, k)
+        if tuple(size) != tuple(g.in_size):
+            raise ValueError(f"{fn}: output_size {_args.received(output_size)} conflicts with "
+                             f"the window offsets' pool, whose input size is {g.in_size}; "
+                             "leave it out")
+    return g
+
+
+def check_window_operands(fn: str, name: str, values: Any, offsets: Any, g: PoolGeometry,
+                          spatial) -> None:
+    """`values` of rank k+1 or k+2 with spatial sizes `spatial` and the pool's N and C
+    layout; `offsets` uint8 of the pool's output shape."""
+    _geometry.check_rank(fn, name, values.shape, g.k, g.channels_last)
+    _args.check_movable_dtype(fn, name, values.dtype)
+    if np.dtype(offsets.dtype) != _window.OFFSET_DTYPE:
+        raise TypeError(f"{fn}: window offsets must be uint8, got {offsets.dtype}")
+    if _geometry.spatial_dims(offsets.shape, g.channels_last, g.k) != tuple(g.out_size):
+        raise ValueError(f"{fn}: window offsets of shape {tuple(offsets.shape)} do not fit "
+                         f"their pool: its output's spatial size is {g.out_size}")
+    if tuple(_geometry.spatial_dims(values.shape, g.channels_last, g.k)) != tuple(spatial):
+        raise ValueError(f"{fn}: {name} of shape {tuple(values.shape)} does not fit the window "
+                         f"offsets' pool ({g.in_size} -> {g.out_size}): its spatial size must "
+                         f"be {tuple(spatial)}")
+    keep = _geometry.plane_dims(values.ndim, g.channels_last, g.k)
+    if values.ndim != offsets.ndim or [values.shape[d] for d in keep] != [
+            offsets.shape[d] for d in keep]:
+        raise ValueError(f"{fn}: {name} {tuple(values.shape)} and the window offsets "
+                         f"{tuple(offsets.shape)} must have the same rank and the same batch "
+                         "and channel dims")
+
+
 def unpool_operands(fn: str, k: int, x: Any, indices: Any, kernel_size: Any, stride: Any,
                     padding: Any, output_size: Any, data_format: str):
     """max_unpool{k}d's arguments checked: (x, indices, output_size, channels_last,
@@ -104,30 +164,40 @@ def unpool_operands(fn: str, k: int, x: Any, indices: Any, kernel_size: Any, str
     return x, indices, size, last, window
 
 
-def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices: Any,
-                             output_size: Any, data_format: str):
-    """max_unpool{k}d_backward's arguments checked: (grad_output, indices, channels_last)."""
-    passed = _args.passed_dtype(grad_output)
-    grad_output, indices = _args.as_array(fn, "grad_output", grad_output), \
-        _args.as_indices(fn, indices)
+def _check_x(fn: str, x: Any, k: int) -> None:
     # A tuple shape: a class such as np.float32 has .shape and .dtype attributes too.
     if not (isinstance(getattr(x, "shape", None), tuple) and hasattr(x, "dtype")):
         raise TypeError(
             f"{fn}: x must be an array or have .shape and .dtype (a jax.ShapeDtypeStruct; "
             f"only its shape and dtype are used), got {type(x).__name__}")
     _geometry.check_rank(fn, "x", x.shape, k)
-    last = _geometry.channels_last(fn, data_format, k)
-    if tuple(indices.shape) != tuple(x.shape):
+
+
+def _check_like_x(fn: str, grad_output: Any, x: Any, indices_shape, passed) -> None:
+    """The backward's x (only its shape and dtype matter): the indices' shape, and
+    grad_output's dtype."""
+    if tuple(indices_shape) != tuple(x.shape):
         raise ValueError(
             f"{fn}: indices must have the shape of x, {tuple(x.shape)}, got "
-            f"{tuple(indices.shape)}")
-    check_gather_operands(fn, grad_output, indices, last, k)
+            f"{tuple(indices_shape)}")
     # x may be a numpy array or a ShapeDtypeStruct: compare the dtype JAX would give it.
     x_dtype = jax.dtypes.canonicalize_dtype(x.dtype)
     if np.dtype(grad_output.dtype) != x_dtype:
         raise TypeError(
             f"{fn}: grad_output must have the dtype of x, {_args.dtype_text(x_dtype, x.dtype)}"
             f", got {_args.dtype_text(grad_output.dtype, passed)}")
+
+
+def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices: Any,
+                             output_size: Any, data_format: str):
+    """max_unpool{k}d_backward's arguments checked: (grad_output, indices, channels_last)."""
+    passed = _args.passed_dtype(grad_output)
+    grad_output, indices = _args.as_array(fn, "grad_output", grad_output), \
+        _args.as_indices(fn, indices)
+    _check_x(fn, x, k)
+    last = _geometry.channels_last(fn, data_format, k)
+    check_gather_operands(fn, grad_output, indices, last, k)
+    _check_like_x(fn, grad_output, x, indices.shape, passed)
     size = _geometry.output_spatial(fn, output_size, len(x.shape), last, k)
     grad_size = _geometry.spatial_dims(grad_output.shape, last, k)
     if size != grad_size:
@@ -142,14 +212,41 @@ def unpool_backward_operands(fn: str, k: int, grad_output: Any, x: Any, indices:
 # The public functions, one per spatial rank as PyTorch's
 # --------------------------------------------------------------------------------------
 
-def _unpool(fn: str, k: int, *args) -> jax.Array:
-    x, indices, size, last, window = unpool_operands(fn, k, *args)
+def _unpool(fn: str, k: int, x, indices, kernel_size, stride, padding, output_size,
+            data_format) -> jax.Array:
+    if isinstance(indices, _window.WindowIndices):
+        g = window_geometry(fn, k, indices, kernel_size=kernel_size, stride=stride,
+                            padding=padding, output_size=output_size, data_format=data_format)
+        x = _args.as_array(fn, "x", x)
+        offsets = _args.as_array(fn, "indices.offsets", indices.offsets)
+        check_window_operands(fn, "x", x, offsets, g, g.out_size)
+        _geometry.unpool_result_shape(fn, x.shape, g.in_size, g.channels_last, k)
+        return max_unpool_p[k].bind(x, offsets, output_size=g.in_size,
+                                    channels_last=g.channels_last, window=g.window(),
+                                    index_window=g)
+    x, indices, size, last, window = unpool_operands(
+        fn, k, x, indices, kernel_size, stride, padding, output_size, data_format)
     return max_unpool_p[k].bind(x, indices, output_size=size, channels_last=last,
                                 window=window)
 
 
-def _unpool_backward(fn: str, k: int, *args) -> jax.Array:
-    grad_output, indices, last = unpool_backward_operands(fn, k, *args)
+def _unpool_backward(fn: str, k: int, grad_output, x, indices, output_size,
+                     data_format) -> jax.Array:
+    if isinstance(indices, _window.WindowIndices):
+        g = window_geometry(fn, k, indices, output_size=output_size, data_format=data_format)
+        passed = _args.passed_dtype(grad_output)
+        grad_output = _args.as_array(fn, "grad_output", grad_output)
+        offsets = _args.as_array(fn, "indices.offsets", indices.offsets)
+        check_window_operands(fn, "grad_output", grad_output, offsets, g, g.in_size)
+        _check_x(fn, x, k)
+        _check_like_x(fn, grad_output, x, offsets.shape, passed)
+        return max_unpool_backward_p[k].bind(grad_output, offsets, channels_last=g.channels_last,
+                                             spatial_rank=k, index_window=g)
+    if output_size is None:
+        raise TypeError(f"{fn}: output_size is required with flat indices (only window "
+                        "offsets, a WindowIndices, know it)")
+    grad_output, indices, last = unpool_backward_operands(fn, k, grad_output, x, indices,
+                                                          output_size, data_format)
     return max_unpool_backward_p[k].bind(grad_output, indices, channels_last=last,
                                          spatial_rank=k)
 
@@ -231,8 +328,8 @@ def max_unpool3d(x: Any, indices: Any, kernel_size: IntOrTuple | None = None,
                    padding, output_size, data_format)
 
 
-def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
-                          data_format: str = "NCHW") -> jax.Array:
+def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any = None,
+                          *, data_format: str = "NCHW") -> jax.Array:
     """The gradient of :func:`max_unpool2d` w.r.t. ``x``: CANN's aclnnMaxUnpool2dBackward.
 
     ``out[n, c, i] = grad_output[n, c, indices[n, c, i]]`` (planes flattened).
@@ -261,15 +358,15 @@ def max_unpool2d_backward(grad_output: Any, x: Any, indices: Any, output_size: A
                             indices, output_size, data_format)
 
 
-def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
-                          data_format: str = "NCW") -> jax.Array:
+def max_unpool1d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any = None,
+                          *, data_format: str = "NCW") -> jax.Array:
     """The gradient of :func:`max_unpool1d` w.r.t. ``x`` (a gather, as in 2-D)."""
     return _unpool_backward("max_unpool1d_backward", 1, grad_output, x,
                             indices, output_size, data_format)
 
 
-def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any, *,
-                          data_format: str = "NCDHW") -> jax.Array:
+def max_unpool3d_backward(grad_output: Any, x: Any, indices: Any, output_size: Any = None,
+                          *, data_format: str = "NCDHW") -> jax.Array:
     """The gradient of :func:`max_unpool3d` w.r.t. ``x``: CANN's aclnnMaxUnpool3dBackward."""
     return _unpool_backward("max_unpool3d_backward", 3, grad_output, x,
                             indices, output_size, data_format)
@@ -291,8 +388,19 @@ def _plane_guard(ctx, fn: str, plane) -> None:
 # max_unpool{k}d_p: the scatter
 # --------------------------------------------------------------------------------------
 
+def _check_index_window(fn: str, index_window, k: int, channels_last) -> None:
+    if index_window is None:
+        return
+    if not isinstance(index_window, PoolGeometry) or index_window.k != k:
+        raise TypeError(f"{fn}: index_window must be None (flat indices) or the "
+                        f"PoolGeometry of a {k}-D pool, got {_args.received(index_window)}")
+    if index_window.channels_last != channels_last:
+        raise ValueError(f"{fn}: index_window's layout (channels_last="
+                         f"{index_window.channels_last}) is not the call's ({channels_last})")
+
+
 def _max_unpool_params(primitive: str, *, output_size, channels_last, window=None,
-                       check_indices=False) -> None:
+                       check_indices=False, index_window=None) -> None:
     k = len(output_size) if isinstance(output_size, tuple) else 0
     if k not in RANKS:
         raise ValueError(f"{primitive}: output_size must be a tuple of 1, 2 or 3 sizes "
@@ -302,11 +410,15 @@ def _max_unpool_params(primitive: str, *, output_size, channels_last, window=Non
     _geometry.Window.check(fn, window, k)
     _primitive.check_bool(fn, "check_indices", check_indices)
     _args.positive_sizes(fn, "output_size", output_size, k, allow_zero=True, symbolic=True)
+    _check_index_window(fn, index_window, k, channels_last)
+    if index_window is not None and tuple(output_size) != tuple(index_window.in_size):
+        raise ValueError(f"{fn}: output_size {output_size} is not the input size "
+                         f"{index_window.in_size} of index_window's pool")
 
 
 def _defaults() -> dict:
     """What a bind may omit (binds written before these parameters existed)."""
-    return {"window": None, "check_indices": _settings.CHECK_INDICES}
+    return {"window": None, "check_indices": _settings.CHECK_INDICES, "index_window": None}
 
 
 max_unpool_p = {k: _primitive.Primitive(f"max_unpool{k}d",
@@ -317,11 +429,14 @@ max_unpool1d_p, max_unpool2d_p, max_unpool3d_p = max_unpool_p.values()
 
 
 # The parameters are checked at bind (_max_unpool_params), the operands here.
-def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, **_):
+def _max_unpool_abstract_eval(x, indices, *, output_size, channels_last, index_window, **_):
     k = len(output_size)
     fn = f"max_unpool{k}d"
-    check_unpool_operands(fn, x, indices, k)
-    _args.check_plane_fits_indices(fn, indices.dtype, output_size)
+    if index_window is None:
+        check_unpool_operands(fn, x, indices, k)
+        _args.check_plane_fits_indices(fn, indices.dtype, output_size)
+    else:
+        check_window_operands(fn, "x", x, indices, index_window, index_window.out_size)
     shape = _geometry.unpool_result_shape(fn, x.shape, output_size, channels_last, k)
     return _sharding.result_type(fn, x, [indices], shape, x.dtype, channels_last, k)
 
@@ -370,7 +485,7 @@ registry.declare("max_unpool", max_unpool_p.values(), _max_unpool_call_guards)
 # --------------------------------------------------------------------------------------
 
 def _max_unpool_backward_params(primitive: str, *, channels_last, spatial_rank=2,
-                                window=None, check_indices=False) -> None:
+                                window=None, check_indices=False, index_window=None) -> None:
     # Integral numpy ints count as ints (they hash and index as ints do); floats do not.
     if not _args.is_int(spatial_rank):
         raise TypeError(f"{primitive}: spatial_rank must be an int (1, 2 or 3), got "
@@ -381,6 +496,7 @@ def _max_unpool_backward_params(primitive: str, *, channels_last, spatial_rank=2
     _primitive.check_bool(fn, "channels_last", channels_last)
     _geometry.Window.check(fn, window, spatial_rank)
     _primitive.check_bool(fn, "check_indices", check_indices)
+    _check_index_window(fn, index_window, spatial_rank, channels_last)
 
 
 max_unpool_backward_p = {
@@ -394,12 +510,16 @@ max_unpool1d_backward_p, max_unpool2d_backward_p, max_unpool3d_backward_p = (
 
 # spatial_rank defaults to 2 at bind: binds written before 1-D and 3-D omit it.
 def _max_unpool_backward_abstract_eval(grad_output, indices, *, channels_last, spatial_rank,
-                                       **_):
+                                       index_window, **_):
     k = spatial_rank  # checked at bind (_max_unpool_backward_params), as channels_last
     fn = f"max_unpool{k}d_backward"
-    check_gather_operands(fn, grad_output, indices, channels_last, k)
-    _args.check_plane_fits_indices(fn, indices.dtype,
-                                   _geometry.spatial_dims(grad_output.shape, channels_last, k))
+    if index_window is None:
+        check_gather_operands(fn, grad_output, indices, channels_last, k)
+        _args.check_plane_fits_indices(
+            fn, indices.dtype, _geometry.spatial_dims(grad_output.shape, channels_last, k))
+    else:
+        check_window_operands(fn, "grad_output", grad_output, indices, index_window,
+                              index_window.in_size)
     return _sharding.result_type(fn, indices, [grad_output], indices.shape,
                                  grad_output.dtype, channels_last, k)
 

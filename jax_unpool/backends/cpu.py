@@ -32,8 +32,8 @@ for _op, _capsule in module.cpu_registrations().items():
     jax.ffi.register_ffi_target(_TARGETS[_op], _capsule, platform="cpu")
     jax.ffi.register_ffi_target_as_batch_partitionable(_TARGETS[_op])
 
-_unpool = custom_call.unpool_lowering(MAX_UNPOOL_TARGET)
-_gather = custom_call.unpool_lowering(MAX_UNPOOL_BACKWARD_TARGET)
+_unpool = registry.flat_indices_first(custom_call.unpool_lowering(MAX_UNPOOL_TARGET))
+_gather = registry.flat_indices_first(custom_call.unpool_lowering(MAX_UNPOOL_BACKWARD_TARGET))
 _derivative = registry.pool_derivative(_gather, _unpool)
 
 LOWERINGS = {

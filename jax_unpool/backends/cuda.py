@@ -124,6 +124,8 @@ def _max_unpool_backward(ctx, grad_output, indices, *, channels_last, spatial_ra
         custom_call.unpool_attributes(k, bool(channels_last), None))
 
 
+_max_unpool = registry.flat_indices_first(_max_unpool)
+_max_unpool_backward = registry.flat_indices_first(_max_unpool_backward)
 _max_pool = custom_call.native_pool_or_xla(custom_call.pool_lowering(TARGETS["max_pool"]))
 
 

@@ -64,12 +64,13 @@ def pool_attributes(channels_last: bool, kernel_size, stride, padding, dilation,
             ("ceil_mode", bool(ceil_mode)), ("channels_last", bool(channels_last)))
 
 
-def native_pool_or_xla(native: Callable) -> Callable:
-    """The pool rule `native` for the dtypes the native pools order, the XLA ops' for the
-    others."""
+def native_pool_or_xla(native: Callable, window_native: Callable | None = None) -> Callable:
+    """The pool rule `native` (`window_native` for window offsets) for the dtypes the
+    native pools order, the XLA ops' for the others."""
     def lowering(ctx, x, **params):
-        if np.dtype(ctx.avals_in[0].dtype) in NATIVE_POOL_DTYPES:
-            return native(ctx, x, **params)
+        rule = native if params["index_format"] == "flat" else window_native
+        if rule is not None and np.dtype(ctx.avals_in[0].dtype) in NATIVE_POOL_DTYPES:
+            return rule(ctx, x, **params)
         return registry.rule(None, "max_pool")(ctx, x, **params)
     return lowering
 
@@ -78,7 +79,7 @@ def pool_lowering(target: str, attributes: Callable[..., tuple] = pool_attribute
     """The lowering of a pool primitive (x -> values, indices) to the FFI call `target`,
     partitioned along N and C as the unpool calls are."""
     def lowering(ctx, x, *, kernel_size, stride, padding, dilation, ceil_mode, channels_last,
-                 index_dtype):
+                 index_dtype, index_format="flat"):
         k = len(kernel_size)
         pairs = attributes(bool(channels_last), kernel_size, stride, padding, dilation,
                            ceil_mode)

@@ -338,7 +338,9 @@ def pool_lowering(routing: Routing, xla_lowering):
                   "padding": tuple(padding), "dilation": tuple(dilation),
                   "ceil_mode": ceil_mode}
         k = len(window["kernel_size"])
-        if _aclnn_pool_takes(routing, ctx.avals_in[0], k, window, channels_last):
+        # Window offsets: XLA's ops write them directly (aclnn gives flat indices).
+        if (params.get("index_format", "flat") == "flat"
+                and _aclnn_pool_takes(routing, ctx.avals_in[0], k, window, channels_last)):
             return _aclnn_pool(ctx, x, k, window, channels_last)
         return xla_lowering(ctx, x, channels_last=channels_last, **window, **params)
     return lowering
@@ -355,7 +357,9 @@ def lowerings(routing: Routing) -> dict[str, registry.Lowering]:
     def runs(ops: str, names: tuple) -> str:
         return ops if routing.ops & set(names) else "XLA ops (no aclnn op used)"
 
-    unpool, gather = partial(_max_unpool, routing), partial(_max_unpool_backward, routing)
+    # Window offsets become flat indices on the device (XLA's ops, on its stream) first.
+    unpool = registry.flat_indices_first(partial(_max_unpool, routing))
+    gather = registry.flat_indices_first(partial(_max_unpool_backward, routing))
     derivative = registry.pool_derivative(gather, unpool)
     return {
         "max_unpool": registry.Lowering(

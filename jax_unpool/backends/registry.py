@@ -27,10 +27,10 @@ from typing import NamedTuple
 import jax
 from jax.interpreters import mlir
 
-from jax_unpool import _args
+from jax_unpool import _args, _window
 
 OPS = ("max_unpool", "max_unpool_backward", "max_pool", "max_pool_gather",
-       "max_pool_scatter_add")
+       "max_pool_scatter_add", "window_offsets")
 BACKENDS = ("xla",)  # what `use` takes
 
 
@@ -163,6 +163,23 @@ def rule(platform: str | None, op: str) -> Callable:
     return (_own.get((platform, op)) or _own[(None, op)]).rule
 
 
+def flat_indices_first(rule: Callable) -> Callable:
+    """An unpool rule for flat indices (`rule`) that also takes window offsets
+    (`index_window`): converted to flat indices first, on the device in XLA ops
+    (`_window.to_flat`: an offset naming no tap becomes -1, which the kernel treats as
+    any out-of-range index)."""
+    def lowering(ctx, values, indices, *, index_window=None, **params):
+        if index_window is None:
+            return rule(ctx, values, indices, **params)
+        g = index_window
+        flat_aval = ctx.avals_in[1].update(dtype=g.index_dtype)
+        (flat,) = mlir.lower_fun(lambda o: _window.to_flat(o, g), multiple_results=False)(
+            ctx.replace(avals_in=[ctx.avals_in[1]], avals_out=[flat_aval]), indices)
+        return rule(ctx.replace(avals_in=[ctx.avals_in[0], flat_aval]), values, flat,
+                    **params)
+    return lowering
+
+
 def pool_derivative(gather: Callable, unpool: Callable) -> dict[str, Callable]:
     """A native backend's rules for the pool's derivative pair (pooling's
     max_pool_gather_p and max_pool_scatter_add_p) from its unpool rules: `gather` (the
@@ -170,19 +187,25 @@ def pool_derivative(gather: Callable, unpool: Callable) -> dict[str, Callable]:
     window of padding only reports an index past it); `unpool` (the forward's) where,
     moreover, no two windows share an argmax (then a scatter is the sum). The XLA ops
     otherwise, and for the packed sub-byte dtypes the kernels do not move."""
-    def gather_rule(ctx, t, indices, *, geometry):
+    def index_window(g, index_format):
+        return g if index_format == "window" else None
+
+    def gather_rule(ctx, t, indices, *, geometry, index_format):
         g = geometry
         if g.argmax_in_window() and _args.is_movable(ctx.avals_in[0].dtype):
             return gather(ctx, t, indices, channels_last=g.channels_last, spatial_rank=g.k,
-                          window=g.window(), check_indices=False)
-        return rule(None, "max_pool_gather")(ctx, t, indices, geometry=g)
+                          window=g.window(), check_indices=False,
+                          index_window=index_window(g, index_format))
+        return rule(None, "max_pool_gather")(ctx, t, indices, geometry=g,
+                                             index_format=index_format)
 
-    def scatter_add_rule(ctx, ct, indices, *, geometry):
+    def scatter_add_rule(ctx, ct, indices, *, geometry, index_format):
         g = geometry
         if g.argmax_is_unique() and _args.is_movable(ctx.avals_in[0].dtype):
             return unpool(ctx, ct, indices, output_size=g.in_size,
                           channels_last=g.channels_last, window=g.window(),
-                          check_indices=False)
-        return rule(None, "max_pool_scatter_add")(ctx, ct, indices, geometry=g)
+                          check_indices=False, index_window=index_window(g, index_format))
+        return rule(None, "max_pool_scatter_add")(ctx, ct, indices, geometry=g,
+                                                  index_format=index_format)
 
     return {"max_pool_gather": gather_rule, "max_pool_scatter_add": scatter_add_rule}

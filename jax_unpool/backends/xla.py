@@ -17,31 +17,38 @@ from __future__ import annotations
 
 from jax.interpreters import mlir
 
-from jax_unpool import _geometry, _pool_xla, _unpool_xla
+from jax_unpool import _geometry, _pool_xla, _unpool_xla, _window
 from jax_unpool.backends import registry
 
 
 # XLA's ops cannot fail at run time: check_indices changes nothing here.
-def _max_unpool(x, indices, *, output_size, channels_last, window=None, check_indices=False):
-    return _unpool_xla.scatter_windowed(x, indices, output_size, channels_last, window)
+def _max_unpool(x, indices, *, output_size, channels_last, window=None, check_indices=False,
+                index_window=None):
+    return _unpool_xla.scatter_windowed(x, indices, output_size, channels_last, window,
+                                        index_window)
 
 
 def _max_unpool_backward(grad_output, indices, *, channels_last, spatial_rank=2, window=None,
-                         check_indices=False):
+                         check_indices=False, index_window=None):
     return _unpool_xla.gather_windowed(grad_output, indices, channels_last, spatial_rank,
-                                       window)
+                                       window, index_window)
 
 
 def _max_pool(x, **params):
-    return list(_pool_xla.values_and_indices(x, _geometry.pool_geometry_of(x.shape, **params)))
+    return list(_pool_xla.values_and_indices(x, _geometry.pool_geometry_of(x.shape, **params),
+                                             params["index_format"]))
 
 
-def _max_pool_gather(t, indices, *, geometry):
-    return _pool_xla.gather(t, indices, geometry)
+def _max_pool_gather(t, indices, *, geometry, index_format):
+    return _pool_xla.gather(t, indices, geometry, index_format)
 
 
-def _max_pool_scatter_add(ct, indices, *, geometry):
-    return _pool_xla.scatter_add(ct, indices, geometry)
+def _max_pool_scatter_add(ct, indices, *, geometry, index_format):
+    return _pool_xla.scatter_add(ct, indices, geometry, index_format)
+
+
+def _window_offsets(indices, *, geometry, check_indices):
+    return _window.from_flat(indices, geometry)[0]
 
 
 def _rule(fn, multiple_results: bool = False):
@@ -61,6 +68,9 @@ LOWERINGS = {
     "max_pool_scatter_add": registry.Lowering(_rule(_max_pool_scatter_add), "xla",
                                               "XLA ops (dense sums where the argmaxes are in "
                                               "their windows; scatter-add otherwise)"),
+    "window_offsets": registry.Lowering(_rule(_window_offsets), "xla",
+                                        "XLA ops (an index outside its window: an offset the "
+                                        "unpools drop)"),
 }
 for _op, _lowering in LOWERINGS.items():
     registry.register(_op, _lowering)

@@ -87,7 +87,7 @@ LAYERS = (
      "jax_unpool.equinox", "jax_unpool._layers", "jax_unpool.keras",
      "jax_unpool.onnx"),                                          # what users call
     ("jax_unpool.npu", "jax_unpool.reference"),                   # public modules on the ops
-    ("jax_unpool.unpooling", "jax_unpool.pooling"),               # the op modules
+    ("jax_unpool.unpooling", "jax_unpool.pooling", "jax_unpool.window_offsets"),  # the ops
     ("jax_unpool.backends",),                                     # the platforms, the registry
     ("jax_unpool._",),                                            # geometry, lowerings, jax
 )
