@@ -20,7 +20,8 @@ What ONNX cannot express is refused at conversion with `UnsupportedOnnxExport`, 
 op and the reason, instead of a model that computes something else: a pool with a window
 of only padding (PyTorch's index and -inf there; ONNX Runtime's MaxPool gives the dtype's
 lowest finite value and an index outside the window), a dtype outside the ONNX operator's
-types, an unpool into an output smaller than its input. docs/deploy.md lists what was
+types, an unpool into an output smaller than its input, window-offset indices
+(``index_format="window"``). docs/deploy.md lists what was
 checked against ONNX Runtime, and how (tests/integration/test_onnx.py).
 
 Only the forward ops have plugins: a function that differentiates (``max_unpool*_backward``,
@@ -152,6 +153,13 @@ def _check_dtype(fn: str, onnx_op: str, dtype, allowed: tuple[str, ...]) -> None
             f"cast x before the op to export it")
 
 
+def _check_flat(fn: str, window_offsets: bool) -> None:
+    if window_offsets:
+        raise UnsupportedOnnxExport(
+            f"{fn}: window-offset indices (index_format='window') have no ONNX equivalent; "
+            "export the function with index_format='flat' (the default)")
+
+
 def _static(fn: str, what: str, sizes: Sequence[Any]) -> tuple[int, ...]:
     if not all(isinstance(d, (int, np.integer)) for d in sizes):
         raise UnsupportedOnnxExport(
@@ -173,6 +181,7 @@ class _MaxPoolWithIndices(PrimitiveLeafPlugin):
         p = eqn.params
         k = len(p["kernel_size"])
         fn = f"max_pool{k}d_with_indices"
+        _check_flat(fn, p.get("index_format", "flat") == "window")
         aval = x_var.aval
         _check_dtype(fn, "MaxPool", aval.dtype, POOL_DTYPES)
         g = _geometry.pool_geometry_of(aval.shape, **p)
@@ -234,6 +243,7 @@ class _MaxUnpool(PrimitiveLeafPlugin):
         p = eqn.params
         k = len(p["output_size"])
         fn = f"max_unpool{k}d"
+        _check_flat(fn, p.get("index_window") is not None)
         aval = x_var.aval
         _check_dtype(fn, "MaxUnpool", aval.dtype, UNPOOL_DTYPES)
         last = p["channels_last"]

@@ -325,6 +325,29 @@ def test_an_unpool_into_fewer_positions_than_its_input_is_refused():
         to_onnx(fn, spec)
 
 
+def test_window_offset_indices_are_refused_by_the_pool():
+    def pool(x):
+        return ju.max_pool2d_with_indices(x, 2, index_format="window")
+
+    with pytest.raises(juo.UnsupportedOnnxExport,
+                       match="max_pool2d_with_indices: window-offset indices .* have no ONNX "
+                             "equivalent; export the function with index_format='flat'"):
+        to_onnx(pool, [jax.ShapeDtypeStruct((1, 2, 4, 4), jnp.float32)])
+
+
+def test_window_offset_indices_are_refused_by_the_unpool_too():
+    # the unpool alone, on offsets that arrive from outside the function
+    g = ju.max_pool2d_with_indices(jnp.zeros((1, 2, 4, 4)), 2, index_format="window")[1]
+
+    def unpool(values, offsets):
+        return ju.max_unpool2d(values, jax.tree.unflatten(jax.tree.structure(g), [offsets]))
+
+    with pytest.raises(juo.UnsupportedOnnxExport,
+                       match="max_unpool2d: window-offset indices .* have no ONNX equivalent"):
+        to_onnx(unpool, [jax.ShapeDtypeStruct((1, 2, 2, 2), jnp.float32),
+                         jax.ShapeDtypeStruct((1, 2, 2, 2), jnp.uint8)])
+
+
 def test_symbolic_spatial_sizes_are_refused():
     def fn(x, indices):
         return ju.max_unpool2d(x, indices, 2)
