@@ -6,6 +6,7 @@ Every warning is an error; tests/tools/test_docs.py runs this build into a tempo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,9 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE / "_ext"), str(ROOT)]  # the extension below; the source tree
 
 import jax_unpool  # after the path: the package documented is the source tree
+
+# jax_unpool.keras imports Keras, whose default backend (TensorFlow) is not installed.
+os.environ.setdefault("KERAS_BACKEND", "jax")
 
 project = "jax-unpool"
 author = "the jax-unpool authors"
@@ -36,6 +40,9 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3  # [text](page.md#a-section) links to a section of a page
 
 autodoc_default_options = {"members": True, "member-order": "bysource"}
+# jax_unpool.onnx's converter (the onnx extra, which needs jax >= 0.8.1) is not in the docs
+# extra: its module docstring and exception are documented without it.
+autodoc_mock_imports = ["jax2onnx", "onnx_ir"]
 # One signature style for every public name, as PyTorch's documentation has it: names and
 # defaults, no type hints (the pools' jax.typing.ArrayLike expands to an 8-part union, the
 # unpools say Any); each docstring's Args say what an argument takes.
@@ -59,15 +66,15 @@ pygments_style = "default"
 
 
 def _signature_as_written(app, what, name, obj, options, signature, return_annotation):
-    """Signatures autodoc cannot read as written: NNX's Module metaclass is called with
-    (*args, **kwargs), which autodoc shows for every NNX class, so show the class's
-    __init__; jax_unpool.reference's functions carry their public function's signature
+    """Signatures autodoc cannot read as written: NNX's Module metaclass and Keras's
+    Layer.__new__ are called with (*args, **kwargs), which autodoc shows for every NNX
+    class and Keras layer, so show the class's __init__; jax_unpool.reference's functions carry their public function's signature
     (__signature__), whose index_dtype default autodoc shows as <class ...>, so show the
     public function's. Both with their defaults as written (autodoc_preserve_defaults)."""
     from sphinx.ext.autodoc.preserve_defaults import update_defvalue
     from sphinx.util import inspect
 
-    if what == "class" and name.startswith("jax_unpool.nnx."):
+    if what == "class" and name.startswith(("jax_unpool.nnx.", "jax_unpool.keras.")):
         source, bound = obj.__init__, True
     elif what == "function" and name.startswith("jax_unpool.reference."):
         source, bound = getattr(jax_unpool, obj.__name__, None), False

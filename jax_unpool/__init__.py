@@ -61,9 +61,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The layer modules need optional extras (Flax, Equinox): import them on first use only.
+    # The layer and export modules need optional extras (Flax, Equinox, Keras, jax2onnx):
+    # import them on first use only.
     import importlib
-    if name in ("nnx", "linen", "equinox"):
+    if name in ("nnx", "linen", "equinox", "keras", "onnx"):
         return importlib.import_module(f"jax_unpool.{name}")
     if name in ("demo", "bench"):  # where they were before the command line had its package
         return importlib.import_module(f"jax_unpool.cli.{name}")

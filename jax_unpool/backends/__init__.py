@@ -18,13 +18,15 @@ running, but their lowerings are not used.
 
 from __future__ import annotations
 
+import re
+
 import jax.export
 
 from jax_unpool import _settings
 from jax_unpool.backends import cpu, cuda, npu, registry, xla
 from jax_unpool.backends.registry import use
 
-__all__ = ["export_safety_checks", "stable_targets", "switch", "use"]
+__all__ = ["custom_calls", "export_safety_checks", "stable_targets", "switch", "use"]
 
 PLATFORMS = ("xla", "cpu", "cuda", "npu")  # the default first
 _MODULES = (xla, cpu, cuda, npu)
@@ -54,3 +56,19 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     "xla"):`` an export holds no custom call of ours and needs none of these.)
     """
     return [jax.export.DisabledSafetyCheck.custom_call(target) for target in stable_targets()]
+
+
+_CUSTOM_CALL = re.compile(r'custom_call\s*@"?([^\s("]+)')
+
+
+def custom_calls(exported: jax.export.Exported | str) -> tuple[str, ...]:
+    """The jax-unpool FFI targets that a ``jax.export`` artifact (or its MLIR text) calls,
+    sorted: empty for one exported inside ``with jax_unpool.backends.use("xla"):``, which
+    runs where only jax is installed. An artifact that calls any of them runs only in a
+    process that has imported ``jax_unpool``; elsewhere XLA refuses it when it compiles
+    ("No FFI handler registered for <target>"). jax's own custom calls (such as the
+    ``shape_assertion`` of symbolic shapes) are not listed."""
+    text = exported if isinstance(exported, str) else exported.mlir_module()
+    ours = set(stable_targets())
+    return tuple(sorted({t for t in _CUSTOM_CALL.findall(text)
+                         if t in ours or t.startswith("jax_unpool_")}))

@@ -84,7 +84,8 @@ def test_the_package_has_no_import_circle():
 # The layers, top to bottom: a module imports only its own layer's modules and lower ones.
 LAYERS = (
     ("jax_unpool.__main__", "jax_unpool.cli", "jax_unpool.nnx", "jax_unpool.linen",
-     "jax_unpool.equinox", "jax_unpool._layers"),                # what users call
+     "jax_unpool.equinox", "jax_unpool._layers", "jax_unpool.keras",
+     "jax_unpool.onnx"),                                          # what users call
     ("jax_unpool.npu", "jax_unpool.reference"),                   # public modules on the ops
     ("jax_unpool.unpooling", "jax_unpool.pooling", "jax_unpool.window_offsets"),  # the ops
     ("jax_unpool.backends",),                                     # the platforms, the registry
