@@ -34,7 +34,11 @@ class WindowRows {
 
   explicit WindowRows(const Geometry& pool) : g_(pool), taps_(WindowTaps(pool)) {
     std::fill(row_, row_ + kMaxWindowTaps, kNone);
-    for (int64_t t = 0; t < taps_; ++t) tw_[t] = static_cast<uint8_t>(t % g_.kernel[2]);
+    for (int64_t t = 0; t < taps_; ++t) {
+      td_[t] = static_cast<uint8_t>(t / (g_.kernel[1] * g_.kernel[2]));
+      th_[t] = static_cast<uint8_t>(t / g_.kernel[2] % g_.kernel[1]);
+      tw_[t] = static_cast<uint8_t>(t % g_.kernel[2]);
+    }
     // The windows whose taps along W all lie inside the input: [full_lo_, full_hi_).
     const int64_t reach = (g_.kernel[2] - 1) * g_.dil[2];
     full_lo_ = std::min(g_.out[2], (g_.pad[2] + g_.stride[2] - 1) / g_.stride[2]);
@@ -51,9 +55,8 @@ class WindowRows {
     empty_ = d0 >= d1 || h0 >= h1;
     row_full_ = d0 == 0 && d1 == g_.kernel[0] && h0 == 0 && h1 == g_.kernel[1];
     initial_ = (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2];
-    const int64_t kh = g_.kernel[1], kw = g_.kernel[2];
     for (int64_t t = 0; t < taps_; ++t) {
-      const int64_t td = t / (kh * kw), th = t / kw % kh;
+      const int64_t td = td_[t], th = th_[t];
       row_[t] = td >= d0 && td < d1 && th >= h0 && th < h1
                     ? static_cast<J>((g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2] +
                                      tw_[t] * g_.dil[2])
@@ -101,8 +104,6 @@ class WindowRows {
   // Whether every tap of window ow of the started row lies inside the input: there, an
   // offset names a tap iff it is below the tap count.
   bool Full(int64_t ow) const { return row_full_ && ow >= full_lo_ && ow < full_hi_; }
-  // The windows [0, n) of the started row are all full.
-  bool AllFull(int64_t n) const { return row_full_ && full_lo_ == 0 && full_hi_ >= n; }
 
   int64_t taps() const { return taps_; }
 
@@ -116,7 +117,7 @@ class WindowRows {
   int64_t full_lo_ = 0, full_hi_ = 0, initial_ = 0;
   bool empty_ = true, row_full_ = false;
   J row_[kMaxWindowTaps];
-  uint8_t tw_[kMaxWindowTaps] = {};
+  uint8_t td_[kMaxWindowTaps] = {}, th_[kMaxWindowTaps] = {}, tw_[kMaxWindowTaps] = {};
 };
 
 // The flat position type of a pool's input plane: int32_t where every position fits it.
@@ -153,14 +154,17 @@ int64_t FirstUnnamed(const WindowRows<J>& rows, int64_t ow, const uint8_t* off, 
   return -1;
 }
 
-// The first offset of window row (od, oh) (its Wo offsets `off`) that names no position, as
-// a window number, or -1; `full`: how many leading windows a tiling pool has inside the
-// input along W, whose offsets are tested at once (vectorised).
+// The first offset of window row (od, oh) of a tiling pool (WindowsTile; its Wo offsets
+// `off`) that names no position, as a window number, or -1. Where the row's windows lie
+// inside the input along D and H, the first `full` (those inside along W too) name a tap
+// iff their largest offset is below the tap count: one vectorised test, no table.
 inline int64_t FirstUnnamedInRow(const Geometry& p, WindowRows<int64_t>& rows,
                                  const uint8_t* off, int64_t od, int64_t oh, int64_t full) {
-  rows.Start(od, oh);
   int64_t ow = 0;
-  if (rows.AllFull(full) && LargestOffset(off, full) < rows.taps()) ow = full;
+  const bool inside = (od + 1) * p.kernel[0] <= p.in[0] && (oh + 1) * p.kernel[1] <= p.in[1];
+  if (inside && LargestOffset(off, full) < rows.taps()) ow = full;
+  if (ow == p.out[2]) return -1;
+  rows.Start(od, oh);
   for (; ow < p.out[2]; ++ow)
     if (rows.At(ow, off[ow]) == WindowRows<int64_t>::kNone) return ow;
   return -1;
