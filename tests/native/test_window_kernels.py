@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -57,34 +58,11 @@ WIDTHS = ["uint8", "bfloat16", "float32", "float64"]  # every byte width
 
 
 def decode(offsets, in_size, kernel, stride, padding, dilation, channels_last):
-    """numpy: (flat, named) of window offsets (N, C, *windows) -- the flat position of the
-    tap each names in the input plane, and whether it names one (a tap inside the input;
-    offset 0 of a window of padding only names PyTorch's initial index, which may lie past
-    the plane)."""
-    k = len(in_size)
-    o = oracle._spatial_first(np.asarray(offsets), k, channels_last).astype(np.int64)
-    windows = o.shape[2:]
-    grid = np.indices(windows)
-    taps, plane = math.prod(kernel), math.prod(in_size)
-    flat_strides = [math.prod(in_size[a + 1:]) for a in range(k)]
-    flat, first = np.zeros(o.shape, np.int64), np.zeros(windows, np.int64)
-    named, empty = o < taps, np.zeros(windows, bool)
-    for a in range(k):
-        start = grid[a] * stride[a] - padding[a]
-        j = o // math.prod(kernel[a + 1:]) % kernel[a]
-        coordinate = start + j * dilation[a]
-        named &= (coordinate >= 0) & (coordinate < in_size[a])
-        flat += coordinate * flat_strides[a]
-        # PyTorch's initial position: `while (ih0 < 0) ih0 += dilation`.
-        taps_in = [(start + t * dilation[a] >= 0) & (start + t * dilation[a] < in_size[a])
-                   for t in range(kernel[a])]
-        empty |= ~np.any(taps_in, axis=0)
-        first += np.where(start < 0, start + (-start + dilation[a] - 1) // dilation[a]
-                          * dilation[a], start) * flat_strides[a]
-    flat = np.where(empty, first, flat)
-    named = np.where(empty, o == 0, named)
-    back = lambda a: oracle._spatial_back(a, np.ndim(offsets), k, channels_last)  # noqa: E731
-    return back(flat), back(named & (flat < plane)), back(named)
+    """(flat, ok, named): the positions the offsets name (numpy_oracle.window_positions),
+    whether each is one the unpools take (named, inside the plane), and whether named."""
+    flat, named = oracle.window_positions(offsets, in_size, kernel, stride, padding, dilation,
+                                          channels_last)
+    return flat, named & (flat < math.prod(in_size)), named
 
 
 def positions_note(k: int) -> str:
@@ -168,9 +146,9 @@ def test_random_offsets_give_numpys_unpool_and_gather_or_the_first_bad_one(rng, 
             flat, ok, named = decode(offsets, in_size, *geometry[1:5], last)
             w_case = ju.WindowIndices(jnp.asarray(offsets), w.geometry)
             for op, call, want in (
-                    (f"max_unpool{k}d", lambda: UNPOOL[k](values, w_case),
+                    (f"max_unpool{k}d", partial(UNPOOL[k], values, w_case),
                      lambda f: oracle.unpool_nd(np.asarray(values), f, in_size, last)),
-                    (f"max_unpool{k}d_backward", lambda: BACKWARD[k](grad, values, w_case),
+                    (f"max_unpool{k}d_backward", partial(BACKWARD[k], grad, values, w_case),
                      lambda f: oracle.gather_nd(np.asarray(grad), f, k, last))):
                 got, error = _outcome(call)
                 message = first_bad_message(op, offsets, flat, ok, named, in_size, geometry,
@@ -191,19 +169,18 @@ def test_window_indices_gives_the_offsets_back_or_names_the_first_bad_index(rng,
     x = jnp.asarray(rng.standard_normal(_layout_shape(2, 3, in_size, last)).astype(np.float32))
     _, w = _pool(x, geometry, last)
     offsets = np.asarray(w.offsets)
-    flat, ok, _ = decode(offsets, in_size, *geometry[1:5], last)
+    flat, _, _ = decode(offsets, in_size, *geometry[1:5], last)
     kw = dict(zip(("kernel_size", "stride", "padding", "dilation", "ceil_mode"), geometry[1:]))
-    call = lambda f: ju.window_indices(f, **kw, input_size=in_size,  # noqa: E731
-                                       data_format=FORMATS[k][last]).offsets
+
+    def call(f):
+        return ju.window_indices(f, **kw, input_size=in_size,
+                                 data_format=FORMATS[k][last]).offsets
+
     np.testing.assert_array_equal(call(flat.astype(np.int32)), offsets)
     # Indices anywhere: one that is not a tap of its window (or its initial index) fails.
     plane = math.prod(in_size)
     wrong = np.where(rng.random(flat.shape) < 0.1, rng.integers(-2, plane + 2, flat.shape), flat)
-    back = np.full(flat.shape, -1)
-    for tap in range(math.prod(geometry[1])):  # numpy: which tap each index is, by search
-        f, _, named = decode(np.full(offsets.shape, tap, np.uint8), in_size, *geometry[1:5],
-                             last)
-        back = np.where(named & (f == wrong), tap, back)
+    back = oracle.window_offsets(wrong, in_size, *geometry[1:5], last)
     shape = flat.shape if flat.ndim == k + 2 else (1, *flat.shape)
     first = np.flatnonzero(back.reshape(-1) < 0)
     got, error = _outcome(lambda: call(wrong.astype(np.int32)))
@@ -243,9 +220,9 @@ def test_calls_split_across_threads_equal_the_flat_kernels(rng, shape, kernel, s
         flat, ok, named = decode(bad, tuple(in_size), *geometry[1:5], last)
         w_bad = ju.WindowIndices(jnp.asarray(bad), w.geometry)
         for op, call, flat_call in (
-                ("max_unpool2d", lambda: ju.max_unpool2d(values, w_bad),
+                ("max_unpool2d", partial(ju.max_unpool2d, values, w_bad),
                  lambda f: ju.max_unpool2d(values, f, output_size=in_size, data_format=fmt)),
-                ("max_unpool2d_backward", lambda: ju.max_unpool2d_backward(x, values, w_bad),
+                ("max_unpool2d_backward", partial(ju.max_unpool2d_backward, x, values, w_bad),
                  lambda f: ju.max_unpool2d_backward(x, values, f, in_size, data_format=fmt))):
             got, error = _outcome(call)
             assert error == first_bad_message(op, bad, flat, ok, named, tuple(in_size),
