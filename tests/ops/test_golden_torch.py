@@ -1,0 +1,172 @@
+"""The pools and unpools against PyTorch's results on fixed inputs, without torch: the
+golden file tests/golden/torch_2_13.npz (tests/golden/make_golden.py says how it was made).
+Every rank, both layouts, batched or not, every value dtype of the contract with int32 and
+int64 indices; ties, NaN, infinities, subnormals, padding, dilation, ceil_mode, windows
+of padding only, overlapping windows, the CPU pool's fast path; duplicated indices,
+explicit and default output sizes; the gradients and forward-mode derivatives, the
+unpool's backward and its derivative; jit and vmap.
+
+Each comparison is bit for bit (NaN payloads and signed zeros included), for three
+implementations: the CPU's native kernels (this process's lowering), jax_unpool.reference,
+and the XLA-ops lowering that every other platform runs (JAX_UNPOOL_BACKEND=xla, in one
+child process that runs every case)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import fresh_process
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch_golden as golden
+from dtypes import assert_bits_equal
+
+import jax_unpool as ju
+
+IMPLS = ["native", "xla", "reference"]
+MODULES = {"native": ju, "reference": ju.reference}
+
+# What each part's arrays must equal: the golden array of that name.
+EXPECTED = {
+    ("pool", "values"): {"values": "values", "indices": "indices"},
+    ("pool", "vmap"): {"values": "values", "indices": "indices"},
+    ("pool", "derivatives"): {"grad": "grad", "jvp": "jvp"},
+    ("unpool", "values"): {"out": "out", "backward": "backward", "vjp": "backward"},
+    ("unpool", "vmap"): {"out": "out"},
+    ("unpool", "derivatives"): {"jvp": "jvp", "backward_vjp": "backward_vjp"},
+}
+
+
+class XlaLowering:
+    """The child process that runs this session's xla parts, started with the module's
+    first test (the native ones run meanwhile); `result` waits for it."""
+
+    def __init__(self, keys: list[str], folder):
+        (folder / "keys.json").write_text(json.dumps(keys))
+        self.out = folder / "results.npz"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(fresh_process.HELPERS / "torch_golden.py"),
+             str(folder / "keys.json"), str(self.out)],
+            env=fresh_process.child_env(JAX_UNPOOL_BACKEND="xla"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.loaded = None
+
+    def result(self) -> tuple[dict, dict]:
+        if self.loaded is None:
+            _, stderr = self.proc.communicate(timeout=600)
+            assert self.proc.returncode == 0, stderr[-4000:]
+            with np.load(self.out) as data:
+                assert str(data["switch"]) == "xla"  # the child did not run native kernels
+                self.loaded = json.loads(str(data["errors"])), {k: data[k] for k in data.files}
+        return self.loaded
+
+
+@pytest.fixture(scope="module", autouse=True)
+def xla_lowering(request, tmp_path_factory):
+    keys = [golden.key(item.callspec.params["case"], item.callspec.params["part"],
+                       item.callspec.params["index_dtype"])
+            for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")
+            and item.callspec.params.get("impl") == "xla"]
+    child = XlaLowering(keys, tmp_path_factory.mktemp("golden_xla")) if keys else None
+    yield child
+    if child is not None and child.proc.poll() is None:
+        child.proc.kill()
+        child.proc.communicate()
+
+
+def computed(impl: str, case: dict, part: str, index_dtype: str, xla: XlaLowering
+             ) -> dict[str, np.ndarray]:
+    if impl != "xla":
+        return golden.run(MODULES[impl], case, part, index_dtype)
+    errors, saved = xla.result()
+    name = golden.key(case, part, index_dtype)
+    if name in errors:
+        pytest.fail(f"under JAX_UNPOOL_BACKEND=xla: {errors[name]}")
+    out = {}
+    for k, a in saved.items():
+        if k.startswith(name + "|"):
+            # the child saves bfloat16 as its bits (npz has no bfloat16)
+            out[k.split("|")[-1]] = a.view(jnp.bfloat16) if a.dtype == np.uint16 else a
+    return out
+
+
+def assert_equals_torch(case: dict, part: str, index_dtype: str, got: dict) -> None:
+    want = golden.arrays(case)
+    expected = {name: want[source] for name, source in EXPECTED[case["op"], part].items()
+                if source in want and (name != "vjp" or case["derivatives"])}
+    assert sorted(got) == sorted(expected)
+    for name, value in got.items():
+        if name == "indices":
+            assert value.dtype == np.dtype(index_dtype)
+            np.testing.assert_array_equal(value, expected[name])
+        else:
+            assert_bits_equal(value, expected[name])
+
+
+# XLA's CPU code runs with denormals flushed to zero: subnormals compare exactly in the
+# native pool only (docs/pooling.md).
+NATIVE_ONLY = "/subnormal/"
+# The XLA-ops pools compile for a second or so per case (a slice per kernel tap); the
+# everyday run gives them the sweeps (every rank, layout and dtype) and the quirks, and
+# leaves the rest to `pytest -m slow`: the geometries, the native pool's fast path, and
+# jax_unpool.reference, whose pool is the lowering's (`_pool_xla`) and whose unpool is
+# the lowering's scatter and gather (taken here where no window hint is given).
+SLOW_FOR_XLA_OPS = ("/geometry/", "/fast_path/")
+
+
+def params(op: str, part: str) -> list:
+    out = []
+    for impl in IMPLS:
+        for case, p, index_dtype in golden.every_part(op):
+            if p != part or (impl != "native" and NATIVE_ONLY in case["name"]):
+                continue
+            slow = impl == "reference" or (
+                impl == "xla" and any(s in case["name"] for s in SLOW_FOR_XLA_OPS))
+            out.append(pytest.param(impl, case, p, index_dtype,
+                                    marks=[pytest.mark.slow] if slow else [],
+                                    id=f"{impl}-{case['name']}-{index_dtype}"))
+    return out
+
+
+def test_the_golden_file_is_torch_2_13s():
+    assert golden.torch_version().split("+")[0] == "2.13.0"
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("pool", "values"))
+def test_pool_values_and_indices(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("pool", "derivatives"))
+def test_pool_gradient_and_jvp(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("pool", "vmap"))
+def test_pool_under_vmap(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("unpool", "values"))
+def test_unpool_and_its_backward(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("unpool", "derivatives"))
+def test_unpool_jvp_and_the_backwards_gradient(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
+
+
+@pytest.mark.parametrize("impl, case, part, index_dtype", params("unpool", "vmap"))
+def test_unpool_under_vmap(impl, case, part, index_dtype, xla_lowering):
+    got = computed(impl, case, part, index_dtype, xla_lowering)
+    assert_equals_torch(case, part, index_dtype, got)
