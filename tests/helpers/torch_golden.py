@@ -33,6 +33,7 @@ from jax_unpool._compat import enable_x64
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "torch_2_13.npz"
 INDEX_DTYPES = ("int32", "int64")
+INPUTS = ("x", "indices", "ct", "tangent", "g", "ct2")  # the rest are torch's results
 SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
@@ -98,51 +99,47 @@ def _unpool_backward(module, case: dict, x, indices: np.ndarray):
     return lambda g: backward(g, x, indices, size, data_format=fmt)
 
 
-def _pool_part(module, case: dict, part: str, index_dtype: str) -> dict[str, np.ndarray]:
-    a = arrays(case)
+def _pool_part(module, case: dict, part: str, index_dtype: str):
+    """The part's function of the case's arrays, returning a dict of jax_unpool's arrays."""
     if part == "values":
-        values, indices = jax.jit(_pool(module, case, index_dtype))(a["x"])
-        return {"values": values, "indices": indices}
+        pool = _pool(module, case, index_dtype)
+        return lambda a: dict(zip(("values", "indices"), pool(a["x"])))
     if part == "vmap":  # the batch as jax.vmap of one example
-        values, indices = jax.jit(jax.vmap(_pool(module, case, index_dtype, False)))(a["x"])
-        return {"values": values, "indices": indices}
+        pool = jax.vmap(_pool(module, case, index_dtype, False))
+        return lambda a: dict(zip(("values", "indices"), pool(a["x"])))
     pool = _pool(module, case, index_dtype)
     values = lambda x: pool(x)[0]
-
-    @jax.jit
-    def derivatives(x, ct, t):
-        return {"grad": jax.vjp(values, x)[1](ct)[0], "jvp": jax.jvp(values, (x,), (t,))[1]}
-    return derivatives(a["x"], a["ct"], a["tangent"])
+    return lambda a: {"grad": jax.vjp(values, a["x"])[1](a["ct"])[0],
+                      "jvp": jax.jvp(values, (a["x"],), (a["tangent"],))[1]}
 
 
-def _unpool_part(module, case: dict, part: str, index_dtype: str) -> dict[str, np.ndarray]:
-    a = arrays(case)
-    indices = a["indices"].astype(index_dtype)
+def _unpool_part(module, case: dict, part: str, index_dtype: str):
+    """The part's function of the case's arrays, returning a dict of jax_unpool's arrays."""
     if part == "vmap":
-        return {"out": jax.jit(jax.vmap(_unpool(module, case, None, False)))(a["x"], indices)}
-    unpool = _unpool(module, case, indices)
-    backward = _unpool_backward(module, case, a["x"], indices)
+        unpool = jax.vmap(_unpool(module, case, None, False))
+        return lambda a: {"out": unpool(a["x"], a["indices"].astype(index_dtype))}
 
-    @jax.jit
-    def values(x, g):
-        out = {"out": unpool(x)}
+    def values(a):
+        indices = a["indices"].astype(index_dtype)
+        unpool = _unpool(module, case, indices)
+        out = {"out": unpool(a["x"])}
         if case["backward"]:
             # The backward, and (floats) the unpool's own reverse-mode derivative: a gather.
-            out["backward"] = backward(g)
+            out["backward"] = _unpool_backward(module, case, a["x"], indices)(a["g"])
             if case["derivatives"]:
-                out["vjp"] = jax.vjp(unpool, x)[1](g)[0]
+                out["vjp"] = jax.vjp(unpool, a["x"])[1](a["g"])[0]
         return out
 
-    @jax.jit
-    def derivatives(x, t, g, ct2):
-        out = {"jvp": jax.jvp(unpool, (x,), (t,))[1]}
+    def derivatives(a):
+        indices = a["indices"].astype(index_dtype)
+        unpool = _unpool(module, case, indices)
+        out = {"jvp": jax.jvp(unpool, (a["x"],), (a["tangent"],))[1]}
         if case["backward_vjp"]:
-            out["backward_vjp"] = jax.vjp(backward, g)[1](ct2)[0]
+            backward = _unpool_backward(module, case, a["x"], indices)
+            out["backward_vjp"] = jax.vjp(backward, a["g"])[1](a["ct2"])[0]
         return out
 
-    if part == "values":
-        return values(a["x"], a.get("g"))
-    return derivatives(a["x"], a["tangent"], a["g"], a.get("ct2"))
+    return values if part == "values" else derivatives
 
 
 def parts(case: dict, i: int) -> list[tuple[str, str]]:
@@ -165,10 +162,21 @@ def every_part(op: str) -> list[tuple[dict, str, str]]:
 
 
 def run(module, case: dict, part: str, index_dtype: str) -> dict[str, np.ndarray]:
-    """jax_unpool's arrays of the part, by `module`'s implementation."""
-    with enable_x64(needs_x64(case["dtype"], index_dtype)):
-        fn = _pool_part if case["op"] == "pool" else _unpool_part
-        return {name: np.asarray(a) for name, a in fn(module, case, part, index_dtype).items()}
+    """jax_unpool's arrays of the part, by `module`'s implementation, jitted."""
+    return run_parts(module, case, [(part, index_dtype)])[part, index_dtype]
+
+
+def run_parts(module, case: dict, wanted: list[tuple[str, str]]
+              ) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """Several parts of one case in one jitted function (one compilation: the derivatives
+    share the forward's)."""
+    part_fn = _pool_part if case["op"] == "pool" else _unpool_part
+    fns = {w: part_fn(module, case, *w) for w in wanted}
+    with enable_x64(any(needs_x64(case["dtype"], d) for _, d in wanted)):
+        inputs = {k: v for k, v in arrays(case).items() if k in INPUTS}
+        out = jax.jit(lambda a: {w: fn(a) for w, fn in fns.items()})(inputs)
+        return {w: {name: np.asarray(v) for name, v in arrays_.items()}
+                for w, arrays_ in out.items()}
 
 
 def key(case: dict, part: str, index_dtype: str) -> str:
@@ -183,17 +191,21 @@ def main(keys_path: str, out_path: str) -> None:
 
     wanted = set(json.loads(Path(keys_path).read_text()))
     saved, errors = {}, {}
+    by_case: dict[str, tuple[dict, list]] = {}
     for case, part, index_dtype in every_part("pool") + every_part("unpool"):
-        name = key(case, part, index_dtype)
-        if name not in wanted:
-            continue
+        if key(case, part, index_dtype) in wanted:
+            by_case.setdefault(case["name"], (case, []))[1].append((part, index_dtype))
+    for case, parts_ in by_case.values():
         try:
-            for array, value in run(ju, case, part, index_dtype).items():
+            results = run_parts(ju, case, parts_)
+        except Exception as e:  # noqa: BLE001 -- reported to the tests of these parts
+            errors.update({key(case, *w): f"{type(e).__name__}: {e}" for w in parts_})
+            continue
+        for w, arrays_ in results.items():
+            for array, value in arrays_.items():
                 # bfloat16 as its bits: npz has no bfloat16
-                saved[f"{name}|{array}"] = value.view(np.uint16) if \
+                saved[f"{key(case, *w)}|{array}"] = value.view(np.uint16) if \
                     value.dtype == jnp.bfloat16 else value
-        except Exception as e:  # noqa: BLE001 -- reported to the test of this part
-            errors[name] = f"{type(e).__name__}: {e}"
     np.savez(out_path, errors=np.array(json.dumps(errors)),
              switch=np.array(str(backends.switch())), **saved)
 

@@ -20,6 +20,7 @@ import sys
 import fresh_process
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle as oracle
 import pytest
 import torch_golden as golden
 from dtypes import assert_bits_equal
@@ -170,3 +171,37 @@ def test_unpool_jvp_and_the_backwards_gradient(impl, case, part, index_dtype, xl
 def test_unpool_under_vmap(impl, case, part, index_dtype, xla_lowering):
     got = computed(impl, case, part, index_dtype, xla_lowering)
     assert_equals_torch(case, part, index_dtype, got)
+
+
+def _per_axis(k: int, v, default) -> tuple[int, ...]:
+    """A window argument as torch takes it (an int, or a list of k or 1) per axis."""
+    v = default if v is None else v
+    v = v if isinstance(v, list) else [v]
+    return tuple(v) * (k if len(v) == 1 else 1)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in golden.cases("pool")])
+def test_the_numpy_pool_oracle_is_torchs(case):
+    # numpy_oracle.max_pool transcribes PyTorch's CPU loop; the tests that compare with it
+    # where torch may be missing (the NPU routes, the layers, export) rely on this.
+    k, want = case["k"], golden.arrays(case)
+    kernel, stride, padding, dilation, ceil_mode = (*case["window"], None, 0, 1, False)[:5]
+    kernel = _per_axis(k, kernel, None)
+    values, indices = oracle.max_pool(
+        want["x"], kernel, _per_axis(k, stride, list(kernel)), _per_axis(k, padding, 0),
+        _per_axis(k, dilation, 1), ceil_mode, case["last"])
+    assert_bits_equal(values, want["values"])
+    np.testing.assert_array_equal(indices, want["indices"])
+
+
+# (The numpy loops write into the output: an empty one, output_size 0, has no place.)
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in golden.cases("unpool")
+                                  if 0 not in c["output_size"]])
+def test_the_numpy_unpool_oracles_are_torchs(case):
+    want = golden.arrays(case)
+    size = tuple(case["output_size"])
+    assert_bits_equal(oracle.unpool_nd(want["x"], want["indices"], size, case["last"]),
+                      want["out"])
+    if case["backward"]:
+        assert_bits_equal(oracle.gather_nd(want["g"], want["indices"], case["k"], case["last"]),
+                          want["backward"])
