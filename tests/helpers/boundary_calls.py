@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
+from dtypes import bits
 
 import jax_unpool as ju
 
@@ -70,10 +71,6 @@ def oracle(case: dict, values, indices):
     return numpy_oracle.gather_nd(values, indices, k, last)
 
 
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint8)
-
-
 def run_case(family: str, case: dict) -> dict:
     rng = np.random.default_rng(0)
     values, indices = operands(case, rng)
@@ -98,17 +95,13 @@ def run_case(family: str, case: dict) -> dict:
 
 def torch_pool(x: np.ndarray, k: int, a: dict) -> tuple[np.ndarray, np.ndarray]:
     """PyTorch's values and indices for x in the call's layout (float32 compute: exact)."""
-    import torch
+    import torch_oracle
 
-    def layout(t):
-        return np.moveaxis(t, -k - 1, -1) if a["channels_last"] else t
-
-    first = np.moveaxis(x, -1, -k - 1) if a["channels_last"] else x
-    pool = torch.nn.functional.max_pool2d if k == 2 else torch.nn.functional.max_pool3d
-    values, indices = pool(torch.from_numpy(first.astype(np.float32)), *(
-        tuple(a[n]) for n in ("kernel_size", "stride", "padding", "dilation")), a["ceil_mode"],
-        return_indices=True)
-    return layout(values.numpy().astype(x.dtype)), layout(indices.numpy())
+    values, indices = torch_oracle.torch_pool(
+        k, x.astype(np.float32),
+        *(tuple(a[n]) for n in ("kernel_size", "stride", "padding", "dilation")),
+        a["ceil_mode"], channels_last=a["channels_last"])
+    return values.astype(x.dtype), indices
 
 
 def run_pool_case(case: dict) -> dict:
