@@ -23,7 +23,8 @@ import numpy as np
 import numpy_oracle as oracle
 import pytest
 import torch_golden as golden
-from dtypes import assert_bits_equal
+from dtypes import assert_bits_equal, bits
+from torch_oracle import needs_torch
 
 import jax_unpool as ju
 
@@ -47,18 +48,19 @@ class XlaLowering:
 
     def __init__(self, keys: list[str], folder):
         (folder / "keys.json").write_text(json.dumps(keys))
-        self.out = folder / "results.npz"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(fresh_process.HELPERS / "torch_golden.py"),
-             str(folder / "keys.json"), str(self.out)],
-            env=fresh_process.child_env(JAX_UNPOOL_BACKEND="xla"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out, self.stderr = folder / "results.npz", folder / "stderr.txt"
+        with self.stderr.open("w") as stderr:  # a file: a full pipe would stall the child
+            self.proc = subprocess.Popen(
+                [sys.executable, str(fresh_process.HELPERS / "torch_golden.py"),
+                 str(folder / "keys.json"), str(self.out)],
+                env=fresh_process.child_env(JAX_UNPOOL_BACKEND="xla"),
+                stdout=subprocess.DEVNULL, stderr=stderr)
         self.loaded = None
 
     def result(self) -> tuple[dict, dict]:
         if self.loaded is None:
-            _, stderr = self.proc.communicate(timeout=600)
-            assert self.proc.returncode == 0, stderr[-4000:]
+            self.proc.wait(timeout=600)
+            assert self.proc.returncode == 0, self.stderr.read_text()[-4000:]
             with np.load(self.out) as data:
                 assert str(data["switch"]) == "xla"  # the child did not run native kernels
                 self.loaded = json.loads(str(data["errors"])), {k: data[k] for k in data.files}
@@ -76,7 +78,7 @@ def xla_lowering(request, tmp_path_factory):
     yield child
     if child is not None and child.proc.poll() is None:
         child.proc.kill()
-        child.proc.communicate()
+        child.proc.wait()
 
 
 def computed(impl: str, case: dict, part: str, index_dtype: str, xla: XlaLowering
@@ -135,6 +137,21 @@ def params(op: str, part: str) -> list:
 
 def test_the_golden_file_is_torch_2_13s():
     assert golden.torch_version().split("+")[0] == "2.13.0"
+
+
+@needs_torch
+def test_the_golden_file_is_what_torch_gives(monkeypatch):
+    # make_golden.py --check, in this process: every array of the file, bit for bit.
+    monkeypatch.syspath_prepend(str(golden.GOLDEN.parent))
+    import make_golden
+
+    fresh = make_golden.build()
+    with np.load(golden.GOLDEN) as stored:
+        assert sorted(stored.files) == sorted(fresh)
+        assert str(stored["cases.json"]) == str(fresh.pop("cases.json"))
+        for name, array in fresh.items():  # the flat buffers, one per dtype
+            assert stored[name].dtype == array.dtype, name
+            np.testing.assert_array_equal(bits(stored[name]), bits(array))
 
 
 @pytest.mark.parametrize("impl, case, part, index_dtype", params("pool", "values"))
