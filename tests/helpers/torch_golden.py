@@ -144,14 +144,15 @@ def _unpool_part(module, case: dict, part: str, index_dtype: str):
 
 def parts(case: dict, i: int) -> list[tuple[str, str]]:
     """(part, index dtype) of every comparison of the i-th case of its op: the values,
-    with int32 or int64 indices, alternating (in the sweeps, each rank and dtype meets
-    both, in one layout or the other); the derivatives and vmap, where they apply (floats;
-    vmap for the batched float32 sweeps)."""
-    out = [("values", INDEX_DTYPES[i % 2])]
+    the derivatives and vmap where they apply (floats; vmap for the batched float32
+    sweeps), with int32 or int64 indices, alternating with the case and its layout (in the
+    sweeps, each rank and dtype meets both, in one layout or the other)."""
+    index_dtype = INDEX_DTYPES[(i + case["last"]) % 2]
+    out = [("values", index_dtype)]
     if case.get("grad") or case.get("derivatives"):
-        out.append(("derivatives", INDEX_DTYPES[i % 2]))
+        out.append(("derivatives", index_dtype))
     if case["batched"] and case["dtype"] == "float32" and "/sweep/" in case["name"]:
-        out.append(("vmap", INDEX_DTYPES[i % 2]))
+        out.append(("vmap", index_dtype))
     return out
 
 

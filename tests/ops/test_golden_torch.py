@@ -23,7 +23,7 @@ import numpy as np
 import numpy_oracle as oracle
 import pytest
 import torch_golden as golden
-from dtypes import assert_bits_equal, bits
+from dtypes import VALUE_DTYPES, assert_bits_equal, bits
 from torch_oracle import needs_torch
 
 import jax_unpool as ju
@@ -113,22 +113,32 @@ def assert_equals_torch(case: dict, part: str, index_dtype: str, got: dict) -> N
 # XLA's CPU code runs with denormals flushed to zero: subnormals compare exactly in the
 # native pool only (docs/pooling.md).
 NATIVE_ONLY = "/subnormal/"
-# The XLA-ops pools compile for a second or so per case (a slice per kernel tap); the
-# everyday run gives them the sweeps (every rank, layout and dtype) and the quirks, and
-# leaves the rest to `pytest -m slow`: the geometries, the native pool's fast path, and
-# jax_unpool.reference, whose pool is the lowering's (`_pool_xla`) and whose unpool is
-# the lowering's scatter and gather (taken here where no window hint is given).
-SLOW_FOR_XLA_OPS = ("/geometry/", "/fast_path/")
+
+
+def slow_for_xla_ops(case: dict, part: str) -> bool:
+    """The XLA-ops pools compile for a second or so per case (a slice per kernel tap): the
+    everyday run gives them the quirks, and the sweeps in one layout per rank and dtype
+    (alternating: each rank meets both layouts, each layout half the dtypes); `pytest -m
+    slow` the rest: the other layout, the geometries, the native pool's fast path, vmap
+    (a batching rule, the same for every lowering)."""
+    name = case["name"]
+    if part == "vmap" or "/geometry/" in name or "/fast_path/" in name:
+        return True
+    if "/sweep/" in name:
+        return (case["k"] + VALUE_DTYPES.index(case["dtype"]) + case["last"]) % 2 == 1
+    return False
 
 
 def params(op: str, part: str) -> list:
+    """Every comparison of `part` of op's cases, by each implementation. jax_unpool.reference
+    runs under `pytest -m slow`: its pool is the lowering's (`_pool_xla`), its unpool the
+    lowering's scatter and gather (which the cases without a window hint take)."""
     out = []
     for impl in IMPLS:
         for case, p, index_dtype in golden.every_part(op):
             if p != part or (impl != "native" and NATIVE_ONLY in case["name"]):
                 continue
-            slow = impl == "reference" or (
-                impl == "xla" and any(s in case["name"] for s in SLOW_FOR_XLA_OPS))
+            slow = impl == "reference" or (impl == "xla" and slow_for_xla_ops(case, p))
             out.append(pytest.param(impl, case, p, index_dtype,
                                     marks=[pytest.mark.slow] if slow else [],
                                     id=f"{impl}-{case['name']}-{index_dtype}"))
