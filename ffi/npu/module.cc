@@ -31,6 +31,7 @@ bool IndexSafety(const cann::CannLibrary* cann) {
 
 void RegisterNpu(nb::module_& m) {
   m.def("npu_registrations", []() {
+    // Entry<Handler> static_asserts that Handler has the FFI handler's signature.
     return HandlerCapsules({
         Entry<MaxUnpool2dAclnnDevice>("max_unpool2d"),
         Entry<MaxUnpool2dBackwardAclnnDevice>("max_unpool2d_backward"),
