@@ -328,8 +328,8 @@ def register(platform: str = "ascend", library_dir: str | os.PathLike | None = N
     product has (or none) is a RuntimeWarning, and every op runs XLA's ops. If the op
     library has no aclnnMaxUnpool2d entry points on a chip that should have them, a
     RuntimeWarning says so and the forward unpools lower to XLA's ops
-    (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn. On a
-    device, a CANN without aclnnClamp (its ops-math package) cannot keep indices inside
+    (channels-first 3-D to aclnnMaxUnpool3d if present); the backwards run aclnn. A CANN
+    without aclnnClamp (its ops-math package) cannot keep indices inside
     their plane: a RuntimeWarning says so, and every unpool runs XLA's ops.
 
     Raises TypeError for a `platform` or `ffi_platform` that is not a non-empty str, a
