@@ -189,8 +189,9 @@ class StdoutError(Exception):
 
 class _Stdout:
     """`sys.stdout` during a command, whose write errors become `StdoutError`, told apart
-    from a command's own OSErrors. None (a closed descriptor, `>&-`) takes everything and
-    writes nothing, as print() does then."""
+    from a command's own OSErrors; what its encoding lacks (a path's "é" with
+    PYTHONIOENCODING=ascii) is escaped, as on stderr. None (a closed descriptor, `>&-`)
+    takes everything and writes nothing, as print() does then."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -199,7 +200,12 @@ class _Stdout:
         if self._stream is None:
             return len(text)
         try:
-            return self._stream.write(text)
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:
+                encoding = self._stream.encoding
+                return self._stream.write(
+                    text.encode(encoding, "backslashreplace").decode(encoding))
         except OSError as error:
             raise StdoutError() from error
 

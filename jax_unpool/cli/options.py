@@ -201,5 +201,7 @@ def check_environment(parser: argparse.ArgumentParser) -> None:
 
     try:
         jax.devices()
-    except RuntimeError as error:
-        parser.error(f"JAX cannot start: {str(error).strip().splitlines()[0]}")
+    except (RuntimeError, AssertionError) as error:  # jax 0.10 asserts for "cuda" unknown
+        why = str(error).strip().splitlines()[:1] or [
+            f"JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')!r} names no platform it has"]
+        parser.error(f"JAX cannot start: {why[0]}")

@@ -288,3 +288,18 @@ def test_an_output_in_a_read_only_directory(tmp_path, monkeypatch, capsys):
             main.main(["bench", "--json", str(ro / "old.json")])
     finally:
         ro.chmod(0o755)
+
+
+def test_a_jax_that_asserts_instead_of_naming_the_platform_is_a_usage_error(monkeypatch,
+                                                                           capsys):
+    # jax 0.10 with JAX_PLATFORMS=cuda and no CUDA plugin: a bare AssertionError.
+    import jax
+
+    def devices():
+        raise AssertionError
+
+    monkeypatch.setattr(jax, "devices", devices)
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    err = usage_error(["info"], capsys)
+    assert err.splitlines()[-1] == ("python -m jax_unpool info: error: JAX cannot start: "
+                                    "JAX_PLATFORMS='cuda' names no platform it has")
