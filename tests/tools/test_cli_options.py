@@ -303,3 +303,15 @@ def test_a_jax_that_asserts_instead_of_naming_the_platform_is_a_usage_error(monk
     err = usage_error(["info"], capsys)
     assert err.splitlines()[-1] == ("python -m jax_unpool info: error: JAX cannot start: "
                                     "JAX_PLATFORMS='cuda' names no platform it has")
+
+
+def test_standard_output_escapes_what_its_encoding_lacks():
+    # PYTHONIOENCODING=ascii and a path with "é": the demo's last line ended in a
+    # UnicodeEncodeError traceback, after training.
+    import io
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    main._Stdout(stream).write("wrote é.png\n")
+    stream.flush()
+    assert raw.getvalue() == b"wrote \\xe9.png\n"
