@@ -290,7 +290,7 @@ def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0,
         raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {n(seed)}")
     if max(size, batch, width) > options.MAX_SIZE:  # the memory estimate would overflow
         raise ValueError(f"demo: size, batch and width must be at most {options.MAX_SIZE} "
-                         f"(2**60 - 1, the most elements an array holds), got {n(size)}, "
+                         f"(the most elements an array holds), got {n(size)}, "
                          f"{n(batch)}, {n(width)}")
     needed, available = memory_needed(size, batch, width, test_count), options.memory_bytes()
     if needed > available:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from jax_unpool.cli import options
 
+PROG = "python -m jax_unpool"
 RANKS = (1, 2, 3)
 # What _jax_unpool.cpu_gather() answers, in words.
 _GATHERS = {"avx2": "AVX2 gathers (vpgather*)", "scalar": "scalar loads"}
@@ -149,7 +150,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m jax_unpool",
+        prog=PROG,
         description="Max-unpooling as first-class JAX primitives: tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     info_parser = commands.add_parser(
@@ -222,7 +223,6 @@ class _Stdout:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    prog = "python -m jax_unpool"
     stdout = _Stdout(sys.stdout)
     try:
         with contextlib.redirect_stdout(stdout):
@@ -234,13 +234,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()  # else the interpreter's last flush fails again, with a traceback
         if isinstance(error.__cause__, BrokenPipeError):
             return 1  # the reader left (`| head`): nothing to say, as other commands
-        print(f"{prog}: error: cannot write standard output: {error.__cause__.strerror}",
+        print(f"{PROG}: error: cannot write standard output: {error.__cause__.strerror}",
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         with contextlib.suppress(AttributeError, OSError):  # None, or a full disk
             sys.stdout.flush()
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
         # Die of the signal, as other commands do, so that the shell sees it (status
         # 130), and without the interpreter's exit: XLA, stopped mid-compile, crashed it.
         signal.signal(signal.SIGINT, signal.SIG_DFL)

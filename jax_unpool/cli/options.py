@@ -1,8 +1,9 @@
 """Checking what the commands are given before any work starts: argparse ``type=``
 functions, which touch nothing (a bad value is a usage error, exit status 2, the option
-named), the machine's memory that bounds the sizes, and the output files, tried once all
-arguments have parsed, so that a path that cannot be written is a usage error too, not a
-traceback after the run."""
+named), the machine's memory that bounds the sizes, the environment (jax_unpool's
+settings, the platforms JAX starts), and the output files, tried once all arguments have
+parsed, so that a path that cannot be written is a usage error too, not a traceback
+after the run."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import errno
 import os
 import stat
 
-# The largest size an option may give: the most elements an array can hold (the package's
-# _args.MAX_ELEMENTS, 2**60 - 1); bigger ones overflowed the memory estimates.
-MAX_SIZE = 2**60 - 1
+from jax_unpool._args import MAX_ELEMENTS
+
+# The largest size an option may give: the most elements an array can hold (2**60 - 1);
+# bigger ones overflowed the memory estimates.
+MAX_SIZE = MAX_ELEMENTS
 # The most samples or warm-up calls: more is a typo, or a run without end.
 MAX_COUNT = 10_000
 

@@ -81,7 +81,7 @@ def _shape(text: str) -> tuple[int, ...]:
     if max(shape) > options.MAX_SIZE:
         raise argparse.ArgumentTypeError(
             f"{options.shown(text)} is not a pooled shape: a size is more than "
-            f"{options.MAX_SIZE} (2**60 - 1, the most elements an array holds)")
+            f"{options.MAX_SIZE} (the most elements an array holds)")
     return shape
 
 
