@@ -206,5 +206,5 @@ def check_environment(parser: argparse.ArgumentParser) -> None:
         jax.devices()
     except (RuntimeError, AssertionError) as error:  # jax 0.10 asserts for "cuda" unknown
         why = str(error).strip().splitlines()[:1] or [
-            f"JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')!r} names no platform it has"]
+            f"JAX_PLATFORMS={jax.config.jax_platforms or ''!r} names no platform it has"]
         parser.error(f"JAX cannot start: {why[0]}")

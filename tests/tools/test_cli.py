@@ -295,11 +295,9 @@ def test_bench_refuses_shapes_of_hundreds_of_digits(tmp_path):
                        whole=True)
 
 
-# `import jax_unpool` raises the SettingError before any module of the command line runs
-# (`python -m jax_unpool` and the jax-unpool script both import the package first), so
-# these need the package to let its command line through; the command line's own part is
-# test_cli_options.py's test_a_bad_jax_unpool_setting_is_a_usage_error.
-@pytest.mark.xfail(strict=True, reason="the package raises at import, before the CLI runs")
+# `python -m jax_unpool` and the jax-unpool script import the package first: `_settings`
+# lets its command line through with the defaults, and the command line reports the value
+# (test_cli_options.py's test_a_bad_jax_unpool_setting_is_a_usage_error).
 @pytest.mark.parametrize("name,value,accepted", [
     ("JAX_UNPOOL_BACKEND", "XLA", "'xla' or unset"),
     ("JAX_UNPOOL_CPU_GATHER", "avx2", "'vector' or 'scalar' or unset"),
