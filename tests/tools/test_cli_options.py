@@ -299,8 +299,13 @@ def test_a_jax_that_asserts_instead_of_naming_the_platform_is_a_usage_error(monk
         raise AssertionError
 
     monkeypatch.setattr(jax, "devices", devices)
-    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
-    err = usage_error(["info"], capsys)
+    # The CLI reads jax's config, which took JAX_PLATFORMS when jax was imported.
+    before = jax.config.jax_platforms
+    jax.config.update("jax_platforms", "cuda")
+    try:
+        err = usage_error(["info"], capsys)
+    finally:
+        jax.config.update("jax_platforms", before)
     assert err.splitlines()[-1] == ("python -m jax_unpool info: error: JAX cannot start: "
                                     "JAX_PLATFORMS='cuda' names no platform it has")
 
