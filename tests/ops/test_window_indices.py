@@ -266,8 +266,16 @@ def _bad_offsets():
 
 def test_an_offset_past_the_taps_fails_the_call_on_cpu():
     values, _, bad = _bad_offsets()
-    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match=r"max_unpool2d: index"):
+    message = (r"max_unpool2d: window offset 4 at \(n=0, c=0, i=6\) of indices is out of "
+               r"range: valid offsets are \[0, 4\), the taps of its window \(kernel_size="
+               r"\(2, 2\), stride=\(2, 2\), padding=\(0, 0\), dilation=\(1, 1\)\) that lie "
+               r"inside the output plane of 8x8")
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match=message):
         jax.block_until_ready(ju.max_unpool2d(values, bad))
+    x = jnp.zeros((1, 1, 8, 8))
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
+                       match=message.replace("max_unpool2d", "max_unpool2d_backward")):
+        jax.block_until_ready(ju.max_unpool2d_backward(x, values, bad))
 
 
 def test_an_offset_past_the_taps_is_dropped_by_the_xla_ops():
