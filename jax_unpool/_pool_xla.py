@@ -166,14 +166,16 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
     # by a select on same-width unsigned ints: XLA's CPU backend selects bf16/f16 through
     # f32 (quieting a signalling NaN's payload) and flushes f32 subnormals in a float
     # select; the bits come back as x holds them, as the native kernels' and PyTorch's do.
-    xp_bits = lax.bitcast_convert_type(xp, _UINT[x.dtype.itemsize]) if is_float else None
+    # (Packed sub-byte floats, which no select moves apart, keep the float select.)
+    by_bits = is_float and _args.is_movable(x.dtype)
+    xp_bits = lax.bitcast_convert_type(xp, _UINT[x.dtype.itemsize]) if by_bits else None
 
     def step(rel, best, bits, idx):
         # PyTorch CPU and CUDA: `val > maxval || isnan(val)`; every later NaN replaces an
         # earlier one, so the LAST NaN in scan order wins.
         v = _tap(xp, g, rel)
         take = (v > best) | jnp.isnan(v) if is_float else v > best
-        if is_float:
+        if by_bits:
             bits = jnp.where(take, _tap(xp_bits, g, rel), bits)
         return (jnp.where(take, v, best), bits,
                 jnp.where(take, _plane(tap_index(rel), g), idx))
@@ -184,7 +186,7 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
     # loses every later comparison, so the index stays the first in-bounds one). Padding
     # is never selected, even against an all -inf / all dtype-min input.
     best = _tap(xp, g, (0,) * g.k)
-    bits = _tap(xp_bits, g, (0,) * g.k) if is_float else jnp.zeros((), np.uint8)
+    bits = _tap(xp_bits, g, (0,) * g.k) if by_bits else jnp.zeros((), np.uint8)
     first = _first_offsets(g) if window else _first_in_bounds(g)
     idx = jnp.broadcast_to(_plane(first, g), best.shape)
     counts = [count for _, count in taps]
@@ -199,7 +201,7 @@ def pool_values_and_indices(x: jax.Array, g: PoolGeometry, window: bool = False
             return step(jnp.unravel_index(j, counts), *carry)
 
         best, bits, idx = lax.fori_loop(1, math.prod(counts), body, (best, bits, idx))
-    if is_float:
+    if by_bits:
         best = lax.bitcast_convert_type(bits, x.dtype)
     return best, idx.astype(_window.OFFSET_DTYPE) if window else idx
 

@@ -62,12 +62,29 @@ inline ffi::Error OutOfRangeError(const char* op, const Geometry& g, const BadIn
   for (int a = 3 - g.k; a < 3; ++a) sizes += (a > 3 - g.k ? "x" : "") + std::to_string(g.out[a]);
   const char* what = g.k == 1 ? "row" : g.k == 2 ? "plane" : "volume";
   const bool forward = std::string(op).find("_backward") == std::string::npos;
-  const std::string hint =
+  std::string hint =
       forward && b.value >= g.out_plane()
           ? std::string("; if the indices come from a max pool, pass the pool's input size "
                         "as output_size (the default output size can be smaller, e.g. for "
                         "an odd input size with stride 2)")
           : "";
+  // Read in the other layout, the same buffer has other spatial dims: C and every spatial
+  // dim but the last (channels-first read as channels-last), or every spatial dim but the
+  // first and C. Where the index fits that plane, scaled as this call scales its plane,
+  // the data most likely has the other layout (NHWC data unpooled as NCHW, the default).
+  if (forward && b.value >= g.out_plane() && g.in_plane() > 0) {
+    int64_t other_in = g.C;
+    for (int a = g.channels_last ? 4 - g.k : 3 - g.k; a < (g.channels_last ? 3 : 2); ++a)
+      other_in *= g.in[a];
+    const double scale = static_cast<double>(g.out_plane()) / static_cast<double>(g.in_plane());
+    if (static_cast<double>(b.value) < static_cast<double>(other_in) * scale) {
+      const std::string other = buffer_checks::LayoutName(!g.channels_last, g.k);
+      hint = "; it fits the " + std::string(g.channels_last ? "channels-first" :
+                                                              "channels-last") +
+             " reading of these buffers: if the data is " + other + ", pass data_format='" +
+             other + "'";
+    }
+  }
   return ffi::Error(
       ffi::ErrorCode::kOutOfRange,
       std::string(op) + ": index " + std::to_string(b.value) + " at (n=" + std::to_string(b.n) +

@@ -45,8 +45,10 @@ BadIndex ScatterPlanes(const Geometry& g, const V* x, const I* indices, V* out, 
 template <typename V, typename I>
 BadIndex ScatterImageSpan(const Geometry& g, const V* x, const I* indices, V* out, int64_t n,
                           int64_t c0, int64_t c1) {
-  const int64_t cols = c1 - c0, L = g.in_plane(), Lo = g.out_plane();
+  const int64_t cols = c1 - c0, L = g.in_plane(), Lo = g.out_plane(), C = g.C;
   V* dst = out + g.out_offset(n, c0, 0);  // position o of channel c0 + j is dst[o * C + j]
+  const V* xs = x + g.in_offset(n, c0, 0);  // position i of channel c0 + j: xs[i * C + j]
+  const I* is = indices + g.in_offset(n, c0, 0);
   int shift = 0;  // blocks of 2^shift positions, about 4 KiB of the span's output
   while ((int64_t{2} << shift) * cols * static_cast<int64_t>(sizeof(V)) <= 4096) ++shift;
   std::vector<uint8_t> zeroed(static_cast<size_t>(((Lo - 1) >> shift) + 1), 0);
@@ -63,15 +65,15 @@ BadIndex ScatterImageSpan(const Geometry& g, const V* x, const I* indices, V* ou
   const int64_t rows = RowsPerBlock(cols, sizeof(I));
   for (int64_t i0 = 0; i0 < L; i0 += rows) {
     const int64_t i1 = std::min(L, i0 + rows);
-    for (int64_t i = i0; i < i1; ++i) range.Admit(indices + g.in_offset(n, c0, i), cols);
+    for (int64_t i = i0; i < i1; ++i) range.Admit(is + i * C, cols);
     if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
     for (int64_t i = i0; i < i1; ++i) {
-      const V* src = x + g.in_offset(n, c0, i);
-      const I* idx = indices + g.in_offset(n, c0, i);
+      const V* src = xs + i * C;
+      const I* idx = is + i * C;
       for (int64_t j = 0; j < cols; ++j) {
         const int64_t o = static_cast<int64_t>(idx[j]);
         if (!zeroed[o >> shift]) zero_block(o >> shift);
-        dst[o * g.C + j] = src[j];
+        dst[o * C + j] = src[j];
       }
     }
   }

@@ -49,16 +49,15 @@ template <typename V, typename I>
 BadIndex GatherImageSpan(const Geometry& g, const V* grad, const I* indices, V* out, int64_t n,
                          int64_t c0, int64_t c1) {
   const int64_t cols = c1 - c0, rows = RowsPerBlock(cols, sizeof(I));
-  const int64_t L = g.in_plane(), Lo = g.out_plane();
-  const RowGatherer<V, I> gather(Lo * g.C);
+  const int64_t L = g.in_plane(), Lo = g.out_plane(), C = g.C;
+  const RowGatherer<V, I> gather(Lo * C);
   const V* src = grad + g.out_offset(n, c0, 0);  // channel c0 + j of position o: src[o * C + j]
+  const I* is = indices + g.in_offset(n, c0, 0);  // position i of channel c0 + j: is[i * C + j]
+  V* dst = out + g.in_offset(n, c0, 0);
   IndexRange<I> range(Lo);
   for (int64_t i0 = 0; i0 < L; i0 += rows) {
     const int64_t i1 = std::min(L, i0 + rows);
-    for (int64_t i = i0; i < i1; ++i) {
-      gather(src, indices + g.in_offset(n, c0, i), out + g.in_offset(n, c0, i), cols, g.C, 1,
-             range);
-    }
+    for (int64_t i = i0; i < i1; ++i) gather(src, is + i * C, dst + i * C, cols, C, 1, range);
     if (range.failed()) return FindBadIndex(g, indices, n, c0, c1, i0, i1);
   }
   return BadIndex{};

@@ -10,6 +10,7 @@ namespace jax_unpool {
 
 void RegisterCpu(nanobind::module_& m) {
   m.def("cpu_registrations", []() {
+    // Entry<Handler> static_asserts that Handler has the FFI handler's signature.
     return HandlerCapsules({
         Entry<MaxUnpool2dCpu>("max_unpool2d"),
         Entry<MaxUnpool2dBackwardCpu>("max_unpool2d_backward"),

@@ -37,6 +37,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LoadCudaKernels, LoadKernels, ffi::Ffi::BindInstan
 NB_MODULE(_jax_unpool_cuda, m) {
   // Target key -> {"instantiate": capsule, "execute": capsule}.
   m.def("registrations", []() {
+    // Entry<Handler> static_asserts that Handler has the FFI handler's signature.
     using jax_unpool::Entry;
     namespace cuda = jax_unpool::cuda;
     const nb::dict execute = jax_unpool::HandlerCapsules({

@@ -162,29 +162,6 @@ ffi::Error StatusError(const CannLibrary& cann, const char* op, const char* func
                         cann.RecentErrorMessage());
 }
 
-// aclrtMalloc'ed memory, freed by the destructor. The owner synchronises the stream
-// first whenever a launch may still be using it.
-class RtMemory {
- public:
-  explicit RtMemory(const CannLibrary& cann) : cann_(cann) {}
-  ~RtMemory() {
-    if (data_ != nullptr) cann_.rt_free(data_);
-  }
-  RtMemory(const RtMemory&) = delete;
-  RtMemory& operator=(const RtMemory&) = delete;
-  aclError Allocate(uint64_t bytes) {
-    void* p = nullptr;
-    const aclError e = cann_.rt_malloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST);
-    if (e == 0) data_ = p;
-    return e;
-  }
-  void* data() const { return data_; }
-
- private:
-  const CannLibrary& cann_;
-  void* data_ = nullptr;
-};
-
 ffi::Error RuntimeError(const CannLibrary& cann, const char* op, const char* function,
                         aclError error) {
   return ffi::Error::Internal(std::string(op) + ": " + function + " failed with error " +
@@ -316,13 +293,37 @@ std::optional<bool> Takes(const CannLibrary& cann,
   return status == ACLNN_SUCCESS;
 }
 
+std::vector<std::string> IndexDtypesTaken(
+    const std::function<std::optional<bool>(aclDataType)>& takes) {
+  std::vector<std::string> taken;
+  for (const auto& [name, type] :
+       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
+    const std::optional<bool> answer = takes(type);
+    if (!answer) return {"int32", "int64"};
+    if (*answer) taken.push_back(name);
+  }
+  if (taken.empty()) return {"int32", "int64"};
+  return taken;
+}
+
 void SetDeviceOrdinalCheck(bool on) { device_ordinal_check.store(on); }
 bool DeviceOrdinalCheck() { return device_ordinal_check.load(); }
 
 DeviceMemory::~DeviceMemory() {
   if (owner_ == nullptr) return;
-  owner_->synchronize_stream(stream_);  // a kernel may still read it; a failure adds nothing
+  owner_->synchronize_stream(stream_);  // a kernel may still use it; a failure adds nothing
   owner_->rt_free(data_);
+}
+
+ffi::Error DeviceMemory::Drain(const char* op) {
+  if (owner_ == nullptr) return ffi::Error::Success();
+  const CannLibrary& cann = *owner_;
+  owner_ = nullptr;
+  // A failed sync means a broken stream: the memory is freed all the same, not leaked.
+  const aclError e = cann.synchronize_stream(stream_);
+  cann.rt_free(data_);
+  data_ = nullptr;
+  return e == 0 ? ffi::Error::Success() : RuntimeError(cann, op, "aclrtSynchronizeStream", e);
 }
 
 ffi::Error DeviceMemory::Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
@@ -353,42 +354,18 @@ ffi::Error RunExecutor(const CannLibrary& cann, const Launch& launch, const char
     return NotRun(cann, get_workspace_size_name, executor,
                   StatusError(cann, op, get_workspace_size_name, status));
   }
-  // Declared before the launch: freed after the final sync (host mode), held over the
-  // launch (device mode).
-  RtMemory rt_memory(cann);
-  DeviceMemory device_memory;
-  void* workspace = nullptr;
+  // Held over the launch (device mode); freed after a sync (host mode): by Drain below, or
+  // after a failed launch, which may have queued kernels, by the destructor.
+  DeviceMemory memory;
   if (workspace_size > 0) {
-    if (launch.device) {
-      if (ffi::Error e = device_memory.Allocate(cann, launch, op, workspace_size,
-                                                DeviceMemory::kWorkspace);
-          !e.success()) {
-        return NotRun(cann, get_workspace_size_name, executor, std::move(e));
-      }
-      workspace = device_memory.data();
-    } else {
-      if (const aclError e = rt_memory.Allocate(workspace_size); e != 0) {
-        return NotRun(cann, get_workspace_size_name, executor,
-                      RuntimeError(cann, op, "aclrtMalloc of the workspace", e));
-      }
-      workspace = rt_memory.data();
+    if (ffi::Error e = memory.Allocate(cann, launch, op, workspace_size, DeviceMemory::kWorkspace);
+        !e.success()) {
+      return NotRun(cann, get_workspace_size_name, executor, std::move(e));
     }
   }
-  status = run(workspace, workspace_size, executor, launch.stream);  // consumes it
-  if (status != ACLNN_SUCCESS) {
-    // A failed launch may still have queued kernels that use the workspace; the sync's
-    // own failure adds nothing to the launch's error.
-    if (rt_memory.data() != nullptr) cann.synchronize_stream(launch.stream);
-    return StatusError(cann, op, run_name, status);
-  }
-  if (rt_memory.data() != nullptr) {
-    // aclrtFree must not pull the workspace from under a running kernel. (A failed sync
-    // means a broken stream: the memory is freed all the same rather than leaked.)
-    if (const aclError e = cann.synchronize_stream(launch.stream); e != 0) {
-      return RuntimeError(cann, op, "aclrtSynchronizeStream", e);
-    }
-  }
-  return ffi::Error::Success();
+  status = run(memory.data(), workspace_size, executor, launch.stream);  // consumes it
+  if (status != ACLNN_SUCCESS) return StatusError(cann, op, run_name, status);
+  return memory.Drain(op);
 }
 
 ffi::Error RequireSymbols(const CannLibrary& cann, const char* op,

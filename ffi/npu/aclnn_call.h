@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/no_throw.h"
 #include "npu/cann_library.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -118,11 +119,8 @@ struct Launch {
   // XLA's scratch memory of `bytes` bytes, freed by XLA in stream order; nullptr if it
   // has none.
   std::function<void*(uint64_t bytes)> scratch;
-  // Device mode (OnDevice): the buffers are device memory. Without scratch memory the
-  // workspace comes from a block kept per device and stream (DeviceMemory; no sync per
-  // call). Host-emulation mode (OnHost): the buffers are host memory -- the handlers
-  // check the indices there -- and the workspace is aclrtMalloc'ed and freed after
-  // aclrtSynchronizeStream, per call.
+  // Device mode (OnDevice): the buffers are device memory. Host-emulation mode (OnHost):
+  // host memory. See DeviceMemory for where the memory of a call comes from.
   bool device = false;
   // Device mode: XLA's device ordinal of the call, when the plugin's FFI gives it.
   std::optional<int32_t> device_ordinal;
@@ -145,6 +143,9 @@ class DeviceMemory {
   // `bytes` > 0. An error names `op` and the function that failed.
   ffi::Error Allocate(const CannLibrary& cann, const Launch& launch, const char* op,
                       uint64_t bytes, Slot slot);
+  // Host mode: synchronises the stream and frees the memory now; a failed sync is the
+  // error. Nothing on a device.
+  ffi::Error Drain(const char* op);
   void* data() const { return data_; }
 
  private:
@@ -160,6 +161,11 @@ class DeviceMemory {
 // release failed: ask no more, each answer would leak one.
 std::optional<bool> Takes(const CannLibrary& cann,
                           const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& ask);
+
+// The index dtypes ("int32", "int64") for which takes(aclDataType) is true; both where it
+// is true for neither or cannot tell (nullopt): no context on the calling thread, say.
+std::vector<std::string> IndexDtypesTaken(
+    const std::function<std::optional<bool>(aclDataType)>& takes);
 
 // Releases an executor that will not run, as CANN's docs allow (aclDestroyAclOpExecutor
 // destroys only executors made repeatable): aclSetAclOpExecutorRepeatable, then
@@ -238,11 +244,11 @@ ffi::Error RefuseAttributes(const char* op, const AttributeNames& attrs);
 struct DeviceOrdinalIfKnown {};
 
 // Calls impl(launch) with XLA's stream, device ordinal and scratch memory for the
-// workspace. No exception escapes: the FFI boundary gets an ffi::Error.
+// workspace. No exception escapes (NoThrow).
 template <typename Impl>
 ffi::Error OnDevice(void* stream, std::optional<int32_t> device_ordinal,
                     ffi::ScratchAllocator& scratch, Impl&& impl) {
-  try {
+  return NoThrow("jax_unpool aclnn handler", [&] {
     Launch launch;
     launch.stream = stream;
     launch.device = true;
@@ -254,11 +260,7 @@ ffi::Error OnDevice(void* stream, std::optional<int32_t> device_ordinal,
       return p ? *p : nullptr;
     };
     return impl(launch);
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jax_unpool aclnn handler: ") + e.what());
-  } catch (...) {
-    return ffi::Error::Internal("jax_unpool aclnn handler: unknown exception");
-  }
+  });
 }
 
 // Calls impl(launch) in host-emulation mode: the CPU platform has no stream to give
@@ -266,13 +268,7 @@ ffi::Error OnDevice(void* stream, std::optional<int32_t> device_ordinal,
 // aclrtMalloc -- host memory in an emulated CANN -- and is freed after the call.
 template <typename Impl>
 ffi::Error OnHost(Impl&& impl) {
-  try {
-    return impl(Launch{});
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jax_unpool aclnn handler: ") + e.what());
-  } catch (...) {
-    return ffi::Error::Internal("jax_unpool aclnn handler: unknown exception");
-  }
+  return NoThrow("jax_unpool aclnn handler", [&] { return impl(Launch{}); });
 }
 
 }  // namespace jax_unpool::npu

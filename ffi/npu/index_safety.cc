@@ -44,7 +44,7 @@ ffi::Error RequireSafetyFunctions(const CannLibrary& cann, const char* op,
   return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                     std::string(op) + ": the loaded CANN (" + cann.nnopbase_path + ", " +
                         cann.opapi_path + ", and the op library's ops-math library where " +
-                        "present) has no " + absent + ", with which a device call " + purpose +
+                        "present) has no " + absent + ", with which a call " + purpose +
                         ": CANN's unpool ops do not range-check indices. Install CANN's " +
                         "ops-math package (libopapi_math.so) beside the op library.");
 }
@@ -118,29 +118,23 @@ std::vector<std::string> ClampIndexDtypes() {
       cann->create_scalar == nullptr) {
     return {};
   }
-  // Two elements each; GetWorkspaceSize reads no data, the memory is real all the same.
-  alignas(16) static unsigned char in_memory[16], out_memory[16];
-  std::vector<std::string> taken;
-  for (const auto& [name, type] :
-       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
-    const int64_t lo64 = 0, hi64 = 1;
-    const int32_t lo32 = 0, hi32 = 1;
+  return IndexDtypesTaken([&](aclDataType type) -> std::optional<bool> {
+    // Two elements; GetWorkspaceSize reads no data, the memory is real all the same.
+    alignas(16) static unsigned char in_memory[16], out_memory[16];
+    const int64_t bounds64[2] = {0, 1};
+    const int32_t bounds32[2] = {0, 1};
     const bool wide = type == ACL_INT64;
     AclObjects objects(*cann);
     aclTensor* self = objects.Tensor({{2}, {1}, {2}, 0, type, in_memory});
     aclTensor* out = objects.Tensor({{2}, {1}, {2}, 0, type, out_memory});
-    aclScalar* lo = objects.Scalar(wide ? static_cast<const void*>(&lo64) : &lo32, type);
-    aclScalar* hi = objects.Scalar(wide ? static_cast<const void*>(&hi64) : &hi32, type);
-    if (!objects.error("aclnnClamp").success()) return {"int32", "int64"};
-    const std::optional<bool> takes =
-        Takes(*cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
-          return cann->clamp_get_workspace_size(self, lo, hi, out, workspace_size, executor);
-        });
-    if (!takes) return {"int32", "int64"};
-    if (*takes) taken.push_back(name);
-  }
-  if (taken.empty()) return {"int32", "int64"};  // no answer (no context, say)
-  return taken;
+    aclScalar* lo = objects.Scalar(wide ? static_cast<const void*>(bounds64) : bounds32, type);
+    aclScalar* hi =
+        objects.Scalar(wide ? static_cast<const void*>(bounds64 + 1) : bounds32 + 1, type);
+    if (!objects.error("aclnnClamp").success()) return std::nullopt;
+    return Takes(*cann, [&](uint64_t* workspace_size, aclOpExecutor** executor) {
+      return cann->clamp_get_workspace_size(self, lo, hi, out, workspace_size, executor);
+    });
+  });
 }
 
 ffi::Error CheckIndicesOnDevice(const CannLibrary& cann, const Launch& launch, const char* op,

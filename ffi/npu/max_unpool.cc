@@ -286,15 +286,7 @@ auto HostBinding() { return WithBuffers(ffi::Ffi::Bind()); }
 std::vector<std::string> ForwardIndexDtypes() {
   const CannLibrary* cann = LoadedCann();
   if (cann == nullptr || cann->max_unpool2d_get_workspace_size == nullptr) return {};
-  std::vector<std::string> taken;
-  for (const auto& [name, type] :
-       {std::pair<const char*, aclDataType>{"int32", ACL_INT32}, {"int64", ACL_INT64}}) {
-    const std::optional<bool> takes = ForwardTakes(*cann, type);
-    if (!takes) return {"int32", "int64"};
-    if (*takes) taken.push_back(name);
-  }
-  if (taken.empty()) return {"int32", "int64"};  // no answer (no context, say)
-  return taken;
+  return IndexDtypesTaken([&](aclDataType type) { return ForwardTakes(*cann, type); });
 }
 
 // Each target's four handlers: Name##Device, ##DeviceChecked (the same calling convention,

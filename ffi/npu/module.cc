@@ -21,18 +21,17 @@ namespace nb = nanobind;
 namespace jax_unpool::npu {
 namespace {
 
-// Whether the loaded CANN lets the device unpool handlers keep indices inside their plane
-// (aclnnClamp and aclCreateScalar; npu/index_safety.h); always in host-emulation mode,
-// where they check host memory.
+// Whether the loaded CANN lets the unpool handlers keep indices inside their plane
+// (aclnnClamp and aclCreateScalar; npu/index_safety.h), host-emulation mode included.
 bool IndexSafety(const cann::CannLibrary* cann) {
-  return cann != nullptr &&
-         (cann->host || (cann->clamp_get_workspace_size && cann->clamp && cann->create_scalar));
+  return cann != nullptr && cann->clamp_get_workspace_size && cann->clamp && cann->create_scalar;
 }
 
 }  // namespace
 
 void RegisterNpu(nb::module_& m) {
   m.def("npu_registrations", []() {
+    // Entry<Handler> static_asserts that Handler has the FFI handler's signature.
     return HandlerCapsules({
         Entry<MaxUnpool2dAclnnDevice>("max_unpool2d"),
         Entry<MaxUnpool2dBackwardAclnnDevice>("max_unpool2d_backward"),
@@ -60,7 +59,7 @@ void RegisterNpu(nb::module_& m) {
   m.def("probe_cann", &cann::ProbeCannOrThrow, nb::arg("library_dir"));
   // The unpool ops whose entry points (both) the loaded CANN has: max_unpool2d,
   // max_unpool2d_backward, max_unpool3d, max_unpool3d_backward; [] when none is loaded,
-  // and on a device where the handlers could not make indices safe (IndexSafety).
+  // and where the handlers could not make indices safe (IndexSafety).
   m.def("cann_ops", []() {
     const cann::CannLibrary* cann = cann::LoadedCann();
     nb::list ops;
@@ -108,14 +107,11 @@ void RegisterNpu(nb::module_& m) {
   m.def("cann_pool_ranks", []() {
     const cann::CannLibrary* cann = cann::LoadedCann();
     nb::list ranks;
-    if (cann != nullptr && cann->max_pool2d_with_indices_get_workspace_size != nullptr &&
-        cann->max_pool2d_with_indices != nullptr) {
+    if (cann == nullptr) return ranks;
+    if (cann->max_pool2d_with_indices_get_workspace_size && cann->max_pool2d_with_indices)
       ranks.append(2);
-    }
-    if (cann != nullptr && cann->max_pool3d_with_argmax_get_workspace_size != nullptr &&
-        cann->max_pool3d_with_argmax != nullptr) {
+    if (cann->max_pool3d_with_argmax_get_workspace_size && cann->max_pool3d_with_argmax)
       ranks.append(3);
-    }
     return ranks;
   });
 }

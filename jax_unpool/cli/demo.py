@@ -105,15 +105,26 @@ def apply(params: Params, images: jax.Array) -> jax.Array:
     """Logits ``(N, H, W, classes)`` for images ``(N, H, W, 1)`` (H and W divisible by 4)."""
     enc1, enc2, mid, dec2, dec1, head = params
     h = jax.nn.relu(_conv(images, enc1))
-    h, where1 = max_pool2d_with_indices(h, 2, data_format="NHWC")
+    # Window offsets: each argmax as its position in its 2x2 window, one byte (INDEX_FORMAT).
+    h, where1 = max_pool2d_with_indices(h, 2, data_format="NHWC", index_format=INDEX_FORMAT)
     h = jax.nn.relu(_conv(h, enc2))
-    h, where2 = max_pool2d_with_indices(h, 2, data_format="NHWC")
+    h, where2 = max_pool2d_with_indices(h, 2, data_format="NHWC", index_format=INDEX_FORMAT)
     h = jax.nn.relu(_conv(h, mid))
-    h = max_unpool2d(h, where2, 2, data_format="NHWC")
+    h = max_unpool2d(h, where2)  # the window and output size come with the offsets
     h = jax.nn.relu(_conv(h, dec2))
-    h = max_unpool2d(h, where1, 2, data_format="NHWC")
+    h = max_unpool2d(h, where1)
     h = jax.nn.relu(_conv(h, dec1))
     return _conv(h, head)
+
+
+INDEX_FORMAT = "window"
+
+
+def index_bytes(size: int, batch: int, width: int) -> dict[str, int]:
+    """The bytes of the indices one training step keeps from its pools to its unpools and
+    its backward pass: as window offsets (one byte each) and as int32 indices."""
+    count = batch * width * ((size // 2) ** 2 + 2 * (size // 4) ** 2)  # width, 2 * width
+    return {"window": count, "int32": 4 * count}
 
 
 def loss_fn(params: Params, images: jax.Array, masks: jax.Array) -> jax.Array:
@@ -278,19 +289,24 @@ def memory_needed(size: int, batch: int, width: int, test_count: int = TEST_COUN
 def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0,
                   test_count: int = TEST_COUNT) -> None:
     """ValueError for options the model cannot run with, or this machine's memory."""
+    n = options.number
     if size < 16 or size % 4:
-        raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {size}")
+        raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {n(size)}")
     if min(steps, batch, width) < 1:
-        raise ValueError(f"demo: steps, batch and width must be positive, got {steps}, "
-                         f"{batch}, {width}")
+        raise ValueError(f"demo: steps, batch and width must be positive, got {n(steps)}, "
+                         f"{n(batch)}, {n(width)}")
     if steps > MAX_STEPS:
-        raise ValueError(f"demo: steps must be at most {MAX_STEPS}, got {steps}")
+        raise ValueError(f"demo: steps must be at most {MAX_STEPS}, got {n(steps)}")
     if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {seed}")
+        raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {n(seed)}")
+    if max(size, batch, width) > options.MAX_SIZE:  # the memory estimate would overflow
+        raise ValueError(f"demo: size, batch and width must be at most {options.MAX_SIZE} "
+                         f"(the most elements an array holds), got {n(size)}, "
+                         f"{n(batch)}, {n(width)}")
     needed, available = memory_needed(size, batch, width, test_count), options.memory_bytes()
     if needed > available:
-        raise ValueError(f"demo: size {size}, batch {batch} and width {width} need about "
-                         f"{options.gib(needed)} of memory, more than this machine's "
+        raise ValueError(f"demo: size {n(size)}, batch {n(batch)} and width {n(width)} need "
+                         f"about {options.gib(needed)} of memory, more than this machine's "
                          f"{options.gib(available)}")
 
 
@@ -312,6 +328,9 @@ def run(steps: int = DEFAULT_STEPS, size: int = 32, batch: int = 16, seed: int =
         out = options.Output(out, picture.PNG_SIGNATURE)
     start = time.perf_counter()
     print(f"optimiser: {optimizer(5e-3, steps)[1]}")
+    kept = index_bytes(size, batch, width)
+    print(f"pool indices kept per step: {kept['window'] / 1024:.1f} KiB as window offsets "
+          f"(index_format='window'), {kept['int32'] / 1024:.1f} KiB as int32")
     params, losses = train(steps, size, batch, seed, width,
                            progress=lambda it: progress_bar(it, steps))
     # A different seed: the test images were never seen in training.

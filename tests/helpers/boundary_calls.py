@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
+from dtypes import bits
 
 import jax_unpool as ju
 
@@ -129,10 +130,6 @@ def oracle(case: dict, values, indices):
     if case["op"].startswith("forward"):
         return numpy_oracle.unpool_nd(values, indices, spatial_sizes(rshape, last, k), last)
     return numpy_oracle.gather_nd(values, indices, k, last)
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def run_case(family: str, case: dict) -> dict:

@@ -27,8 +27,12 @@ def random_values(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
 
 
 def bits(a) -> np.ndarray:
+    """The array's bits, as unsigned ints of its width (bool as uint8): NaN payloads and
+    -0.0 compare exactly. Other widths (complex128) as their bytes."""
     a = np.asarray(a)
-    return a.view(f"u{a.dtype.itemsize}")
+    if a.dtype.itemsize in (1, 2, 4, 8):
+        return a.view(f"u{a.dtype.itemsize}")
+    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def assert_bits_equal(actual, expected) -> None:

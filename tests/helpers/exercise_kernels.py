@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracles
 import numpy_oracle
+from dtypes import bits
 from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
@@ -42,11 +43,6 @@ forward = jax.jit(ju.max_unpool2d, static_argnames=("output_size", "data_format"
 backward = jax.jit(ju.max_unpool2d_backward, static_argnames=("output_size", "data_format"))
 checks = 0
 checks_lock = threading.Lock()
-
-
-def bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view(np.uint8 if a.dtype == np.bool_ else np.dtype(f"uint{8 * a.itemsize}"))
 
 
 def values(rng, shape, dtype) -> np.ndarray:

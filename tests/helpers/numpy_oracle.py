@@ -120,6 +120,22 @@ def gather_nd(grad_output: np.ndarray, indices: np.ndarray, k: int,
     return _spatial_back(out.reshape(n, c, *spatial), np.ndim(indices), k, channels_last)
 
 
+def scatter_add_nd(x: np.ndarray, indices: np.ndarray, output_size: tuple[int, ...],
+                   channels_last: bool = False) -> np.ndarray:
+    """Zeros, then out[n, c, idx] += x[n, c, i] in flat input order: a pool's backward
+    (every window adds its cotangent at its argmax), for spatial rank len(output_size)."""
+    k = len(output_size)
+    xs = _spatial_first(np.asarray(x), k, channels_last)
+    js = _spatial_first(np.asarray(indices), k, channels_last)
+    n, c = xs.shape[:2]
+    xs, js = xs.reshape(n, c, -1), js.reshape(n, c, -1)
+    out = np.zeros((n, c, int(np.prod(output_size))), xs.dtype)
+    for a in range(n):
+        for b in range(c):
+            np.add.at(out[a, b], js[a, b], xs[a, b])
+    return _spatial_back(out.reshape(n, c, *output_size), np.ndim(x), k, channels_last)
+
+
 def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
     """PyTorch's pooling_output_shape (aten/src/ATen/native/Pool.h)."""
     out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1

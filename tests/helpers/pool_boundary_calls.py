@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers/: the oracle
 import numpy_oracle
+from dtypes import bits
 
 import jax_unpool as ju
 from jax_unpool.backends import cpu
@@ -48,10 +49,6 @@ def operand(shape, dtype, rng: np.random.Generator) -> np.ndarray:
     x[rng.random(shape) < 0.1] = np.nan
     x[rng.random(shape) < 0.1] = -np.inf
     return x.astype(dtype)
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def target(family: str, attributes: dict) -> str:

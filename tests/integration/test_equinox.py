@@ -1,6 +1,7 @@
-"""Equinox layers: one channels-first example per call (jax.vmap for a batch), PyTorch's
-values, indices and gradients, through eqx.filter_jit and eqx.filter_value_and_grad; a
-small SegNet trains; `import jax_unpool` never needs Equinox."""
+"""Equinox layers: one channels-first example per call (jax.vmap for a batch), the oracles'
+values, indices and gradients (numpy loops, and PyTorch where installed), through
+eqx.filter_jit and eqx.filter_value_and_grad; a small SegNet trains; `import jax_unpool`
+never needs Equinox."""
 
 import equinox as eqx
 import jax
@@ -24,14 +25,15 @@ from jax_unpool.equinox import (
 LAYERS = {1: (MaxPool1d, MaxUnpool1d), 2: (MaxPool2d, MaxUnpool2d), 3: (MaxPool3d, MaxUnpool3d)}
 
 
+@pytest.mark.parametrize("which", oracle.ORACLES)
 @pytest.mark.parametrize("k, config", oracle.CASES)
-def test_vmapped_layers_match_torch(rng, k, config):
+def test_vmapped_layers_match_the_oracle(rng, k, config, which):
     kernel_size, stride, padding, _, _ = config
     pool, unpool = LAYERS[k][0](*config), LAYERS[k][1](kernel_size, stride, padding)
     x = normal(rng, (2, 3, *oracle.SPATIAL[k]))  # a batch: the layers see one example each
     values, indices = jax.vmap(pool)(x)
     out = jax.vmap(lambda v, i: unpool(v, i, output_size=oracle.SPATIAL[k]))(values, indices)
-    want_values, want_indices, want_out = oracle.torch_pool_unpool(k, x, *config)
+    want_values, want_indices, want_out = oracle.pool_unpool(which, k, x, *config)
     np.testing.assert_array_equal(values, want_values)
     np.testing.assert_array_equal(indices, want_indices)
     np.testing.assert_array_equal(out, want_out)
@@ -60,12 +62,13 @@ def loss(x, pool, unpool, weights):
     return jnp.sum(weights * unpool(values**2, indices, output_size=x.shape))
 
 
-def test_filter_value_and_grad_matches_torch(rng):
+@pytest.mark.parametrize("which", oracle.ORACLES)
+def test_filter_value_and_grad_matches_the_oracle(rng, which):
     # Overlapping windows (kernel 3, stride 2): an input can be the argmax of two windows.
     pool, unpool = MaxPool2d(3, 2, 1), MaxUnpool2d(3, 2, 1)
     x, weights = normal(rng, (3, 9, 8)), normal(rng, (3, 9, 8))
     value, grad = eqx.filter_jit(eqx.filter_value_and_grad(loss))(x, pool, unpool, weights)
-    want_value, want_grad = oracle.torch_unpool_loss(x, weights)
+    want_value, want_grad = oracle.unpool_loss(which, x, weights)
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(grad) > 0

@@ -1,16 +1,17 @@
 """The layers of Flax NNX, Flax Linen and Equinox take their arguments as the functions do:
 sizes in every spelling the functions accept (1-D integer numpy arrays included) and the
-pools' index_dtype (int64 indices equal to PyTorch's), each layer compiled under its
-framework's jit, with the functions' results."""
+pools' index_dtype (int64 indices equal to numpy's transcription of PyTorch's loop, and to
+PyTorch's where installed), each layer compiled under its framework's jit, with the
+functions' results."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle
 import pytest
-import torch
-import torch.nn.functional as F
 from flax import nnx
+from torch_oracle import needs_torch, torch_pool
 
 import jax_unpool as ju
 import jax_unpool.equinox as jue
@@ -73,14 +74,21 @@ def test_layers_take_sizes_as_the_functions_do(framework, spelling, rng):
 
 
 SPATIAL = {1: (13,), 2: (9, 8), 3: (5, 7, 6)}
-TORCH_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 FUNCTIONS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
              3: ju.max_pool3d_with_indices}
 
 
+def pool_3_2_1(which: str, k: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle's pool of x with kernel 3, stride 2, padding 1: int64 indices."""
+    if which == "torch":
+        return torch_pool(k, x, 3, 2, 1)
+    return numpy_oracle.max_pool(x, (3,) * k, (2,) * k, (1,) * k, (1,) * k, False)
+
+
+@pytest.mark.parametrize("which", ["numpy", pytest.param("torch", marks=needs_torch)])
 @pytest.mark.parametrize("k", [1, 2, 3])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_pool_layers_take_index_dtype_as_the_functions_do(framework, k, rng):
+def test_pool_layers_take_index_dtype_as_the_functions_do(framework, k, rng, which):
     x = rng.standard_normal((2, 3, *SPATIAL[k])).astype(np.float32)
     # The default is the functions': int32.
     _, indices = POOL[framework](layer(framework, f"MaxPool{k}d", 3, 2, 1), x)
@@ -90,8 +98,7 @@ def test_pool_layers_take_index_dtype_as_the_functions_do(framework, k, rng):
     with enable_x64(True):
         pool = layer(framework, f"MaxPool{k}d", 3, 2, 1, index_dtype=jnp.int64)
         values, indices = POOL[framework](pool, x)
-    want_values, want_indices = TORCH_POOLS[k](torch.from_numpy(x), 3, 2, 1,
-                                               return_indices=True)
-    assert indices.dtype == np.int64 and want_indices.dtype == torch.int64
-    np.testing.assert_array_equal(indices, want_indices.numpy())
-    np.testing.assert_array_equal(values, want_values.numpy())
+    want_values, want_indices = pool_3_2_1(which, k, x)
+    assert indices.dtype == np.int64 and want_indices.dtype == np.int64
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(values, want_values)

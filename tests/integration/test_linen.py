@@ -1,6 +1,7 @@
-"""Flax Linen layers: channels-last by default, batched or one example, PyTorch's values,
-indices and gradients, through jax.jit on init/apply, nn.jit and jax.vmap; a small SegNet
-trains; `import jax_unpool` never needs Flax."""
+"""Flax Linen layers: channels-last by default, batched or one example, the oracles' values,
+indices and gradients (numpy loops, and PyTorch where installed), through jax.jit on
+init/apply, nn.jit and jax.vmap; a small SegNet trains; `import jax_unpool` never needs
+Flax."""
 
 import flax.linen as nn
 import jax
@@ -26,14 +27,15 @@ first = lambda a: np.moveaxis(np.asarray(a), -1, 1)  # channels last -> first (b
 last = lambda a: np.moveaxis(np.asarray(a), 1, -1)
 
 
+@pytest.mark.parametrize("which", oracle.ORACLES)
 @pytest.mark.parametrize("k, config", oracle.CASES)
-def test_layers_are_channels_last_and_match_torch(rng, k, config):
+def test_layers_are_channels_last_and_match_the_oracle(rng, k, config, which):
     kernel_size, stride, padding, _, _ = config
     pool, unpool = LAYERS[k][0](*config), LAYERS[k][1](kernel_size, stride, padding)
     x = normal(rng, (2, *oracle.SPATIAL[k], 3))  # (N, *spatial, C)
     values, indices = pool.apply({}, x)
     out = unpool.apply({}, values, indices, output_size=oracle.SPATIAL[k])
-    want_values, want_indices, want_out = oracle.torch_pool_unpool(k, first(x), *config)
+    want_values, want_indices, want_out = oracle.pool_unpool(which, k, first(x), *config)
     np.testing.assert_array_equal(values, last(want_values))
     np.testing.assert_array_equal(indices, last(want_indices))
     np.testing.assert_array_equal(out, last(want_out))
@@ -92,7 +94,8 @@ def test_nn_jit_and_vmap_over_examples(rng):
     assert np.count_nonzero(want) == want.size // 4  # one maximum per 2x2 window, kept
 
 
-def test_gradient_under_jax_jit_matches_torch(rng):
+@pytest.mark.parametrize("which", oracle.ORACLES)
+def test_gradient_under_jax_jit_matches_the_oracle(rng, which):
     # Overlapping windows (kernel 3, stride 2): an input can be the argmax of two windows.
     pool, unpool = MaxPool2d(3, 2, 1), MaxUnpool2d(3, 2, 1)
     x, weights = normal(rng, (2, 9, 8, 3)), normal(rng, (2, 9, 8, 3))
@@ -102,7 +105,7 @@ def test_gradient_under_jax_jit_matches_torch(rng):
         return jnp.sum(weights * unpool.apply({}, values**2, indices, output_size=x.shape))
 
     value, grad = jax.jit(jax.value_and_grad(loss))(x)
-    want_value, want_grad = oracle.torch_unpool_loss(first(x), first(weights))
+    want_value, want_grad = oracle.unpool_loss(which, first(x), first(weights))
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     np.testing.assert_allclose(grad, last(want_grad), rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(grad) > 0

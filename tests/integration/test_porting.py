@@ -8,6 +8,10 @@ from __future__ import annotations
 import doc_examples
 import numpy as np
 import pytest
+import torch_oracle
+
+# The page ports a PyTorch model and compares with it: every test needs torch.
+pytest.importorskip("torch", reason=torch_oracle.MISSING)
 
 PORTS = ["eqx", "nnx", "linen"]
 

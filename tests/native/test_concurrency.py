@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpy_oracle
+from dtypes import bits
 from out_of_range import RUNTIME_ERRORS, expected_message
 
 import jax_unpool as ju
@@ -25,11 +26,6 @@ THREADS, REPEATS = 8, 10
 
 forward = jax.jit(ju.max_unpool2d, static_argnames=("output_size", "data_format"))
 backward = jax.jit(ju.max_unpool2d_backward, static_argnames=("output_size", "data_format"))
-
-
-def bits(a) -> np.ndarray:
-    a = np.asarray(a)
-    return a.view(np.dtype(f"uint{8 * a.itemsize}"))
 
 
 @dataclass

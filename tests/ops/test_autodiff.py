@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_oracle as oracle
 import pytest
-import torch
 from jax.test_util import check_grads
+from torch_oracle import needs_torch, torch
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -124,6 +124,7 @@ DUP_X = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
 DUP_IDX = np.array([[[[0, 0], [0, 1]]]], np.int32)
 
 
+@needs_torch
 def test_reference_first_derivatives_with_duplicates_follow_pytorch():
     # Reverse mode is PyTorch's gather (every duplicate reads its output's gradient);
     # forward mode unpools the tangent, the largest position winning as in the values

@@ -17,7 +17,7 @@ import numpy as np
 import numpy_oracle as oracle
 import pytest
 from dtypes import VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
-from torch_threads import one_torch_thread
+from torch_oracle import F, needs_torch, one_torch_thread, torch
 
 import jax_unpool as ju
 from jax_unpool import _unpool_dense, _unpool_xla
@@ -26,9 +26,6 @@ from jax_unpool.backends import registry, xla
 
 pytestmark = pytest.mark.slow
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
-
 POOLS = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
          3: ju.max_pool3d_with_indices}
 UNPOOLS = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
@@ -36,8 +33,6 @@ BACKWARDS = {1: ju.max_unpool1d_backward, 2: ju.max_unpool2d_backward,
              3: ju.max_unpool3d_backward}
 BACKWARD_PRIMITIVES = {1: ju.max_unpool1d_backward_p, 2: ju.max_unpool2d_backward_p,
                        3: ju.max_unpool3d_backward_p}
-TORCH_UNPOOLS = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}
-TORCH_POOLS = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 
 
 @contextlib.contextmanager
@@ -135,12 +130,13 @@ def torch_unpool_and_gather(case, v, i, g):
     fmt, size, kernel, stride, padding, _ = case
     vt = torch.from_numpy(channels_first(v, fmt)).requires_grad_(True)
     it = torch.from_numpy(channels_first(i, fmt).astype(np.int64))
-    with one_torch_thread():  # overlapping windows give duplicates (torch_threads.py)
-        out = TORCH_UNPOOLS[len(size)](vt, it, kernel, stride, padding, output_size=size)
+    with one_torch_thread():  # overlapping windows give duplicates (torch_oracle.py)
+        out = getattr(F, f"max_unpool{len(size)}d")(vt, it, kernel, stride, padding, output_size=size)
         out.backward(torch.from_numpy(channels_first(g, fmt)))
     return as_format(out.detach().numpy(), fmt), as_format(vt.grad.numpy(), fmt)
 
 
+@needs_torch
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_unpool_equals_native_kernels_and_torch(rng, case):
     fmt, size = case[:2]
@@ -207,6 +203,7 @@ DUPLICATE_CASES = [("NCW", (12,), 3, 1, 1, False), ("NCHW", (7, 8), 3, 1, 1, Fal
                    ("NHWC", (9, 7), 3, 2, 1, True), ("NCDHW", (4, 5, 5), 3, 2, 1, False)]
 
 
+@needs_torch
 @pytest.mark.parametrize("case,input_kind", [
     *((c, "shared maxima") for c in DUPLICATE_CASES),
     # Ties: each window's first position, which windows of stride 1 share.
@@ -500,6 +497,7 @@ OVERLAPPING = [("NCW", (11,), 3, 1, 1, 1, False), ("NWC", (12,), 3, 2, 1, 2, Tru
                ("NDHWC", (5, 4, 4), 2, 1, 0, 1, True)]
 
 
+@needs_torch
 @pytest.mark.parametrize("input_kind", ["distinct", "ties"])
 @pytest.mark.parametrize("case", OVERLAPPING, ids=lambda c: f"{c[0]}-{c[1]}-k{c[2]}-s{c[3]}-"
                          f"p{c[4]}-d{c[5]}")
@@ -519,7 +517,7 @@ def test_overlapping_windows_gradient_equals_torch(rng, case, input_kind):
     grad = jax.jit(lambda x, c: jax.vjp(values, x)[1](c)[0])(x, ct)
     jvp = jax.jit(lambda x, t: jax.jvp(values, (x,), (t,))[1])(x, tangent)
     xt = torch.from_numpy(channels_first(x, fmt)).requires_grad_(True)
-    tout, tidx = TORCH_POOLS[k](xt, kernel, stride, padding, dilation, ceil, return_indices=True)
+    tout, tidx = getattr(F, f"max_pool{k}d")(xt, kernel, stride, padding, dilation, ceil, return_indices=True)
     tout.backward(torch.from_numpy(channels_first(ct, fmt)))
     assert_bits_equal(grad, as_format(xt.grad.numpy(), fmt))
     gathered = oracle.gather_nd(channels_first(tangent, fmt), tidx.numpy(), k)

@@ -1,6 +1,7 @@
 """Every error case of the contract (docs/semantics.md, "Errors"): type and message, at trace
 time and at run time."""
 
+import warnings
 from functools import partial
 
 import fresh_process
@@ -8,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from out_of_range import POSITIONS_NOTE
+from out_of_range import POOL_HINT, POSITIONS_NOTE
+from torch_oracle import needs_torch, torch
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -325,6 +327,175 @@ def test_the_reference_drops_out_of_range_indices():
 
 
 # --------------------------------------------------------------------------------------
+# The pools' arguments: each error names the function and the argument
+# --------------------------------------------------------------------------------------
+
+X4 = np.zeros((1, 1, 6, 6), np.float32)
+
+
+@pytest.mark.parametrize(
+    "x,kwargs,exc,fragment",
+    [
+        (np.zeros((6, 6)), {}, ValueError, "x must have rank 3 (C, H, W) or 4"),
+        (np.zeros((1, 1, 1, 6, 6)), {}, ValueError, "got rank 5 with shape"),
+        (X4, {"kernel_size": 0}, ValueError, "kernel_size must be positive, got (0, 0)"),
+        (X4, {"kernel_size": (2, -1)}, ValueError, "kernel_size must be positive"),
+        (X4, {"stride": 0}, ValueError, "stride must be positive, got (0, 0)"),
+        (X4, {"dilation": (1, 0)}, ValueError, "dilation must be positive, got (1, 0)"),
+        (X4, {"padding": -1}, ValueError, "padding must be non-negative"),
+        (X4, {"padding": 2}, ValueError, "padding must be at most half of kernel_size"),
+        # PyTorch's rule uses the kernel size, not the dilated (effective) one:
+        (X4, {"padding": 2, "dilation": 3}, ValueError, "padding=(2, 2) and kernel_size=(2, 2)"),
+        (X4, {"kernel_size": 7}, ValueError, "output size must be positive, got (H_out, W_out)=(0"),
+        (np.zeros((1, 1, 0, 6)), {}, ValueError, "non-empty spatial dimensions"),
+        (X4, {"data_format": "NCWH"}, ValueError, "data_format must be one of"),
+        (X4, {"kernel_size": (2, 2, 2)}, TypeError, "kernel_size must be an int or a pair of ints"),
+        (X4, {"stride": 1.5}, TypeError, "stride must be an int or a pair of ints (h, w), got 1.5"),
+        (X4, {"index_dtype": jnp.float32}, TypeError, "must be int32 or int64, got float32"),
+        (X4, {"index_dtype": jnp.int16}, TypeError, "must be int32 or int64, got int16"),
+        (X4.astype(np.complex64), {}, TypeError, "real dtype"),
+    ],
+)
+def test_invalid_pool_arguments_raise(x, kwargs, exc, fragment):
+    kwargs = {"kernel_size": 2, **kwargs}
+    with pytest.raises(exc, match="max_pool2d_with_indices") as info:
+        ju.max_pool2d_with_indices(x, **kwargs)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn,args,message", [
+    (ju.max_pool1d_with_indices, ((2, 3, 4, 5), 2),
+     r"max_pool1d_with_indices: x must have rank 2 \(C, W\) or 3 \(N, C, W\), got rank 4"),
+    (ju.max_pool3d_with_indices, ((2, 3, 4), 2),
+     r"max_pool3d_with_indices: x must have rank 4 \(C, D, H, W\) or 5 \(N, C, D, H, W\)"),
+    (ju.max_pool3d_with_indices, ((1, 1, 4, 4, 4), (2, 2)),
+     r"max_pool3d_with_indices: kernel_size must be an int or a triple of ints \(d, h, w\), "
+     r"got \(2, 2\)"),
+    (ju.max_pool1d_with_indices, ((1, 1, 8), (2, 2)),
+     r"max_pool1d_with_indices: kernel_size must be an int or a 1-tuple \(w,\), got \(2, 2\)"),
+    (ju.max_pool3d_with_indices, ((1, 1, 4, 4, 4), 2, None, 2),
+     r"max_pool3d_with_indices: padding must be at most half of kernel_size"),
+])
+def test_pool_errors_of_other_ranks_name_the_function_and_argument(fn, args, message):
+    shape, *rest = args
+    with pytest.raises((ValueError, TypeError), match=message):
+        fn(jnp.zeros(shape), *rest)
+
+
+@pytest.mark.slow
+def test_a_pool_data_format_of_another_rank_is_refused():
+    with pytest.raises(ValueError, match=r"max_pool3d_with_indices: data_format must be one of "
+                                         r"\['CDHW', 'DHWC', 'NCDHW', 'NDHWC'\], got 'NCHW'"):
+        ju.max_pool3d_with_indices(jnp.zeros((1, 1, 4, 4, 4)), 2, data_format="NCHW")
+
+
+def test_int32_pool_indices_too_narrow_for_plane_raise():
+    huge = jax.ShapeDtypeStruct((1, 1, 50_000, 50_000), jnp.float32)  # traced, never allocated
+    with pytest.raises(ValueError, match="index_dtype int32 cannot hold the flat indices"):
+        jax.eval_shape(lambda v: ju.max_pool2d_with_indices(v, 2), huge)
+
+
+def test_pool_errors_are_raised_at_trace_time_under_jit():
+    with pytest.raises(ValueError, match="padding must be at most half"):
+        jax.jit(lambda v: ju.max_pool2d_with_indices(v, 2, 1, 3)).lower(X4)
+
+
+def test_no_warning_for_default_pool_arguments():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ju.max_pool2d_with_indices(X4, 2)
+
+
+# --------------------------------------------------------------------------------------
+# The 1-D and 3-D unpools: each error names the function, the argument and the rank
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn,args,message", [
+    (ju.max_unpool1d, ((2, 3, 4, 5), {"output_size": (8,)}),
+     r"max_unpool1d: x must have rank 2 \(C, W\) or 3 \(N, C, W\), got rank 4"),
+    (ju.max_unpool3d, ((2, 3, 4), {"output_size": (8, 8, 8)}),
+     r"max_unpool3d: x must have rank 4 \(C, D, H, W\) or 5 \(N, C, D, H, W\), got rank 3"),
+    (ju.max_unpool3d, ((2, 3, 4, 4, 4), {"kernel_size": (2, 2)}),
+     r"max_unpool3d: kernel_size must be an int or a triple of ints, got \(2, 2\)"),
+    (ju.max_unpool1d, ((2, 3, 4), {"output_size": (8, 8)}),
+     r"max_unpool1d: output_size must have 1 entries \(W_out\) or 3 \(a full shape\)"),
+    (ju.max_unpool3d, ((2, 3, 4, 4, 4), {"output_size": (8, 8, 8), "data_format": "NCHW"}),
+     r"max_unpool3d: data_format must be one of \['CDHW', 'DHWC', 'NCDHW', 'NDHWC'\], "
+     r"got 'NCHW'"),
+    (ju.max_unpool3d, ((1, 1, 2, 2, 2), {"kernel_size": 2, "output_size": (4, 4, 6)}),
+     r"max_unpool3d: invalid output_size \(4, 4, 6\): .* \(W_out between 2 and 6"),
+])
+def test_unpool_errors_of_other_ranks_name_the_function_and_argument(fn, args, message):
+    shape, kwargs = args
+    with pytest.raises((ValueError, TypeError), match=message):
+        fn(jnp.zeros(shape), jnp.zeros(shape, jnp.int32), **kwargs)
+
+
+@pytest.mark.slow
+def test_unpool_backward_errors_of_other_ranks_name_the_function():
+    g = jnp.zeros((1, 2, 3, 4, 5))
+    idx = jnp.zeros((1, 2, 2, 2, 2), jnp.int32)
+    with pytest.raises(ValueError, match=r"max_unpool3d_backward: output_size \(3, 4, 6\) must "
+                                         r"match grad_output's spatial dims \(3, 4, 5\)"):
+        ju.max_unpool3d_backward(g, jnp.zeros(idx.shape), idx, (3, 4, 6))
+    with pytest.raises(TypeError, match="max_unpool1d_backward: indices must be int32 or int64"):
+        ju.max_unpool1d_backward(jnp.zeros((1, 2, 6)), jnp.zeros((1, 2, 3)),
+                                 jnp.zeros((1, 2, 3)), (6,))
+
+
+NOTE_3D = ("any position named here is in the indices buffer of this kernel call: n counts "
+           "the images with the batch axes of jax.vmap folded in, i = (d * H + h) * W + w, "
+           "and under sharding positions are within the shard")
+
+
+@pytest.mark.slow
+def test_run_time_errors_name_the_rank_and_its_output_volume():
+    idx = np.zeros((1, 1, 2, 2, 2), np.int32)
+    idx[0, 0, 1, 1, 0] = 64  # the output volume has 4 * 4 * 4 = 64 positions
+    message = ("OUT_OF_RANGE: max_unpool3d{}: index 64 at (n=0, c=0, i=6) of indices is out "
+               "of range: valid indices are [0, 64) for an output volume of 4x4x4{} "
+               f"({NOTE_3D})")
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(ju.max_unpool3d(jnp.ones(idx.shape), idx, 2))
+    # The forward's index past the volume comes with the usual cause's remedy.
+    assert str(err.value).splitlines()[0] == message.format("", POOL_HINT)
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(ju.max_unpool3d_backward(
+            jnp.ones((1, 1, 4, 4, 4)), jnp.ones(idx.shape), idx, (4, 4, 4)))
+    assert str(err.value).splitlines()[0] == message.format("_backward", "")
+
+
+@pytest.mark.slow
+def test_run_time_error_of_1d_names_the_output_row():
+    idx = np.array([[[0, 1, 2], [3, 4, 9]]], np.int32)  # (N, C, W) = (1, 2, 3) into a row of 8
+    with pytest.raises(jax.errors.JaxRuntimeError) as err:
+        jax.block_until_ready(ju.max_unpool1d(jnp.ones(idx.shape), idx, output_size=(8,)))
+    assert str(err.value).splitlines()[0] == (
+        "OUT_OF_RANGE: max_unpool1d: index 9 at (n=0, c=1, i=2) of indices is out of range: "
+        f"valid indices are [0, 8) for an output row of 8{POOL_HINT} (any position named here "
+        "is in the "
+        "indices buffer of this kernel call: n counts the images with the batch axes of "
+        "jax.vmap folded in, i = w, and under sharding positions are within the shard)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bind,message", [
+    (lambda x, i: ju.max_unpool2d_p.bind(x, i, output_size=(2, 2, 2, 2), channels_last=False),
+     r"max_unpool2d_p: output_size must be a tuple of 1, 2 or 3 sizes"),
+    (lambda x, i: ju.max_unpool2d_backward_p.bind(x, i, channels_last=False, spatial_rank=4),
+     r"max_unpool2d_backward_p: spatial_rank must be 1, 2 or 3, got 4"),
+    (lambda x, i: ju.max_unpool2d_backward_p.bind(x, i, channels_last=False, spatial_rank=1),
+     r"max_unpool1d_backward: grad_output must have rank 2 \(C, W\) or 3 \(N, C, W\), got "
+     r"rank 4"),
+])
+def test_direct_binds_with_a_bad_spatial_rank_are_value_errors(bind, message):
+    with pytest.raises(ValueError, match=message):
+        bind(jnp.zeros((1, 1, 2, 2)), jnp.zeros((1, 1, 2, 2), jnp.int32))
+
+
+# --------------------------------------------------------------------------------------
 # Arguments of every kind (issue 22): each public function names itself and the argument
 # --------------------------------------------------------------------------------------
 
@@ -518,13 +689,13 @@ def test_npu_locate_and_is_available_with_a_bytes_directory():
 # Zero output sizes: PyTorch accepts them (the result is empty)
 # --------------------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_a_zero_output_size_gives_an_empty_result_as_in_pytorch(k):
     # torch: F.max_unpool1d(x, i, 1, 2, output_size=[0]) on a 1x1x1 input is (1, 1, 0),
     # whatever the indices (an empty result has nothing to write); likewise here, on
-    # every path (the handler is never called: XLA replaces an empty result).
-    import torch
-
+    # every path (the handler is never called: XLA replaces an empty result). The golden
+    # file's zero_size cases check it without torch.
     size = (0,) + (2,) * (k - 1)
     x, idx = np.ones((1, 1) + (1,) * k, np.float32), np.full((1, 1) + (1,) * k, 5)
     t = getattr(torch.nn.functional, f"max_unpool{k}d")(

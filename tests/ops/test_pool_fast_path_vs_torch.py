@@ -15,34 +15,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+import torch_oracle
+from dtypes import bits
+from torch_oracle import assert_same_as_torch, torch_pool
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+# Every test here compares with torch on random inputs; the golden file's fast-path cases
+# (tests/ops/test_golden_torch.py) cover it without torch.
+pytest.importorskip("torch", reason=torch_oracle.MISSING)
+
 POOL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
         3: ju.max_pool3d_with_indices}
-TORCH = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
-# torch's dtype of each numpy one; bfloat16 goes over as its bits.
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-                "bfloat16": torch.bfloat16, "uint8": torch.uint8, "int16": torch.int16}
-
-
-def bits(a) -> np.ndarray:
-    a = np.ascontiguousarray(np.asarray(a))
-    return a.view(f"u{a.dtype.itemsize}")
-
-
-def torch_pool(x: np.ndarray, k: int, *args) -> tuple[np.ndarray, np.ndarray]:
-    """torch's values (as bits) and int64 indices."""
-    name = jnp.dtype(x.dtype).name
-    xt = torch.from_numpy(bits(x).view(f"i{x.dtype.itemsize}")).view(TORCH_DTYPES[name])
-    out, idx = TORCH[k](xt, *args, return_indices=True)
-    out_bits = out.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
-        x.dtype.itemsize]).numpy()
-    return out_bits.view(f"u{x.dtype.itemsize}"), idx.numpy()
+DTYPES = ["float32", "float64", "float16", "bfloat16", "uint8", "int16"]
 
 
 def mixed_values(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
@@ -59,13 +46,11 @@ def mixed_values(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
     return x.astype(dt)
 
 
-def assert_same_as_torch(x: np.ndarray, k: int, *args, index_dtype=jnp.int32) -> None:
-    want_values, want_indices = torch_pool(x, k, *args)
+def assert_same_as_native(x: np.ndarray, k: int, *args, index_dtype=jnp.int32) -> None:
+    """The native pool (the public function) gives torch's values, bit for bit, and its
+    indices."""
     with enable_x64(x.dtype.itemsize == 8 or index_dtype == jnp.int64):
-        values, indices = POOL[k](x, *args, index_dtype=index_dtype)
-    assert values.dtype == x.dtype and indices.dtype == index_dtype
-    np.testing.assert_array_equal(bits(values), want_values)
-    np.testing.assert_array_equal(np.asarray(indices), want_indices)
+        assert_same_as_torch(k, x, *args, pools=(POOL[k],), index_dtype=index_dtype)
 
 
 def fast_window(k: int, ceil_mode: bool) -> tuple:
@@ -80,7 +65,7 @@ def widths(block: int) -> list[int]:
     return [w for f in full for w in (2 * f, 2 * f + 1)]
 
 
-@pytest.mark.parametrize("dtype", list(TORCH_DTYPES))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_every_row_length_around_the_vector_block_matches_torch(k, dtype):
     rng = np.random.default_rng(k)
@@ -89,7 +74,7 @@ def test_every_row_length_around_the_vector_block_matches_torch(k, dtype):
         # D and H odd: under ceil_mode the last window row and slice are half outside.
         x = mixed_values(rng, (2, 3, *(5,) * (k - 1), w), dtype)
         for ceil_mode in (False, True):
-            assert_same_as_torch(x, k, *fast_window(k, ceil_mode))
+            assert_same_as_native(x, k, *fast_window(k, ceil_mode))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -98,7 +83,7 @@ def test_int64_indices_match_torch(k, dtype):
     # The kernel counts indices in int32 where the plane fits and widens them.
     x = mixed_values(np.random.default_rng(10 + k), (2, 3, *(7,) * (k - 1), 29), dtype)
     for ceil_mode in (False, True):
-        assert_same_as_torch(x, k, *fast_window(k, ceil_mode), index_dtype=jnp.int64)
+        assert_same_as_native(x, k, *fast_window(k, ceil_mode), index_dtype=jnp.int64)
 
 
 @pytest.mark.parametrize("k,shape", [(3, (2, 7, 9, 67, 63)), (2, (4, 9, 131, 126)),
@@ -109,9 +94,9 @@ def test_runs_split_across_the_thread_pool_match_torch(k, shape):
     # half outside.
     x = mixed_values(np.random.default_rng(20 + k), shape, "float32")
     for ceil_mode in (False, True):
-        want_values, want_indices = torch_pool(x, k, *fast_window(k, ceil_mode))
+        want_values, want_indices = torch_pool(k, x, *fast_window(k, ceil_mode))
         values, indices = jax.jit(lambda v, c=ceil_mode: POOL[k](v, *fast_window(k, c)))(x)
-        np.testing.assert_array_equal(bits(values), want_values)
+        np.testing.assert_array_equal(bits(values), bits(want_values))
         np.testing.assert_array_equal(np.asarray(indices), want_indices)
 
 
@@ -125,14 +110,14 @@ def test_runs_split_across_the_thread_pool_match_torch(k, shape):
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_windows_beside_the_fast_path_match_torch(k, window):
     x = mixed_values(np.random.default_rng(30 + k), (2, 3, *(6,) * (k - 1), 21), "float32")
-    assert_same_as_torch(x, k, *window)
+    assert_same_as_native(x, k, *window)
 
 
 def test_per_axis_windows_of_2_only_on_some_axes_match_torch():
     # A 3-D window of 1 along D (or a stride of 1 along H) is not the fast path.
     x = mixed_values(np.random.default_rng(40), (2, 3, 4, 6, 18), "float32")
     for window in (((1, 2, 2), (1, 2, 2), 0, 1, False), ((2, 2, 2), (2, 1, 2), 0, 1, True)):
-        assert_same_as_torch(x, 3, *window)
+        assert_same_as_native(x, 3, *window)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -143,10 +128,10 @@ def test_channels_last_with_int64_indices_matches_torch(k):
         x = mixed_values(rng, (2, channels, *(5,) * (k - 1), 7), "float32")
         last = np.ascontiguousarray(np.moveaxis(x, 1, -1))
         for ceil_mode in (False, True):
-            want_values, want_indices = torch_pool(x, k, *fast_window(k, ceil_mode))
+            want_values, want_indices = torch_pool(k, x, *fast_window(k, ceil_mode))
             with enable_x64(True):
                 values, indices = POOL[k](last, *fast_window(k, ceil_mode),
                                           data_format=CHANNELS_LAST[k], index_dtype=jnp.int64)
             assert indices.dtype == jnp.int64
-            np.testing.assert_array_equal(bits(values), np.moveaxis(want_values, 1, -1))
+            np.testing.assert_array_equal(bits(values), bits(np.moveaxis(want_values, 1, -1)))
             np.testing.assert_array_equal(np.asarray(indices), np.moveaxis(want_indices, 1, -1))

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpy_oracle
 import pytest
+from dtypes import bits
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 from out_of_range import RUNTIME_ERRORS, expected_message
@@ -46,12 +47,6 @@ fwd_ref = jax.jit(reference.max_unpool2d, static_argnames=("output_size", "data_
 bwd_ffi = jax.jit(ju.max_unpool2d_backward, static_argnames=("output_size", "data_format"))
 bwd_ref = jax.jit(reference.max_unpool2d_backward,
                   static_argnames=("output_size", "data_format"))
-
-
-def bits(a) -> np.ndarray:
-    """The array's bits as unsigned ints: NaN payloads and -0.0 compare exactly."""
-    a = np.asarray(a)
-    return a.view(np.uint8 if a.dtype == np.bool_ else np.dtype(f"uint{8 * a.itemsize}"))
 
 
 def special_bits(dtype: np.dtype) -> list[int]:

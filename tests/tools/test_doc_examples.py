@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doc_examples
 import pytest
+from torch_oracle import needs_torch
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +15,13 @@ PAGES = [doc_examples.parse(path) for path in doc_examples.pages()]
 WITH_EXAMPLES = [page for page in PAGES if page.blocks]
 
 
-@pytest.mark.parametrize("page", WITH_EXAMPLES, ids=[p.name for p in WITH_EXAMPLES])
+def _needs(page) -> list:
+    """A page that ports a PyTorch model (docs/porting.md) runs where torch is installed."""
+    return [needs_torch] if any("import torch" in b.code for b in page.blocks) else []
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=_needs(p), id=p.name)
+                                  for p in WITH_EXAMPLES])
 def test_the_page_examples_run_and_print_what_the_page_shows(page):
     if page.subprocess:
         outputs = doc_examples.run_in_process(page)

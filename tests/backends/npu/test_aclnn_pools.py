@@ -12,11 +12,12 @@ XLA-ops path; the native CPU pool back when the emulation ends.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy_oracle
 import pytest
-import torch
 from cann_without_ops import missing_op, run_without_ops
 from dtypes import assert_bits_equal
 from fresh_process import run_code
+from torch_oracle import needs_torch, torch, torch_pool
 
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
@@ -56,13 +57,19 @@ def call(k, x, result_shape, index_dtype, **attributes):
     return jax.jit(lambda x: f(x, **attributes))(x)
 
 
-def torch_pool(x, kernel, stride, padding, ceil_mode):
+def pytorch(x, kernel, stride, padding, ceil_mode):
     """PyTorch's values and indices, channels first, batched or not (float32 compute: the
     values are exact in it, so the order and the winners are the same)."""
-    pool = torch.nn.functional.max_pool2d if len(kernel) == 2 else torch.nn.functional.max_pool3d
-    t = torch.from_numpy(np.asarray(x, np.float32))
-    values, indices = pool(t, kernel, stride, padding, 1, ceil_mode, return_indices=True)
-    return values.numpy().astype(x.dtype), indices.numpy()
+    values, indices = torch_pool(len(kernel), np.asarray(x, np.float32), kernel, stride,
+                                 padding, 1, ceil_mode)
+    return values.astype(x.dtype), indices
+
+
+def pooled_shape(shape, kernel):
+    """The result's shape of a pool with stride kernel, no padding (channels first)."""
+    k = len(kernel)
+    return (*shape[:-k], *(numpy_oracle.pool_output_size(n, w, w, 0, 1, False)
+                           for n, w in zip(shape[-k:], kernel)))
 
 
 def hard_values(rng, shape, dtype):
@@ -83,6 +90,7 @@ def to_channels_last(a, k):
 # Values, indices and the dtypes aclnn sees
 # --------------------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.parametrize("batched", [True, False])
 @pytest.mark.parametrize("layout", ["first", "last"])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -94,7 +102,7 @@ def test_values_and_indices_equal_pytorch(emulated, rng, k, dtype, layout, batch
     for (kernel, stride, padding, ceil_mode), index_dtype in zip(WINDOWS[k],
                                                                  ["int32", "int64"]):
         index_dtype = "int32" if k == 3 else index_dtype
-        want_v, want_i = torch_pool(x, kernel, stride, padding, ceil_mode)
+        want_v, want_i = pytorch(x, kernel, stride, padding, ceil_mode)
         if last:
             want_v, want_i = to_channels_last(want_v, k), to_channels_last(want_i, k)
         with enable_x64(index_dtype == "int64"):
@@ -128,7 +136,7 @@ def test_workspace_stream_and_objects(emulated, rng):
 def test_values_the_ops_do_not_take_are_refused_before_cann(emulated, k):
     x = np.zeros(SHAPES[k], np.int32)
     kernel = (2,) * k
-    out = torch_pool(x.astype(np.float32), kernel, kernel, (0,) * k, False)[0].shape
+    out = pooled_shape(x.shape, kernel)
     with pytest.raises(RUNTIME_ERRORS) as err:
         call(k, x, out, "int32", **window_attributes(kernel, kernel, (0,) * k, False))
     assert str(err.value) == (f"INVALID_ARGUMENT: {OP[k]}: {RUN[k]} takes float16, bfloat16 "
@@ -184,7 +192,7 @@ def test_a_failing_status_reaches_python(emulated, rng, function):
     k = 2 if "2d" in function else 3
     kernel = (2,) * k
     x = hard_values(rng, SHAPES[k], "float32")
-    out = torch_pool(x, kernel, kernel, (0,) * k, False)[0].shape
+    out = pooled_shape(x.shape, kernel)
     with pytest.raises(RUNTIME_ERRORS) as err:
         call(k, x, out, "int32", **window_attributes(kernel, kernel, (0,) * k, False))
     message = str(err.value)
@@ -282,6 +290,7 @@ def test_both_ops_are_asked_for_int32_indices_and_widened(emulated, rng, k):
     assert emulated.last_indices_dtype(RUN[max(k, 2)].encode()) == ACL["int32"]
 
 
+@needs_torch
 @pytest.mark.parametrize("k", [2, 3])
 def test_the_public_pool_and_its_gradient_run_on_aclnn(emulated, rng, k):
     # What a user's code reaches: ju.max_pool{k}d_with_indices, jitted, and its gradient
@@ -315,7 +324,7 @@ def test_a_second_register_reroutes_programs_compiled_before(emulated, fake_cann
     # Issue 31 item 3: register() again with another aclnn_pools clears jax's caches, so the
     # same jitted function, compiled and run before, lowers and runs the other way.
     x = hard_values(rng, SHAPES[2], "float32")
-    want = torch_pool(x, (2, 2), (2, 2), (0, 0), False)
+    want = numpy_oracle.max_pool(x, (2, 2), (2, 2), (0, 0), (1, 1), False)
     pool = jax.jit(lambda x: ju.max_pool2d_with_indices(x, 2))
     runs = RUN[2].encode()
     for aclnn_pools, calls in ((True, 1), (False, 1), (True, 2)):
@@ -379,18 +388,18 @@ WITH_POOLS = ["Ascend910B1", "Ascend910_9391", "Ascend950PR_9599"]  # A2, A3, 95
 PUBLIC_SHAPES = {1: (2, 3, 9), 2: SHAPES[2], 3: SHAPES[3]}
 
 
-def _public_pool_against_torch(k, x):
-    """The public k-D pool, jitted, and its gradient, against PyTorch's; returns the
-    lowered program's text."""
+def _public_pool_against_the_oracle(k, x):
+    """The public k-D pool, jitted, and its gradient, against numpy's loops (PyTorch's CPU
+    loop, transcribed; 2-wide windows do not overlap: the gradient adds nothing up);
+    returns the lowered program's text."""
     pool = getattr(ju, f"max_pool{k}d_with_indices")
     values, indices = jax.jit(lambda x: pool(x, 2))(x)
     grad = jax.jit(jax.grad(lambda x: (pool(x, 2)[0] ** 2).sum()))(x)
-    t = torch.from_numpy(x).requires_grad_(True)
-    want_v, want_i = getattr(torch.nn.functional, f"max_pool{k}d")(t, 2, return_indices=True)
-    (want_g,) = torch.autograd.grad((want_v ** 2).sum(), t)
-    assert_bits_equal(values, want_v.detach().numpy())
-    assert_bits_equal(indices, want_i.numpy().astype(np.int32))
-    assert_bits_equal(grad, want_g.numpy())
+    want_v, want_i = numpy_oracle.max_pool(x, (2,) * k, (2,) * k, (0,) * k, (1,) * k, False)
+    want_g = numpy_oracle.scatter_add_nd(2 * want_v, want_i, x.shape[-k:])
+    assert_bits_equal(values, want_v)
+    assert_bits_equal(indices, want_i.astype(np.int32))
+    assert_bits_equal(grad, want_g)
     return jax.jit(lambda x: pool(x, 2)).lower(x).as_text()
 
 
@@ -404,7 +413,7 @@ def test_pools_keep_xla_ops_on_chips_without_the_aclnn_pools(fake, fake_cann_dir
     x[np.isnan(x)] = 0.5  # a finite gradient to compare
     calls = [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())]
     with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
-        text = _public_pool_against_torch(k, x)
+        text = _public_pool_against_the_oracle(k, x)
     assert "aclnn" not in text and "custom_call" not in text, text[:3000]
     assert [fake.call_count(f.encode()) for f in (*GWS.values(), *RUN.values())] == calls
 
@@ -416,7 +425,7 @@ def test_pools_go_to_aclnn_on_chips_with_them(fake, fake_cann_dir, rng, soc):
         x[np.isnan(x)] = 0.5
         runs = fake.call_count(RUN[max(k, 2)].encode())
         with fake.soc(soc), npu.cpu_emulation(fake_cann_dir):
-            text = _public_pool_against_torch(k, x)
+            text = _public_pool_against_the_oracle(k, x)
         assert TARGET[max(k, 2)] in text, (soc, k)
         assert fake.call_count(RUN[max(k, 2)].encode()) == runs + 2  # forward, and in grad
 

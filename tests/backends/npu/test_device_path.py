@@ -596,7 +596,7 @@ def test_a_cann_without_ops_math_refuses_device_unpools_and_routes_none(tmp_path
         assert code == 9 and first_phases == 0  # FAILED_PRECONDITION
         assert message == (
             f"max_unpool2d: the loaded CANN ({nnopbase}, {opapi}, and the op library's "
-            f"ops-math library where present) has no {missing}, with which a device call "
+            f"ops-math library where present) has no {missing}, with which a call "
             f"{purpose}: CANN's unpool ops do not range-check indices. Install CANN's "
             f"ops-math package (libopapi_math.so) beside the op library.")
 
