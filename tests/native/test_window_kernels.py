@@ -70,8 +70,10 @@ def positions_note(k: int) -> str:
     return POSITIONS_NOTE.replace("i = h * W + w", flat)
 
 
-def first_bad_message(op, offsets, flat, ok, named, in_size, geometry, channels_last):
-    """The message of the first bad element in buffer order, or None."""
+def first_bad_message(op, offsets, flat, ok, named, in_size, geometry, channels_last,
+                      flat_error):
+    """The message of the first bad element in buffer order, or None; `flat_error` is the
+    message of the same call on the flat positions the offsets name."""
     bad = np.flatnonzero(~np.asarray(ok).reshape(-1))
     if bad.size == 0:
         return None
@@ -92,13 +94,9 @@ def first_bad_message(op, offsets, flat, ok, named, in_size, geometry, channels_
                 f" at (n={n}, c={c}, i={i}) of indices is out of range: valid offsets are "
                 f"[0, {math.prod(kernel)}), the taps of its window {window} that lie inside "
                 f"the output {what} of {sizes} ({positions_note(k)})")
-    value = int(np.asarray(flat).reshape(-1)[at])
-    hint = "" if op.endswith("_backward") else (
-        "; if the indices come from a max pool, pass the pool's input size as output_size "
-        "(the default output size can be smaller, e.g. for an odd input size with stride 2)")
-    return (f"OUT_OF_RANGE: {op}: index {value} at (n={n}, c={c}, i={i}) of indices is out "
-            f"of range: valid indices are [0, {math.prod(in_size)}) for an output {what} of "
-            f"{sizes}{hint} ({positions_note(k)})")
+    # A window of padding only names PyTorch's initial index past the plane: the message is
+    # the one the same call on flat indices gives (the first bad element is the same).
+    return flat_error
 
 
 def _pool(x, geometry, channels_last):
@@ -145,14 +143,20 @@ def test_random_offsets_give_numpys_unpool_and_gather_or_the_first_bad_one(rng, 
                     offsets[spots] = rng.integers(0, 256, int(spots.sum()))
             flat, ok, named = decode(offsets, in_size, *geometry[1:5], last)
             w_case = ju.WindowIndices(jnp.asarray(offsets), w.geometry)
-            for op, call, want in (
+            fmt, positions = FORMATS[k][last], jnp.asarray(flat.astype(np.int64))
+            for op, call, flat_call, want in (
                     (f"max_unpool{k}d", partial(UNPOOL[k], values, w_case),
+                     partial(UNPOOL[k], values, positions, output_size=in_size,
+                             data_format=fmt),
                      lambda f: oracle.unpool_nd(np.asarray(values), f, in_size, last)),
                     (f"max_unpool{k}d_backward", partial(BACKWARD[k], grad, values, w_case),
+                     partial(BACKWARD[k], grad, values, positions, in_size, data_format=fmt),
                      lambda f: oracle.gather_nd(np.asarray(grad), f, k, last))):
                 got, error = _outcome(call)
+                with enable_x64():
+                    flat_error = _outcome(flat_call)[1]
                 message = first_bad_message(op, offsets, flat, ok, named, in_size, geometry,
-                                            last)
+                                            last, flat_error)
                 assert error == message, (case, op)
                 if message is None:
                     assert_bits_equal(got, want(flat))
@@ -225,8 +229,10 @@ def test_calls_split_across_threads_equal_the_flat_kernels(rng, shape, kernel, s
                 ("max_unpool2d_backward", partial(ju.max_unpool2d_backward, x, values, w_bad),
                  lambda f: ju.max_unpool2d_backward(x, values, f, in_size, data_format=fmt))):
             got, error = _outcome(call)
+            with enable_x64():
+                flat_error = _outcome(lambda: flat_call(jnp.asarray(flat.astype(np.int64))))[1]
             assert error == first_bad_message(op, bad, flat, ok, named, tuple(in_size),
-                                              geometry, last), op
+                                              geometry, last, flat_error), op
             if spots is None:
                 assert_bits_equal(got, flat_call(jnp.asarray(flat.astype(np.int32))))
 
