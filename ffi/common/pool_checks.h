@@ -21,8 +21,8 @@ namespace jax_unpool {
 
 // floor(n / d) for d >= 1 without a 128-bit division: that is a library call (__divti3),
 // which the wheels' toolchain takes from zig's compiler_rt, and with it compiler_rt's
-// generic memset, memcpy and memmove, which then replace glibc's in the whole module (the
-// unpool forward's zero-fill took 1.25x the time). One 64-bit division where |n| fits in
+// generic memset, memcpy and memmove, which then replace glibc's in the whole module
+// (slower: docs/performance.md, "Measured choices"). One 64-bit division where |n| fits in
 // 64 bits (any real call), else binary long division (|n| < 2^127, d < 2^63).
 inline __int128 FloorDivide(__int128 n, int64_t d) {
   using U128 = unsigned __int128;

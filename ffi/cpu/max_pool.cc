@@ -153,9 +153,8 @@ class Pool {
   // output w are 2 * w and 2 * w + 1 of each of its 1, 2 or 4 input rows, in scan order:
   // one pass over the run's outputs per input slice d, in which each output row is a
   // vectorised loop over its 1 or 2 input rows. So x is read in order, slice after slice,
-  // and the run's results (a few KB) stay in cache from the first pass to the second.
-  // (The 3-D pool once took each output row's 4 input rows together, from two slices at
-  // once, and took 2.5x the time per byte of the 2-D pool at 51 MB; 1.0x in order.)
+  // and the run's results (a few KB) stay in cache from the first pass to the second
+  // (reading two slices at once was slower: docs/performance.md, "Measured choices").
   // J: the type indices are computed in (see Pairs).
   template <typename J>
   int64_t FastRows(const Raw* src, int64_t od, int64_t oh0, int64_t oh1, Raw* out,
@@ -216,9 +215,9 @@ class Pool {
   // scan order. (Offsets: b0 is the first tap's number and down the next row's, 2.) Indices are counted up in J, not derived from ow; J is int32 wherever the
   // plane's positions fit (int64 indices included, widened when stored). So the
   // vectorised loop adds vectors of 4-byte lanes, as wide as the float compares' masks:
-  // with int64 ow or int64 indices the compiler did not vectorise it (int64 indices ran
-  // 8x slower). The order comes by value: a member read through `this` could alias out.
-  // Inlined into the loop over rows: as a call it took 1.17x the time in 3-D.
+  // with int64 ow or int64 indices the compiler did not vectorise it. The order comes by
+  // value: a member read through `this` could alias out. Inlined into the loop over rows
+  // (both measured: docs/performance.md, "Measured choices").
   template <int R, bool kMore, typename J>
   __attribute__((always_inline)) static void Pairs(const Order order, const Raw* __restrict r0, const Raw* __restrict r1,
                     J b0, J down, int64_t o0, int64_t o1, Raw* __restrict out,
@@ -226,8 +225,8 @@ class Pool {
     constexpr J step = kTaps ? 0 : 2;  // per output
     J i = b0 + static_cast<J>(step * o0);
     // As many lanes as values in a 16-byte vector, as GCC takes and PairRows cuts rows for:
-    // clang's cost model (baseline x86-64) took fewer, 2 for float32 with int64 indices,
-    // and ran 1.66x GCC's instructions (int8 with int64 indices: 2.5x).
+    // clang's cost model (baseline x86-64) took fewer and ran more instructions
+    // (docs/performance.md, "Measured choices").
 #if defined(__clang__)
 #pragma clang loop vectorize_width(16 / sizeof(Raw))
 #endif
@@ -332,7 +331,7 @@ class Pool {
   // C contiguous values each. With int64 indices, where the plane's positions fit int32,
   // and with offsets, the taps' loops choose int32 indices in `narrow`, converted after:
   // as for the rows (see Pairs), the compiler vectorised neither loop with int64 indices
-  // (6x slower).
+  // (docs/performance.md, "Measured choices").
   void FastPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out, I* idx,
                     int32_t* narrow) const {
     int64_t flat[8], at[8];  // each tap's flat position, and what its index is
@@ -492,9 +491,8 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     if (units == 0 || values->element_count() == 0) return ffi::Error::Success();
     // The pool's results are a quarter of x or less: most fall below glibc's 32 MiB mmap
     // threshold and come from its heap, whose top glibc gives back to the kernel when
-    // they are freed, so that each call faults them in again (measured: ~5000 faults per
-    // call on the 103 MB input of the benchmark). Huge pages from 4 MiB up, as numpy
-    // advises its arrays, cut that 5- to 6-fold.
+    // they are freed, so that each call faults them in again. Huge pages from 4 MiB up, as
+    // numpy advises its arrays, fault far less (docs/performance.md, "Measured choices").
     constexpr size_t kAdviseBytes = size_t{4} << 20;
     AdviseHugePages(values->untyped_data(), values->size_bytes(), kAdviseBytes);
     AdviseHugePages(indices->untyped_data(), indices->size_bytes(), kAdviseBytes);

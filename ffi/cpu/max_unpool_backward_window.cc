@@ -88,7 +88,7 @@ void SelectRowAnyWidth(const uint8_t* off, const V* row, V* out, int tap, int64_
 
 // Prefetches the input rows of window row (od, oh) of a tiling pool's plane `src`, if it
 // has one: the rows are read in order, but the hardware prefetcher alone left the select
-// waiting on memory (1.3x the time of the flat kernel's gather, which prefetches). Inlined
+// waiting on memory (docs/performance.md, "Measured choices"). Inlined
 // always: GCC 12 takes a function of prefetches alone for one without effects and drops
 // its calls.
 template <typename V>

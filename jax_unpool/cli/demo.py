@@ -268,9 +268,8 @@ MAX_STEPS = 1_000_000  # days of training on a laptop; the losses are kept in a 
 DEFAULT_STEPS = 800
 TEST_COUNT = 256
 BEATS_TRIVIAL_BY = 0.05
-# memory_needed's terms, in bytes: about 1.6 times the peak resident memory measured for
-# each (356 MB for the smallest run; 31 to 39 bytes per activation unit, 1,900 to 2,500
-# per width squared, 18 per held-out pixel).
+# memory_needed's terms, in bytes: about 1.6 times the peak resident memory measured
+# (docs/performance.md, "Measured choices").
 MEMORY_BASE = 512 << 20
 MEMORY_PER_ACTIVATION = 64  # per image pixel and channel of the first layer in a batch
 MEMORY_PER_WEIGHT = 3000  # per width squared: weights, gradients, Adam's moments

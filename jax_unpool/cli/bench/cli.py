@@ -61,9 +61,8 @@ from jax_unpool.cli.bench import layout, measure, pool, step, table, targets, un
 # TARGETS, rows(settings), targets(rows) and report(rows, judged) (docs/performance.md,
 # "Adding a section").
 SECTIONS = {section.NAME: section for section in (unpool, layout, pool, step)}
-# memory_needed's terms, about 1.5 times the peak resident memory measured: 1.1 GB for
-# the tiny shape (jax, the bandwidth's buffers), and per byte of an unpooled element's
-# value and index 2.4 (2-D pool, float32) to 4.6 (1-D unpool and pool) bytes more.
+# memory_needed's terms, about 1.5 times the peak resident memory measured
+# (docs/performance.md, "Measured choices").
 MEMORY_BASE = 3 << 29
 MEMORY_PER_BYTE = 7
 
