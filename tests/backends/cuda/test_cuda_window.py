@@ -23,6 +23,8 @@ from dtypes import bits
 import jax_unpool as ju
 from jax_unpool._compat import enable_x64
 
+pytestmark = pytest.mark.slow  # as test_cuda_logic.py: the emulation's build and loops
+
 POOL = {1: ju.max_pool1d_with_indices, 2: ju.max_pool2d_with_indices,
         3: ju.max_pool3d_with_indices}
 UNPOOL = {1: ju.max_unpool1d, 2: ju.max_unpool2d, 3: ju.max_unpool3d}
