@@ -91,9 +91,21 @@ def test_offsets_are_the_oracles_argmax_taps_and_to_flat_its_indices(rng, k, siz
     np.testing.assert_array_equal(w.to_flat(), _layout(flat, k, last).astype(np.int32))
 
 
-@pytest.mark.parametrize("k, size, kw", GEOMETRIES, ids=IDS)
-@pytest.mark.parametrize("backend", list(BACKENDS))
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "float64"])
+DTYPES = ["float32", "bfloat16", "int8", "float64"]
+
+
+def _every_op_cases():
+    """Every geometry, backend and dtype; the everyday run takes one dtype per geometry and
+    backend, in turn (each dtype meets every rank and both backends), the rest `-m slow`."""
+    for g, (geometry, name) in enumerate(zip(GEOMETRIES, IDS)):
+        for b, backend in enumerate(BACKENDS):
+            for d, dtype in enumerate(DTYPES):
+                everyday = d == (g + 2 * b) % len(DTYPES)
+                yield pytest.param(*geometry, backend, dtype, id=f"{dtype}-{backend}-{name}",
+                                   marks=() if everyday else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("k, size, kw, backend, dtype", list(_every_op_cases()))
 def test_every_op_with_offsets_is_bit_equal_to_the_flat_path(rng, k, size, kw, backend, dtype):
     last = dtype == "bfloat16"  # both layouts over the dtypes
     fmt = FORMATS[k][last]

@@ -31,7 +31,9 @@ def test_one_round_prints_every_case_and_the_bytes_it_moves(tmp_path):
         assert row["bytes"] == 4 * elements + 4 * outputs + 4 * outputs, row
         assert row["ms"] > 0
         assert f"| {row['case']} | {tuple(row['shape'])} |" in proc.stdout
-    assert rows[0]["ratio"] == 1.0
+    assert rows[0]["ratio"] == 1.0 and rows[0]["ratio_range"] == [1.0, 1.0]
+    for row in rows:  # one round: its range is the one ratio
+        assert row["ratio_range"] == [row["ratio"], row["ratio"]]
     assert elements == prod(rows[0]["shape"])  # the same input size in every case
 
 
