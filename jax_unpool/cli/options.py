@@ -181,15 +181,6 @@ def gib(nbytes: float) -> str:
     return f"{size:.1f} GiB" if size < 1e6 else f"{size:.1e} GiB"
 
 
-def check_memory(parser: argparse.ArgumentParser, what: str, needed: int) -> None:
-    """A usage error when `what` needs more memory than this process may use (XLA and
-    numpy end such a run in a MemoryError, or abort the process, midway)."""
-    available = memory_bytes()
-    if needed > available:
-        parser.error(f"{what} need about {gib(needed)} of memory, more than the "
-                     f"{gib(available)} of this machine")
-
-
 def check_environment(parser: argparse.ArgumentParser) -> None:
     """A usage error, before any work, for a value of one of jax_unpool's environment
     variables that it does not know (`_settings` says which, and what it takes), or for

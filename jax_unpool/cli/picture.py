@@ -138,7 +138,3 @@ def png(rgb: np.ndarray) -> bytes:
     return (PNG_SIGNATURE + chunk(b"IHDR", head)
             + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
 
-
-def save_png(path: str, rgb: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        f.write(png(rgb))

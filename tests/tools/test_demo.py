@@ -53,7 +53,7 @@ def test_dataset_is_determined_by_the_seed():
 
 def test_picture_is_a_png_read_back_by_matplotlib(tmp_path):
     rgb = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
-    picture.save_png(str(tmp_path / "x.png"), rgb)
+    (tmp_path / "x.png").write_bytes(picture.png(rgb))
     pixels = image.imread(tmp_path / "x.png")  # floats in [0, 1]
     np.testing.assert_array_equal(np.round(pixels * 255), rgb)
 
@@ -62,7 +62,7 @@ def test_the_picture_needs_no_imaging_library(tmp_path, monkeypatch):
     rgb = np.random.default_rng(1).integers(0, 256, (3, 9, 3), dtype=np.uint8)
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
-        picture.save_png(str(tmp_path / "x.png"), rgb)
+        (tmp_path / "x.png").write_bytes(picture.png(rgb))
     np.testing.assert_array_equal(np.round(image.imread(tmp_path / "x.png") * 255), rgb)
 
 
