@@ -41,11 +41,13 @@ def window_indices(indices: Any, kernel_size: Any, stride: Any = None, padding: 
       A :class:`WindowIndices` whose ``to_flat(indices.dtype)`` gives `indices` back.
 
     Raises:
-      ValueError, TypeError: at trace time, for arguments the pool would refuse, or
-        indices whose shape is not the pool's output shape.
+      ValueError: at trace time, for arguments the pool would refuse, or indices whose
+        shape is not the pool's output shape.
+      TypeError: at trace time, for indices that are not int32 or int64, or arguments of
+        the wrong type.
       jax.errors.JaxRuntimeError: at run time on CPU, for an index that is not a position
-        of its window inside the input, naming it and its position. On the XLA ops
-        (GPU, TPU) such an index becomes an offset that the unpools drop.
+        of its window inside the input, naming it and its position. On CUDA and on the XLA
+        ops (TPU, other GPUs) such an index becomes an offset that the unpools drop.
     """
     fn = "window_indices"
     size = _args.int_tuple(input_size, (1, 2, 3))

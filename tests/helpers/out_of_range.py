@@ -44,6 +44,17 @@ def expected_message(op: str, indices, output_hw: tuple[int, int],
     i = h * width + w
     value = int(flat[k])
     hint = POOL_HINT if value >= plane and not op.endswith("_backward") else ""
+    # Read in the other layout, the buffer's plane is C times every spatial dim but the
+    # last (NCHW read as NHWC: (C, H), W the channels) or but the first (NHWC read as NCHW);
+    # an index inside that plane, scaled as the output scales the input, names that layout.
+    in_h, in_w = shape4[1:3] if channels_last else shape4[2:]
+    channels = shape4[3] if channels_last else shape4[1]
+    if hint and in_h * in_w > 0 and value < channels * (in_w if channels_last else in_h) * (
+            plane / (in_h * in_w)):
+        other, reading = ("NCHW", "channels-first") if channels_last else ("NHWC",
+                                                                         "channels-last")
+        hint = (f"; it fits the {reading} reading of these buffers: if the data is {other}, "
+                f"pass data_format='{other}'")
     return (f"OUT_OF_RANGE: {op}: index {value} at (n={n}, c={c}, i={i}) of indices "
             f"is out of range: valid indices are [0, {plane}) for an output plane of "
             f"{ho}x{wo}{hint} ({POSITIONS_NOTE})")

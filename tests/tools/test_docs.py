@@ -127,7 +127,8 @@ def test_the_api_page_leads_with_the_ops_and_layers_and_lists_no_constants(html)
     contents = _contents((html / "api.html").read_text())
     ops = [f"max_unpool{k}d()" for k in (1, 2, 3)] + [
         f"max_unpool{k}d_backward()" for k in (1, 2, 3)] + [
-        f"max_pool{k}d_with_indices()" for k in (1, 2, 3)] + ["export_safety_checks()"]
+        f"max_pool{k}d_with_indices()" for k in (1, 2, 3)] + [
+        "WindowIndices", "window_indices()", "export_safety_checks()"]
     assert contents[:len(ops) + 1] == ["Operations", *ops], contents
     layers = contents.index("Layers")
     assert layers == len(ops) + 1
@@ -225,7 +226,7 @@ def test_the_reference_signatures_show_the_defaults(api):
     for ident, default in (("max_unpool1d", "data_format='NCW'"),
                            ("max_unpool3d_backward", "data_format='NCDHW'"),
                            ("max_pool2d_with_indices", "data_format='NCHW'"),
-                           ("max_pool2d_with_indices", "index_dtype=jnp.int32)")):
+                           ("max_pool2d_with_indices", "index_dtype=jnp.int32, index_format='flat')")):
         signature = _text(re.search(r"<dt.*?</dt>",
                                     _entry(api, f"jax_unpool.reference.{ident}"),
                                     re.DOTALL).group())
@@ -304,7 +305,8 @@ def test_every_signature_names_its_arguments_and_defaults_without_type_hints(api
                          "output_size=None, *, data_format='NCHW')"),
         "max_pool2d_with_indices": ("max_pool2d_with_indices(x, kernel_size, stride=None, "
                                     "padding=0, dilation=1, ceil_mode=False, *, "
-                                    "data_format='NCHW', index_dtype=jnp.int32)"),
+                                    "data_format='NCHW', index_dtype=jnp.int32, "
+                                    "index_format='flat')"),
     }
     for ident, signature in signatures.items():
         shown = _text(re.search(r"<dt.*?</dt>", _entry(api, f"jax_unpool.{ident}"),

@@ -271,10 +271,10 @@ def _requirements(lines: list[str]) -> list[str]:
     return sorted(line.split("#")[0].strip() for line in lines if line.split("#")[0].strip())
 
 
-def test_the_test_extra_has_the_pinned_tools_of_build_wheels():
+def test_the_release_extra_has_the_pinned_tools_of_build_wheels():
     tools = _requirements((REPO / "tools" / "build-wheels.txt").read_text().splitlines())
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())[
-        "project"]["optional-dependencies"]["test"]
+        "project"]["optional-dependencies"]["release"]
     assert tools and set(tools) <= set(extra)
 
 
