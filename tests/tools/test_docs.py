@@ -128,7 +128,8 @@ def test_the_api_page_leads_with_the_ops_and_layers_and_lists_no_constants(html)
     ops = [f"max_unpool{k}d()" for k in (1, 2, 3)] + [
         f"max_unpool{k}d_backward()" for k in (1, 2, 3)] + [
         f"max_pool{k}d_with_indices()" for k in (1, 2, 3)] + [
-        "WindowIndices", "window_indices()", "export_safety_checks()"]
+        "WindowIndices", "WindowIndices.input_size", "WindowIndices.to_flat()",
+        "window_indices()", "export_safety_checks()"]
     assert contents[:len(ops) + 1] == ["Operations", *ops], contents
     layers = contents.index("Layers")
     assert layers == len(ops) + 1
