@@ -1,6 +1,6 @@
 """The XLA-ops lowering's dense unpool against XLA's scatter, gather and copies (issue 36).
 
-    python benchmarks/dense_lowering.py [--reps 20] [--shape 8 64 112 112]
+    python benchmarks/dense_lowering.py [--rounds 5] [--reps 9] [--shape 8 64 112 112]
 
 (From a source checkout, `PYTHONPATH=. python benchmarks/...` measures the checkout's
 jax_unpool rather than the installed one.)
@@ -17,10 +17,11 @@ conditional included. float32, x of --shape (N, C, H, W) unpooled to (2H, 2W):
   2x2/s2) against the same step lowered as before the dense ops: XLA's scatter and gather
   for the unpool primitives (`_unpool_xla`'s general path, installed on the CPU here).
 
-Prints the medians of --reps calls after a warm-up (the contenders of a row taking turns),
-of the wall time and of the process's CPU time (all threads), and each ratio, from this
-one run. A benchmark, not a test:
-nothing here asserts a timing.
+Each of --rounds rounds times every contender of a row --reps times (taking turns, after a
+warm-up) and keeps the medians of the wall time and of the process's CPU time (all
+threads). Printed: the median over the rounds of each, and each ratio as its range over
+the rounds (min to max), with the load average. A benchmark, not a test: nothing here
+asserts a timing.
 """
 
 from __future__ import annotations
@@ -42,22 +43,25 @@ from jax_unpool import _unpool_xla
 from jax_unpool.backends import registry
 
 
-def medians(calls, reps: int) -> list[tuple[float, float]]:
-    """Per compiled call (fn, args): the medians of the wall time and of the process's CPU
-    time (every thread's) in ms, the calls taking turns in each of `reps` rounds so that
-    the machine's state weighs on each alike. On a loaded machine the CPU time says more
-    of the work than the wall time."""
+def rounds_of_medians(calls, rounds: int, reps: int) -> list[list[tuple[float, float]]]:
+    """Per round, per compiled call (fn, args): the medians of the wall time and of the
+    process's CPU time (every thread's) in ms over `reps` calls, the calls taking turns so
+    that the machine's state weighs on each alike. On a loaded machine the CPU time says
+    more of the work than the wall time."""
     for fn, args in calls:
         jax.block_until_ready(fn(*args))  # warm up
-    times = [([], []) for _ in calls]
-    for _ in range(reps):
-        for (fn, args), (wall, cpu) in zip(calls, times):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            jax.block_until_ready(fn(*args))
-            wall.append(time.perf_counter() - start)
-            cpu.append(time.process_time() - start_cpu)
-    return [(1e3 * statistics.median(wall), 1e3 * statistics.median(cpu))
-            for wall, cpu in times]
+    out = []
+    for _ in range(rounds):
+        times = [([], []) for _ in calls]
+        for _ in range(reps):
+            for (fn, args), (wall, cpu) in zip(calls, times):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                jax.block_until_ready(fn(*args))
+                wall.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
+        out.append([(1e3 * statistics.median(wall), 1e3 * statistics.median(cpu))
+                    for wall, cpu in times])
+    return out
 
 
 def compiled(fn, *args):
@@ -103,7 +107,8 @@ def general_lowerings() -> dict[str, registry.Lowering]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--shape", type=int, nargs=4, default=(8, 64, 112, 112),
                         metavar=("N", "C", "H", "W"))
     args = parser.parse_args()
@@ -116,43 +121,50 @@ def main() -> None:
     x = jnp.asarray(rng.standard_normal((n, c, h, w), np.float32))
     g = jnp.asarray(rng.standard_normal((n, c, *size), np.float32))
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}; JAX_UNPOOL_BACKEND=xla; "
-          f"float32 {tuple(x.shape)} -> {size}; median of {args.reps} calls, ms")
-    print(f"  {'':<38} {'wall':>8} {'cpu':>8}   ratios of the wall (and cpu) times")
+          f"float32 {tuple(x.shape)} -> {size}; {args.rounds} rounds of the median of "
+          f"{args.reps} calls, ms")
+    print(f"  {'':<38} {'wall':>8} {'cpu':>8}   the wall time's ratio, min to max over the "
+          "rounds (cpu time's median)")
 
-    def row(name, ms, against):
-        ratios = "; ".join(f"{ms[0] / other[0]:.2f}x (cpu {ms[1] / other[1]:.2f}x) {label}"
-                           for label, other in against)
-        print(f"  {name:<38} {ms[0]:8.2f} {ms[1]:8.2f}   {ratios}")
+    def rows(names, calls, against):
+        """Prints each call's median ms over the rounds, and for those in `against` (name ->
+        index of the call it is compared with, and a label) the ratio's range."""
+        per_round = rounds_of_medians(calls, args.rounds, args.reps)
+        for j, name in enumerate(names):
+            wall = statistics.median(r[j][0] for r in per_round)
+            cpu = statistics.median(r[j][1] for r in per_round)
+            ratios = []
+            for other, label in against.get(j, ()):
+                walls = [r[j][0] / r[other][0] for r in per_round]
+                cpus = statistics.median(r[j][1] / r[other][1] for r in per_round)
+                ratios.append(f"{min(walls):.2f}x to {max(walls):.2f}x (cpu {cpus:.2f}x) "
+                              f"{label}")
+            print(f"  {name:<38} {wall:8.2f} {cpu:8.2f}   {'; '.join(ratios)}")
 
-    reps = args.reps
-    scatter2, repeat, dense2 = medians([
-        compiled(lambda v, i: flat_scatter(v, i, size), x, idx2),
-        compiled(lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3), x),
-        compiled(lambda v, i: ju.max_unpool2d(v, i, 2), x, idx2)], reps)
-    row("XLA scatter (.at[].set), 2x2/s2", scatter2, [])
-    row("XLA repeat (jnp.repeat twice)", repeat, [])
-    row("dense unpool forward 2x2/s2", dense2, [("the scatter's time", scatter2),
-                                                 ("the repeat's time", repeat)])
-    scatter3, dense3 = medians([
-        compiled(lambda v, i: flat_scatter(v, i, size), x, idx3),
-        compiled(lambda v, i: ju.max_unpool2d(v, i, 3, 2, 1, output_size=size), x, idx3)],
-        reps)
-    row("XLA scatter (.at[].set), 3x3/s2/p1", scatter3, [])
-    row("dense unpool forward 3x3/s2/p1", dense3, [("the scatter's time", scatter3)])
-    gather, backward = medians([
-        compiled(flat_gather, g, idx2),
-        compiled(lambda g, i: ju.max_unpool2d_backward(g, x, i, size), g, idx2)], reps)
-    row("XLA gather (take_along_axis), 2x2/s2", gather, [])
-    row("dense unpool backward 2x2/s2", backward, [("the gather's time", gather)])
+    rows(["XLA scatter (.at[].set), 2x2/s2", "XLA repeat (jnp.repeat twice)",
+          "dense unpool forward 2x2/s2"],
+         [compiled(lambda v, i: flat_scatter(v, i, size), x, idx2),
+          compiled(lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3), x),
+          compiled(lambda v, i: ju.max_unpool2d(v, i, 2), x, idx2)],
+         {2: [(0, "the scatter's time"), (1, "the repeat's time")]})
+    rows(["XLA scatter (.at[].set), 3x3/s2/p1", "dense unpool forward 3x3/s2/p1"],
+         [compiled(lambda v, i: flat_scatter(v, i, size), x, idx3),
+          compiled(lambda v, i: ju.max_unpool2d(v, i, 3, 2, 1, output_size=size), x, idx3)],
+         {1: [(0, "the scatter's time")]})
+    rows(["XLA gather (take_along_axis), 2x2/s2", "dense unpool backward 2x2/s2"],
+         [compiled(flat_gather, g, idx2),
+          compiled(lambda g, i: ju.max_unpool2d_backward(g, x, i, size), g, idx2)],
+         {1: [(0, "the gather's time")]})
     dense_step = compiled(segnet_step, big)
     registry.install("cpu", general_lowerings())  # clears jax's caches
     try:
         general_step = compiled(segnet_step, big)
     finally:
         registry.restore("cpu")
-    general, dense = medians([general_step, dense_step], reps)
-    row("SegNet pair, scatter/gather lowering", general, [])
-    row("SegNet pair, dense lowering", dense, [("the scatter/gather step", general)])
+    rows(["SegNet pair, scatter/gather lowering", "SegNet pair, dense lowering"],
+         [general_step, dense_step], {1: [(0, "the scatter/gather step")]})
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
+
 
 if __name__ == "__main__":
     main()

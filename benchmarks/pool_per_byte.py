@@ -8,10 +8,11 @@ jax_unpool rather than the installed one.)
 
 Pools float32 inputs of about 51 MB (2-D NCHW (16, 256, 56, 56), and the same number of
 elements in every other rank and layout) by 2 per axis, stride 2, with int32 indices, and
-divides each call's time by the bytes it moves (x, values and indices). Each case's
-time is the minimum over --rounds rounds of the median of --calls calls; the rounds take
-every case in turn, so that load from elsewhere on the machine hits them alike, and the
-ratios to 2-D NCHW come from one run. (A case's calls run back to back, each reusing the
+divides each call's time by the bytes it moves (x, values and indices). Each round takes
+every case in turn (the median of --calls calls each), so that load from elsewhere on the
+machine hits them alike; printed: each case's fastest round, and its ratio per byte to
+2-D NCHW in the same round as a range over the rounds (min to max), with the load
+average. (A case's calls run back to back, each reusing the
 pages its previous call freed: cases taking turns call by call reuse each other's pages,
 some still in cache, and one case's time moved 2x from round to round.) glibc is pinned to reuse freed pages
 (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, set for a child process that does the
@@ -75,16 +76,20 @@ def measure(rounds: int, calls: int) -> list[dict]:
         rows.append({"case": run["case"], "shape": run["shape"], "bytes": run["bytes"],
                      "ms": seconds * 1e3, "gb_per_s": run["bytes"] / seconds / 1e9})
     base = rows[0]["ms"] / rows[0]["bytes"]
-    for row in rows:
+    for row, run in zip(rows, runs):
         row["ratio"] = row["ms"] / row["bytes"] / base
+        per_round = [s / run["bytes"] / (b / runs[0]["bytes"])
+                     for s, b in zip(run["seconds"], runs[0]["seconds"])]
+        row["ratio_range"] = [min(per_round), max(per_round)]
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| case | input shape | ms | GB/s moved | ratio to 2-D NCHW per byte |",
+    lines = ["| case | input shape | ms | GB/s moved | time per byte / 2-D NCHW's, per round |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['case']} | {tuple(r['shape'])} | {r['ms']:.2f} | {r['gb_per_s']:.2f} "
-              f"| {r['ratio']:.2f} |" for r in rows]
+              f"| {r['ratio_range'][0]:.2f} to {r['ratio_range'][1]:.2f} |" for r in rows]
+    lines.append(f"\nload average (1 min) at the end: {os.getloadavg()[0]:.1f}")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ ignored; everything else takes its settings from this module (lowerings read non
 from __future__ import annotations
 
 import os
+import sys
 
 BACKEND_ENV = "JAX_UNPOOL_BACKEND"
 CHECK_INDICES_ENV = "JAX_UNPOOL_CHECK_INDICES"
@@ -57,7 +58,23 @@ def read(environ=os.environ) -> dict:
             "cpu_gather": _choice(CPU_GATHER_ENV, ("vector", "scalar"), environ) or None}
 
 
-_settings = read()
+def _command_line() -> bool:
+    """Whether this process is jax_unpool's command line (`python -m jax_unpool`, whose
+    argv[0] is "-m" while the package is imported, or the jax-unpool script): it reports a
+    bad value itself, as a usage error, after reading the settings again."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "jax-unpool":
+        return True
+    after = sys.orig_argv[sys.orig_argv.index("-m") + 1:] if "-m" in sys.orig_argv else []
+    return argv0 == "-m" and after[:1] == ["jax_unpool"]
+
+
+try:
+    _settings = read()
+except SettingError:
+    if not _command_line():
+        raise
+    _settings = read({})  # the defaults, for the command line to get as far as saying so
 #: "xla", or None: each platform's own backend.
 BACKEND: str | None = _settings["backend"]
 #: The default of the unpool ops' `check_indices`.

@@ -219,3 +219,32 @@ per_shard_pool_call = custom_partitioning(_pool_kernel, static_argnums=(0, 1, 2,
 per_shard_pool_call.def_partition(_pool_partition,
                                   infer_sharding_from_operands=_pool_infer_sharding,
                                   sharding_rule=_pool_rule)
+
+
+# window_offsets (flat indices -> window offsets, one operand and one result of its shape),
+# channels last: the same split.
+
+def _offsets_rule(target, k, attributes, mesh, operand_types, result_types):
+    spatial = " ".join(f"s{d}" for d in range(k))
+    return (f"... {spatial} c -> ... {spatial} c",
+            {"need_replication_factors": tuple(f"s{d}" for d in range(k))})
+
+
+def _offsets_kernel(target: str, k: int, attributes, indices):
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(indices.shape, np.uint8))(
+        indices, **ffi_attributes(attributes))
+
+
+def _offsets_partition(target, k, attributes, mesh, arg_shapes, result_shape):
+    sharding = _plane_sharding(mesh, result_shape.sharding, len(result_shape.shape), k)
+    return mesh, partial(_offsets_kernel, target, k, attributes), sharding, (sharding,)
+
+
+def _offsets_infer_sharding(target, k, attributes, mesh, arg_shapes, result_shape):
+    return _plane_sharding(mesh, arg_shapes[0].sharding, len(arg_shapes[0].shape), k)
+
+
+per_shard_offsets_call = custom_partitioning(_offsets_kernel, static_argnums=(0, 1, 2))
+per_shard_offsets_call.def_partition(_offsets_partition,
+                                     infer_sharding_from_operands=_offsets_infer_sharding,
+                                     sharding_rule=_offsets_rule)

@@ -1,104 +1,22 @@
-"""Ascend NPU path: routes the two primitives to CANN's aclnnMaxUnpool2d and
-aclnnMaxUnpool2dBackward (2-D; 1-D on the (N, C, 1, W) view; channels-last 3-D on the
-(N, D*H, W, C) view, since the 3-D ops want a contiguous NCDHW out) and
-aclnnMaxUnpool3d and aclnnMaxUnpool3dBackward (channels-first 3-D) through the XLA FFI
-handlers of ffi/npu/; and the pools' forward to aclnnMaxPool2dWithIndices (1-D, 2-D) and
-aclnnMaxPool3dWithArgmax (3-D) where they give PyTorch's result for finite input
-(`pool_lowering`; CANN does not support NaN or -inf input to them on Atlas A2/A3, below).
-Its functions::
+"""Ascend NPU path: routes the unpool primitives to CANN's aclnnMaxUnpool2d/3d and their
+backwards, and the pools' forward to aclnnMaxPool2dWithIndices and
+aclnnMaxPool3dWithArgmax where they give PyTorch's result for finite input (CANN does not
+support NaN or -inf input to them on Atlas A2/A3; `register(..., aclnn_pools=False)`
+keeps the pools on XLA's ops), through the XLA FFI handlers of ffi/npu/.
 
-    register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True,
-             check_device_ordinal=True)
-        Loads CANN (dlopen at run time: importing this module never needs it), registers
-        the aclnn FFI targets with the platform's PJRT plugin and makes the unpool
-        primitives lower to them there, and the pool primitives through `pool_lowering`.
-        `platform` is JAX's name for the plugin's platform (none is official; it is a
-        parameter); it must have devices, and is never a GPU or TPU platform.
-        platform="cpu" is the host-emulation mode, for testing: the handlers run on host
-        memory with no stream against an emulated CANN (tests/fake_cann), named by an
-        explicit library_dir, and the primitives' CPU lowering goes through them (the
-        pools' as on an NPU), process-wide, until unregister_cpu_emulation() (or use
-        `cpu_emulation()`).
-    is_available(library_dir=None) -> bool
-        Whether CANN can be loaded (or already is); never raises.
-    locate(library_dir=None) -> dict
-        Where CANN would be (or was) loaded from; raises RuntimeError like register().
+- `register(platform="ascend", library_dir=None, *, ffi_platform=None, aclnn_pools=True,
+  check_device_ordinal=True)` loads CANN (dlopen at run time: importing this module never
+  needs it), registers the aclnn FFI targets with the platform's PJRT plugin and lowers
+  the primitives to them there; platform="cpu" is the host-emulation mode (tests, with an
+  emulated CANN), until `unregister_cpu_emulation()` (or within `cpu_emulation()`).
+- `is_available(library_dir=None)`: whether CANN can be loaded; never raises.
+- `locate(library_dir=None)`: where CANN would be (or was) loaded from.
 
-CANN search order: a libascendcl.so already loaded in the process (only directories whose
-libascendcl.so is that very file: library_dir when given, else the one it was loaded from,
-the search's below, its real one -- files are compared, so CANN's latest/ symlinks into
-versioned package directories load); else library_dir (only it, when given); else
-$ASCEND_TOOLKIT_HOME/lib64; $ASCEND_HOME_PATH/lib64; /usr/local/Ascend/ascend-toolkit/latest/lib64;
-/usr/local/Ascend/cann/lib64; the dynamic loader's path. The first directory holding
-libascendcl.so, libnnopbase.so and one aclnn op library (libopapi_nn.so, else libopapi.so,
-else the libaclnn_ops_train.so + libaclnn_ops_infer.so pair) wins. Loading is once per
-process: a later register() whose library_dir resolves to other files raises, and so
-does one in the other mode (host emulation or NPU platform) than the first; a failed load
-can be retried.
-
-Supported chips: register() reads the chip's SoC name (CANN's aclrtGetSocName()) and
-sends an op to aclnn only where CANN's docs list its operator for that chip (hicann/ops-nn
-index/*/docs/aclnnMaxUnpool*.md, pooling/max_pool3d_with_argmax_v2/docs/aclnnMaxPool*.md;
-the names are CANN's platform configs'; jax_unpool.backends.npu_chips), XLA's ops
-elsewhere::
-
-    chip (SoC names)                         unpool forward  unpool backward  pools
-    Atlas A2 (Ascend910B1..B4), Atlas A3     aclnn           aclnn            aclnn
-      (Ascend910_93*), Ascend 950 (Ascend950*)
-    Atlas training series, 910 (Ascend910,   XLA ops         aclnn            XLA ops
-      Ascend910A/B/ProA/ProB/PremiumA)
-    Atlas inference series, 310P             XLA ops         XLA ops          XLA ops
-      (Ascend310P*); Atlas 200I/500 A2
-      (Ascend310B*); any other name, or none
-
-(unpool forward: aclnnMaxUnpool2d/3d; backward: aclnnMaxUnpool2d/3dBackward; pools:
-aclnnMaxPool2dWithIndices/aclnnMaxPool3dWithArgmax, whose sources refuse every other chip
-with status 161002.) A pool goes to aclnn only for the value dtypes the installed CANN
-takes: float32 (every version's doc lists it), float16 and bfloat16 where the operator's
-GetWorkspaceSize accepts them when register() asks (CANN 8.0.RC2's 2-D operator takes
-FLOAT only; on a thread without the device's context CANN refuses every probe, and those
-two keep XLA's ops). The aclnn pools are for finite input: on Atlas A2/A3 CANN's doc of
-aclnnMaxPool2dWithIndices says NaN and -inf input is not supported ("输入数据暂不支持NaN、
--Inf"), and aclnnMaxPool3dWithArgmax runs the same kernel there; what they return for it
-is unverified. They are the default all the same (torch_npu's max_pool2d_with_indices is
-the same operator); with such input, register(..., aclnn_pools=False) keeps the pools on
-XLA's ops, which give PyTorch's result. For a name no product has, register() warns.
-Direct calls of the FFI targets are not routed: on a chip without the op they get CANN's
-status as a run-time error. The loader requires the aclnnMaxUnpool2dBackward entry points;
-without the forward ones, register() warns and the forward unpools lower to the jnp
-reference.
-
-Indices: CANN's unpool operators do not range-check them (their kernels would write or
-read out of bounds), so every index CANN gets is inside its plane, whoever calls the
-targets. By default an index outside lands on the plane's nearest end -- index < 0 on
-position 0, index >= the plane's size on its last position -- in the handlers (aclnnClamp
-on XLA's stream into scratch memory, before the unpool operator: a direct
-`jax.ffi.ffi_call` is safe too, with no host round trip), the only clamp (the lowering
-clamps nothing). In-range indices give the same results as without. With the unpool
-primitives' check_indices=True (JAX_UNPOOL_CHECK_INDICES=1 makes it the default), the
-unpools lower to the checked targets instead (MAX_UNPOOL2D_CHECKED_TARGET and its three
-siblings), which fail the call with the CPU kernels' OUT_OF_RANGE message (the bad value
-and its (n, c, i)): aclnnMin and aclnnMax on the device, then a stream synchronisation and
-a 16-byte copy to the host per call, so they are opt-in. Host-emulation mode does the
-same on host memory (the checked targets check there). (Where the NPU lowering runs XLA's
-ops instead -- shapes aclnn refuses, a chip or CANN without the operator -- an
-out-of-range index is dropped by the forward and reads 0 in the backward, as on GPU.) The
-forward's indices are converted to int64 (CANN before 8.0.0 took only INT64 there), as are
-the 3-D backward's (aclnnMaxUnpool3dBackward takes INT64 only), where the loaded CANN's
-aclnnClamp takes int64 (register() asks it; int32 indices go as they are where it takes
-int32 only, int64 ones to XLA's ops). Both pool operators are asked for int32 indices,
-widened to int64 when asked for. On a device each call checks that the calling thread's
-ACL context is on XLA's device of the call (register(check_device_ordinal=False) turns
-that off), runs on XLA's stream with
-XLA's scratch memory as its workspace (else one cached block per device and stream), and
-channels-last calls are split along N and C per device. Shapes aclnn refuses -- an empty
-input, or an output plane smaller than the input plane (only possible with duplicated
-indices; the 3-D backward refuses it too) -- are lowered to XLA's ops, which
-gives the same result. With a CANN without the (optional) 3-D ops, channels-first 3-D
-runs on the 2-D ops' view too (a direct call of the 3-D targets fails with
-FAILED_PRECONDITION naming the missing symbols). The pool ops are optional as well:
-without them, and for every pool they would not compute as PyTorch does for finite input,
-the pools keep their XLA ops.
+docs/npu.md is the guide: where CANN is looked for and in which order, the chips and ops
+each routes to aclnn (`jax_unpool.backends.npu_chips`), the value and index dtypes asked
+of the loaded CANN, how indices are kept inside their plane (clamped on the device by
+default, checked with the unpool primitives' check_indices=True), layouts, sharding,
+errors, and what is verified where (sources, the emulator; not hardware).
 """
 
 from __future__ import annotations

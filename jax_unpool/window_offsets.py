@@ -6,7 +6,8 @@ window_offsets{k}d_p(indices; geometry, check_indices) -> offsets
     `geometry` (a `_geometry.PoolGeometry`). An index that is not an in-bounds tap of its
     window (for a window of padding only: PyTorch's initial index) follows the unpools'
     out-of-range policy: on CPU the call fails naming its position; on the XLA ops it
-    becomes an offset naming no tap (min(taps, 255)), which the unpools drop.
+    becomes an offset naming no tap (min(taps, 255)), which the unpools drop -- but for a
+    window of 256 taps, where every byte names a tap: there it becomes the last tap.
 """
 
 from __future__ import annotations

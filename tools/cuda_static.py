@@ -24,17 +24,22 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("max_pool_kernels.cu", "max_unpool_kernels.cu", "max_unpool_backward_kernels.cu")
+SOURCES = ("max_pool_kernels.cu", "max_unpool_kernels.cu", "max_unpool_backward_kernels.cu",
+           "window_offsets_kernels.cu")
 # The hot kernels of issue 30's shapes (float32, int32 indices, 32-bit offsets), by their
 # mangled names; before this round the pool and the tiled forward had only the general one.
 HOT = {
     "pool 2x2": r"RunElementsIjNS0_15PlanePoolWindowINS0_11NativeOrderIfjEEiLi2ELi2E",
     "pool 3x3": r"RunElementsIjNS0_15PlanePoolWindowINS0_11NativeOrderIfjEEiLi3ELi3E",
     "pool": r"RunElementsIjNS0_10PoolWindowINS0_11NativeOrderIfjEEijE",
-    "tiled 2x2": r"RunElementsIjNS0_17PlaneTiledScatterIjiLi2E",
-    "tiled": r"RunElementsIjNS0_14OnePassScatterIjijLb1E",
-    "windowed": r"RunElementsIjNS0_14OnePassScatterIjijLb0E",
-    "gather": r"RunElementsIjNS0_6GatherIjijE",
+    "tiled 2x2": r"RunElementsIjNS0_17PlaneTiledScatterIjNS0_11FlatIndicesIiEELi2E",
+    "tiled": r"RunElementsIjNS0_14OnePassScatterIjNS0_11FlatIndicesIiEEjLb1E",
+    "windowed": r"RunElementsIjNS0_14OnePassScatterIjNS0_11FlatIndicesIiEEjLb0E",
+    "gather": r"RunElementsIjNS0_6GatherIjNS0_11FlatIndicesIiEEjE",
+    # The same on window offsets (issue 46): uint8 tap numbers, decoded per element.
+    "pool 2x2 (w)": r"RunElementsIjNS0_15PlanePoolWindowINS0_11NativeOrderIfjEEhLi2ELi2E",
+    "tiled 2x2 (w)": r"RunElementsIjNS0_17PlaneTiledScatterIjNS0_13WindowOffsetsIjEELi2E",
+    "gather (w)": r"RunElementsIjNS0_6GatherIjNS0_13WindowOffsetsIjEEjE",
 }
 # sm_90 (H100/H200): registers per SM and their allocation unit per warp, threads per SM.
 REGS_PER_SM, REG_UNIT, THREADS_PER_SM, MAX_BLOCKS = 65536, 256, 2048, 32

@@ -30,6 +30,7 @@ std::make_unsigned_t<I> LastValidIndex(int64_t Lo) {
 struct BadIndex {
   int64_t flat = std::numeric_limits<int64_t>::max();
   int64_t value = 0, n = 0, c = 0, i = 0;
+  bool window_offset = false;  // value is a window offset naming no tap (window_offsets.h)
   bool found() const { return flat != std::numeric_limits<int64_t>::max(); }
 };
 

@@ -5,7 +5,9 @@
 // selected, and a ceil_mode window of padding only reports the lowest value and its first
 // tap right of the left padding, past the input.
 //
-// One pass over x writes values and indices together. Work is split into output rows
+// One pass over x writes values and indices together: flat positions (int32 or int64), or
+// tap numbers in the window (uint8 window offsets, common/window_offsets.h), computed in
+// the same loops. Work is split into output rows
 // (channels first: the W outputs of one (n, c, d, h)) or output positions (channels last:
 // the C channels of one (n, d, h, w)), across XLA's intra-op pool. Windows of 2 with
 // stride 2 (most real use) take a fast path whose loops the compiler vectorises: across
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SSE__)
@@ -29,11 +32,13 @@
 namespace jax_unpool {
 namespace {
 
+// I: int32_t or int64_t for flat indices, uint8_t for window offsets.
 template <typename Order, typename I>
 class Pool {
  public:
   using Raw = typename Order::Raw;
   using Key = typename Order::Key;
+  static constexpr bool kTaps = std::is_same_v<I, uint8_t>;
 
   Pool(const Geometry& g, Order order, const Raw* x, Raw* values, I* indices)
       : g_(g), order_(order), x_(x), values_(values), indices_(indices) {}
@@ -53,7 +58,7 @@ class Pool {
       u += oh_end - oh;
       if (fast_ && Full(0, od)) {
         const int64_t done = small_plane_ ? FastRows<int32_t>(src, od, oh, oh_end, out, idx)
-                                          : FastRows<I>(src, od, oh, oh_end, out, idx);
+                                          : FastRows<Wide>(src, od, oh, oh_end, out, idx);
         out += (done - oh) * g_.out[2];
         idx += (done - oh) * g_.out[2];
         oh = done;
@@ -71,8 +76,8 @@ class Pool {
   // Channels last: output positions [u0, u1), a position being (n, od, oh, ow).
   void Positions(int64_t u0, int64_t u1) const {
     std::vector<Key> best(static_cast<size_t>(g_.C));
-    // int64 indices are computed in int32 here, then widened (see FastPosition).
-    std::vector<int32_t> narrow(sizeof(I) > sizeof(int32_t) ? static_cast<size_t>(g_.C) : 0);
+    // int64 indices and offsets are computed in int32 here, then converted (FastPosition).
+    std::vector<int32_t> narrow(sizeof(I) != sizeof(int32_t) ? static_cast<size_t>(g_.C) : 0);
     int64_t ow = u0 % g_.out[2], oh = u0 / g_.out[2] % g_.out[1],
             od = u0 / (g_.out[2] * g_.out[1]) % g_.out[0];
     const Raw* src = x_ + u0 / g_.out_plane() * g_.in_plane() * g_.C;
@@ -98,31 +103,48 @@ class Pool {
   }
 
  private:
+  // What the index loops count in: int32 for offsets (a tap number), else the index type.
+  using Wide = std::conditional_t<kTaps, int32_t, I>;
+
   // Whether window o of axis a lies inside the input (always, for an axis of size 1).
   bool Full(int a, int64_t o) const { return g_.Tap(a, o, g_.kernel[a] - 1) < g_.in[a]; }
-  // Flat position of the window's initial argmax (PyTorch's, possibly past the input).
-  int64_t FirstFlat(int64_t od, int64_t oh, int64_t ow) const {
-    return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
+  // The window's initial argmax (PyTorch's): its flat position, possibly past the input;
+  // as an offset, its tap number, or 0 for a window of padding only.
+  int64_t Initial(int64_t od, int64_t oh, int64_t ow) const {
+    if constexpr (kTaps) {
+      const int64_t o[3] = {od, oh, ow};
+      int64_t tap = 0;
+      for (int a = 0; a < 3; ++a) {
+        const int64_t first = g_.FirstTap(a, o[a]);
+        if (first >= g_.EndTap(a, o[a])) return 0;
+        tap = tap * g_.kernel[a] + first;
+      }
+      return tap;
+    } else {
+      return (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * g_.in[2] + g_.First(2, ow);
+    }
   }
 
-  // Calls f(offset) for each in-bounds input row (d, h) of window row (od, oh), offset the
-  // flat position of the row's first element, in scan order.
+  // Calls f(offset, tap) for each in-bounds input row (d, h) of window row (od, oh), offset
+  // the flat position of the row's first element and tap the tap number of the row's first
+  // tap, in scan order.
   template <typename F>
   void ForEachTapRow(int64_t od, int64_t oh, const F& f) const {
     const int64_t h0 = g_.FirstTap(1, oh), h1 = g_.EndTap(1, oh);
     for (int64_t td = g_.FirstTap(0, od), d1 = g_.EndTap(0, od); td < d1; ++td) {
       const int64_t d = g_.Tap(0, od, td);
-      for (int64_t th = h0; th < h1; ++th) f((d * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2]);
+      for (int64_t th = h0; th < h1; ++th)
+        f((d * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2], (td * g_.kernel[1] + th) * g_.kernel[2]);
     }
   }
 
-  // Calls f(i) for each in-bounds tap of window (od, oh, ow), i its flat position in the
-  // plane, in scan order (PyTorch's order, which decides ties).
+  // Calls f(i, t) for each in-bounds tap of window (od, oh, ow), i its flat position in the
+  // plane and t its tap number, in scan order (PyTorch's order, which decides ties).
   template <typename F>
   void ForEachTap(int64_t od, int64_t oh, int64_t ow, const F& f) const {
     const int64_t w0 = g_.FirstTap(2, ow), w1 = g_.EndTap(2, ow);
-    ForEachTapRow(od, oh, [&](int64_t offset) {
-      for (int64_t tw = w0; tw < w1; ++tw) f(offset + g_.Tap(2, ow, tw));
+    ForEachTapRow(od, oh, [&](int64_t offset, int64_t tap) {
+      for (int64_t tw = w0; tw < w1; ++tw) f(offset + g_.Tap(2, ow, tw), tap + tw);
     });
   }
 
@@ -131,9 +153,8 @@ class Pool {
   // output w are 2 * w and 2 * w + 1 of each of its 1, 2 or 4 input rows, in scan order:
   // one pass over the run's outputs per input slice d, in which each output row is a
   // vectorised loop over its 1 or 2 input rows. So x is read in order, slice after slice,
-  // and the run's results (a few KB) stay in cache from the first pass to the second.
-  // (The 3-D pool once took each output row's 4 input rows together, from two slices at
-  // once, and took 2.5x the time per byte of the 2-D pool at 51 MB; 1.0x in order.)
+  // and the run's results (a few KB) stay in cache from the first pass to the second
+  // (reading two slices at once was slower: docs/performance.md, "Measured choices").
   // J: the type indices are computed in (see Pairs).
   template <typename J>
   int64_t FastRows(const Raw* src, int64_t od, int64_t oh0, int64_t oh1, Raw* out,
@@ -142,12 +163,13 @@ class Pool {
     const int64_t W = g_.in[2], Wo = g_.out[2], full = W / 2;  // full windows in a row
     for (int64_t td = 0; td < g_.kernel[0]; ++td) {
       const int64_t offset = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh0, 0)) * W;
+      const J tap = static_cast<J>(td * g_.kernel[1] * 2);  // of the slice's first tap
       if (g_.kernel[1] == 1) {
-        PairRows<1, false, J>(src, offset, oh1 - oh0, out, idx);
+        PairRows<1, false, J>(src, offset, tap, oh1 - oh0, out, idx);
       } else if (td == 0) {
-        PairRows<2, false, J>(src, offset, oh1 - oh0, out, idx);
+        PairRows<2, false, J>(src, offset, tap, oh1 - oh0, out, idx);
       } else {
-        PairRows<2, true, J>(src, offset, oh1 - oh0, out, idx);
+        PairRows<2, true, J>(src, offset, tap, oh1 - oh0, out, idx);
       }
     }
     for (int64_t oh = oh0; oh < oh1; ++oh) {  // ceil_mode: a last window half right of x
@@ -160,10 +182,11 @@ class Pool {
   }
 
   // `rows` full output rows of one input slice, the first row's first input row at flat
-  // position `offset`, each next one 2 input rows further; R (1 or 2) input rows each.
-  // kMore: the windows' taps in an earlier slice are in out and idx already.
+  // position `offset`, each next one 2 input rows further; R (1 or 2) input rows each;
+  // `tap`: the slice's first tap number. kMore: the windows' taps in an earlier slice are
+  // in out and idx already.
   template <int R, bool kMore, typename J>
-  void PairRows(const Raw* src, int64_t offset, int64_t rows, Raw* out, I* idx) const {
+  void PairRows(const Raw* src, int64_t offset, J tap, int64_t rows, Raw* out, I* idx) const {
     constexpr int64_t kBlock = 16 / sizeof(Raw);  // values per 16-byte vector (SSE2)
     const int64_t W = g_.in[2], Wo = g_.out[2], full = W / 2, body = full / kBlock * kBlock;
     // A row in whole blocks, so that the vectorised loop never ends in its scalar
@@ -180,32 +203,34 @@ class Pool {
     const int64_t end[2] = {parts == 2 ? full : body, body};
     for (int64_t r = 0; r < rows; ++r, offset += 2 * W, out += Wo, idx += Wo) {
       const Raw* row = src + offset;
+      // An offset is the same tap number in every window: no position to count up.
+      const J first = kTaps ? tap : static_cast<J>(offset), down = static_cast<J>(kTaps ? 2 : W);
       for (int part = 0; part < parts; ++part)
-        Pairs<R, kMore, J>(order_, row, row + W, static_cast<J>(offset), static_cast<J>(W),
-                           start[part], end[part], out, idx);
+        Pairs<R, kMore, J>(order_, row, row + W, first, down, start[part], end[part], out, idx);
     }
   }
 
   // Outputs [o0, o1) of one output row from its input rows r0 (and r1 = r0 + down, for
   // R = 2), r0 at flat position b0: each output's pair (2 * w, 2 * w + 1) of each row, in
-  // scan order. Indices are counted up in J, not derived from ow; J is int32 wherever the
+  // scan order. (Offsets: b0 is the first tap's number and down the next row's, 2.) Indices are counted up in J, not derived from ow; J is int32 wherever the
   // plane's positions fit (int64 indices included, widened when stored). So the
   // vectorised loop adds vectors of 4-byte lanes, as wide as the float compares' masks:
-  // with int64 ow or int64 indices the compiler did not vectorise it (int64 indices ran
-  // 8x slower). The order comes by value: a member read through `this` could alias out.
-  // Inlined into the loop over rows: as a call it took 1.17x the time in 3-D.
+  // with int64 ow or int64 indices the compiler did not vectorise it. The order comes by
+  // value: a member read through `this` could alias out. Inlined into the loop over rows
+  // (both measured: docs/performance.md, "Measured choices").
   template <int R, bool kMore, typename J>
   __attribute__((always_inline)) static void Pairs(const Order order, const Raw* __restrict r0, const Raw* __restrict r1,
                     J b0, J down, int64_t o0, int64_t o1, Raw* __restrict out,
                     I* __restrict idx) {
-    J i = b0 + static_cast<J>(2 * o0);
+    constexpr J step = kTaps ? 0 : 2;  // per output
+    J i = b0 + static_cast<J>(step * o0);
     // As many lanes as values in a 16-byte vector, as GCC takes and PairRows cuts rows for:
-    // clang's cost model (baseline x86-64) took fewer, 2 for float32 with int64 indices,
-    // and ran 1.66x GCC's instructions (int8 with int64 indices: 2.5x).
+    // clang's cost model (baseline x86-64) took fewer and ran more instructions
+    // (docs/performance.md, "Measured choices").
 #if defined(__clang__)
 #pragma clang loop vectorize_width(16 / sizeof(Raw))
 #endif
-    for (int64_t ow = o0; ow < o1; ++ow, i += 2) {
+    for (int64_t ow = o0; ow < o1; ++ow, i += step) {
       Raw best;
       J best_idx;
       const auto tap = [&](Raw v, J at) {
@@ -248,17 +273,16 @@ class Pool {
   // its taps in scan order.
   void GenericRow(const Raw* src, int64_t od, int64_t oh, Raw* out, I* idx, Key* best) const {
     const int64_t W = g_.in[2], Wo = g_.out[2], s = g_.stride[2];
-    const int64_t first_row = (g_.First(0, od) * g_.in[1] + g_.First(1, oh)) * W;
     const Raw lowest = order_.Lowest();
     for (int64_t ow = 0; ow < Wo; ++ow) {
       best[ow] = order_.Decode(lowest);
       out[ow] = lowest;
-      idx[ow] = static_cast<I>(first_row + g_.First(2, ow));
+      idx[ow] = static_cast<I>(Initial(od, oh, ow));
     }
     // The taps that some output's window has inside the row: from the last window's first
     // to the first window's last.
     const int64_t first_tap = g_.FirstTap(2, Wo - 1), end_tap = g_.EndTap(2, 0);
-    ForEachTapRow(od, oh, [&](int64_t offset) {
+    ForEachTapRow(od, oh, [&](int64_t offset, int64_t tap) {
       const Raw* row = src + offset;
       for (int64_t tw = first_tap; tw < end_tap; ++tw) {
         // w = ow * s + shift; the outputs whose tap tw lies inside the row.
@@ -279,7 +303,7 @@ class Pool {
           if (Replaces(v, best[ow])) {
             best[ow] = v;
             out[ow] = row[w];
-            idx[ow] = static_cast<I>(offset + w);
+            idx[ow] = static_cast<I>(kTaps ? tap + tw : offset + w);
           }
         }
       }
@@ -290,13 +314,13 @@ class Pool {
   Raw Element(const Raw* src, int64_t step, int64_t od, int64_t oh, int64_t ow, I* idx) const {
     Raw best_raw = order_.Lowest();
     Key best = order_.Decode(best_raw);
-    int64_t best_idx = FirstFlat(od, oh, ow);
-    ForEachTap(od, oh, ow, [&](int64_t i) {
+    int64_t best_idx = Initial(od, oh, ow);
+    ForEachTap(od, oh, ow, [&](int64_t i, int64_t t) {
       const Key v = order_.Decode(src[i * step]);
       if (Replaces(v, best)) {
         best = v;
         best_raw = src[i * step];
-        best_idx = i;
+        best_idx = kTaps ? t : i;
       }
     });
     *idx = static_cast<I>(best_idx);
@@ -305,48 +329,51 @@ class Pool {
 
   // Channels last, 2 per axis, stride 2: the 2, 4 or 8 taps of a full window are rows of
   // C contiguous values each. With int64 indices, where the plane's positions fit int32,
-  // the taps' loops choose int32 indices in `narrow`, widened after: as for the rows (see
-  // Pairs), the compiler vectorised neither loop with int64 indices (6x slower).
+  // and with offsets, the taps' loops choose int32 indices in `narrow`, converted after:
+  // as for the rows (see Pairs), the compiler vectorised neither loop with int64 indices
+  // (docs/performance.md, "Measured choices").
   void FastPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out, I* idx,
                     int32_t* narrow) const {
-    int64_t flat[8];
+    int64_t flat[8], at[8];  // each tap's flat position, and what its index is
     int taps = 0;
     for (int64_t td = 0; td < g_.kernel[0]; ++td)
       for (int64_t th = 0; th < g_.kernel[1]; ++th)
-        for (int64_t tw = 0; tw < 2; ++tw)
-          flat[taps++] = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2] +
-                         g_.Tap(2, ow, tw);
+        for (int64_t tw = 0; tw < 2; ++tw, ++taps) {
+          flat[taps] = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh, th)) * g_.in[2] +
+                       g_.Tap(2, ow, tw);
+          at[taps] = kTaps ? taps : flat[taps];
+        }
     const auto pool = [&](auto* into) {
       switch (taps) {
-        case 2: FastPositionOf<2>(src, flat, out, into); break;
-        case 4: FastPositionOf<4>(src, flat, out, into); break;
-        default: FastPositionOf<8>(src, flat, out, into); break;
+        case 2: FastPositionOf<2>(src, flat, at, out, into); break;
+        case 4: FastPositionOf<4>(src, flat, at, out, into); break;
+        default: FastPositionOf<8>(src, flat, at, out, into); break;
       }
     };
-    if constexpr (sizeof(I) > sizeof(int32_t)) {
-      if (small_plane_) {
+    if constexpr (sizeof(I) != sizeof(int32_t)) {
+      if (kTaps || small_plane_) {
         pool(narrow);
-        for (int64_t c = 0; c < g_.C; ++c) idx[c] = narrow[c];
+        for (int64_t c = 0; c < g_.C; ++c) idx[c] = static_cast<I>(narrow[c]);
         return;
       }
     }
-    pool(idx);
+    if constexpr (!kTaps) pool(idx);
   }
 
   // Tap by tap in scan order, each over the C contiguous channels: loops without branches
   // that the compiler vectorises (a loop over the taps inside one over C does not).
   template <int T, typename J>
-  void FastPositionOf(const Raw* src, const int64_t* flat, Raw* out, J* idx) const {
+  void FastPositionOf(const Raw* src, const int64_t* flat, const int64_t* at, Raw* out,
+                      J* idx) const {
     const Raw* first = src + flat[0] * g_.C;
     const Raw* second = src + flat[1] * g_.C;
     InBlocks(g_.C, [&](int64_t c0, int64_t c1) {
-      FirstTaps(first, second, static_cast<J>(flat[0]), static_cast<J>(flat[1]), c0, c1, out,
-                idx);
+      FirstTaps(first, second, static_cast<J>(at[0]), static_cast<J>(at[1]), c0, c1, out, idx);
     });
     for (int t = 2; t < T; ++t) {
       const Raw* tap = src + flat[t] * g_.C;
       InBlocks(g_.C, [&](int64_t c0, int64_t c1) {
-        MoreTaps(tap, static_cast<J>(flat[t]), c0, c1, out, idx);
+        MoreTaps(tap, static_cast<J>(at[t]), c0, c1, out, idx);
       });
     }
   }
@@ -382,20 +409,21 @@ class Pool {
   void GenericPosition(const Raw* src, int64_t od, int64_t oh, int64_t ow, Raw* out, I* idx,
                        Key* best) const {
     const Raw lowest = order_.Lowest();
-    const I first = static_cast<I>(FirstFlat(od, oh, ow));
+    const I first = static_cast<I>(Initial(od, oh, ow));
     for (int64_t c = 0; c < g_.C; ++c) {
       best[c] = order_.Decode(lowest);
       out[c] = lowest;
       idx[c] = first;
     }
-    ForEachTap(od, oh, ow, [&](int64_t i) {
+    ForEachTap(od, oh, ow, [&](int64_t i, int64_t t) {
       const Raw* tap = src + i * g_.C;
+      const I at = static_cast<I>(kTaps ? t : i);
       for (int64_t c = 0; c < g_.C; ++c) {
         const Key v = order_.Decode(tap[c]);
         if (Replaces(v, best[c])) {
           best[c] = v;
           out[c] = tap[c];
-          idx[c] = static_cast<I>(i);
+          idx[c] = at;
         }
       }
     });
@@ -434,6 +462,18 @@ class ExactFloatCompares {
 #endif
 };
 
+// Calls f(TypeTag<I>{}) with the kernel's index type: the indices' integer type, or
+// uint8_t for window offsets.
+template <IndexFormat kFormat, typename F>
+ffi::Error VisitPoolIndex(ffi::DataType dtype, F&& f) {
+  if constexpr (kFormat == IndexFormat::kWindow) {
+    return f(TypeTag<uint8_t>{});
+  } else {
+    return VisitIndexType(dtype, f);
+  }
+}
+
+template <IndexFormat kFormat>
 ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                    ffi::Result<ffi::AnyBuffer> indices, bool channels_last,
                    ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
@@ -441,7 +481,7 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
                    bool ceil_mode) {
   return NoThrow("max_pool", [&]() -> ffi::Error {
     auto checked = CheckPoolCall(x, *values, *indices, channels_last, kernel_size, stride,
-                                 padding, dilation, ceil_mode);
+                                 padding, dilation, ceil_mode, kFormat);
     if (checked.has_error()) return checked.error();
     Geometry g = *checked;
     // One channel last is the same memory as one channel first.
@@ -451,9 +491,8 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     if (units == 0 || values->element_count() == 0) return ffi::Error::Success();
     // The pool's results are a quarter of x or less: most fall below glibc's 32 MiB mmap
     // threshold and come from its heap, whose top glibc gives back to the kernel when
-    // they are freed, so that each call faults them in again (measured: ~5000 faults per
-    // call on the 103 MB input of the benchmark). Huge pages from 4 MiB up, as numpy
-    // advises its arrays, cut that 5- to 6-fold.
+    // they are freed, so that each call faults them in again. Huge pages from 4 MiB up, as
+    // numpy advises its arrays, fault far less (docs/performance.md, "Measured choices").
     constexpr size_t kAdviseBytes = size_t{4} << 20;
     AdviseHugePages(values->untyped_data(), values->size_bytes(), kAdviseBytes);
     AdviseHugePages(indices->untyped_data(), indices->size_bytes(), kAdviseBytes);
@@ -462,7 +501,7 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
     return VisitPoolValueType(x.element_type(), [&](auto order) {
       using Order = decltype(order);
       using Raw = typename Order::Raw;
-      return VisitIndexType(indices->element_type(), [&](auto index_tag) {
+      return VisitPoolIndex<kFormat>(indices->element_type(), [&](auto index_tag) {
         using I = typename decltype(index_tag)::type;
         const Pool<Order, I> kernel(g, order, static_cast<const Raw*>(x.untyped_data()),
                                     static_cast<Raw*>(values->untyped_data()),
@@ -482,7 +521,10 @@ ffi::Error MaxPool(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolCpu, MaxPool<IndexFormat::kFlat>,
+                              BindPoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
+// The same pool with window offsets (uint8) for indices.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxPoolWindowCpu, MaxPool<IndexFormat::kWindow>,
                               BindPoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace jax_unpool

@@ -17,6 +17,10 @@ void RegisterCpu(nanobind::module_& m) {
         Entry<MaxUnpoolCpu>("max_unpool"),
         Entry<MaxUnpoolBackwardCpu>("max_unpool_backward"),
         Entry<MaxPoolCpu>("max_pool"),
+        Entry<MaxPoolWindowCpu>("max_pool_window"),
+        Entry<MaxUnpoolWindowCpu>("max_unpool_window"),
+        Entry<MaxUnpoolBackwardWindowCpu>("max_unpool_backward_window"),
+        Entry<WindowIndicesCpu>("window_offsets"),
     });
   });
   // How the CPU unpool backward gathers 4- and 8-byte values: "avx2" (vpgather*) or

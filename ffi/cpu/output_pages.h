@@ -1,8 +1,7 @@
 // Large results are written in full, and XLA allocates each one anew: glibc serves an
 // allocation of 32 MiB or more with a fresh mmap, so every call faults its pages in. In
-// 4 KiB pages the faults cost more than the writes themselves (on the 2-core benchmark
-// VM: ~100 ms of faults for a 103 MB result against ~20 ms with 2 MiB pages), so the
-// kernels ask for transparent huge pages first, as numpy does for its large arrays.
+// 4 KiB pages the faults cost more than the writes themselves (docs/performance.md,
+// "Measured choices"), so the kernels ask for transparent huge pages first, as numpy does for its large arrays.
 // This is advice only: the kernel may ignore it and nothing depends on it. Callers whose
 // results are mostly smaller (the pool's) pass a lower `min_bytes`.
 #pragma once

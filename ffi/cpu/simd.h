@@ -59,9 +59,8 @@ inline bool CpuHasAvx2() {
 
 // Whether the backward gathers 4- and 8-byte values with AVX2's vpgather* (else with
 // scalar loads). On Intel cores a gather moves 4 or 8 values per instruction and beats
-// the scalar loop; AMD's Zen cores run it as microcode, slower than scalar loads: on the
-// 2-core EPYC benchmark VM (Zen 4) the unpool backward took a median 0.70x the time with
-// scalar loads in NHWC and 0.90x in NCHW (the bench's unpool and layout sections, twice).
+// the scalar loop; AMD's Zen cores run it as microcode, slower than scalar loads
+// (docs/performance.md, "Measured choices").
 // JAX_UNPOOL_CPU_GATHER=vector or =scalar overrides the choice (jax_unpool checks the
 // value at import); it is read once.
 inline bool UseVectorGathers() {

@@ -21,8 +21,8 @@ namespace jax_unpool {
 // once every chunk has run; on the calling thread it propagates (see NoThrow).
 template <typename Chunk>
 ffi::Error ForEachChunk(ffi::ThreadPool& pool, int64_t units, int64_t bytes, const Chunk& chunk) {
-  // Handing work to a pool thread costs tens of microseconds: on the 2-core benchmark
-  // machine calls of up to about 2 MB ran as fast or faster inline. Above that, several
+  // Handing work to a pool thread costs more than small calls save (docs/performance.md,
+  // "Measured choices"). Above that, several
   // chunks per thread let a thread that was held up fall behind by less.
   constexpr int64_t kMinBytesToSplit = int64_t{2} << 20, kMinBytesPerChunk = int64_t{256} << 10;
   const int64_t threads = std::max<int64_t>(1, pool.num_threads());

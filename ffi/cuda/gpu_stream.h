@@ -30,6 +30,9 @@ class GpuStream {
     Do([&] { return LaunchFindFirstBad(stream_, a); });
   }
   void Pool(const PoolLaunch& a) { Do([&] { return LaunchPool(stream_, a); }); }
+  void WindowIndices(const WindowIndicesLaunch& a) {
+    Do([&] { return LaunchWindowIndices(stream_, a); });
+  }
   void Zero(void* device, size_t bytes) {
     Do([&] { return cudaMemsetAsync(device, 0, bytes, stream_); });
   }

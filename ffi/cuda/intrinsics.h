@@ -69,6 +69,12 @@ struct Divider<uint64_t> {
   JU_HD uint64_t Mod(uint64_t n) const { return n % divisor; }
 };
 
+// The coordinates' type of a launch: int32_t with 32-bit offsets (the plans take them only
+// where every coordinate of the call fits, unpool_plan.h's WindowFits32), else int64_t:
+// 32-bit division is inline, 64-bit division a called routine with a stack frame.
+template <typename Index>
+using Coord = std::conditional_t<sizeof(Index) == 4, int32_t, int64_t>;
+
 // Stores kN values to dst, as one vector store on the device where kN values are 4, 8 or
 // 16 bytes: the caller guarantees dst is aligned to that size.
 template <int kN, typename V>

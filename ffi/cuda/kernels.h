@@ -22,6 +22,7 @@ cudaError_t LaunchForward(cudaStream_t stream, const ForwardLaunch& launch);
 cudaError_t LaunchGather(cudaStream_t stream, const GatherLaunch& launch);
 cudaError_t LaunchFindFirstBad(cudaStream_t stream, const FirstBadLaunch& launch);
 cudaError_t LaunchPool(cudaStream_t stream, const PoolLaunch& launch);
+cudaError_t LaunchWindowIndices(cudaStream_t stream, const WindowIndicesLaunch& launch);
 
 }  // namespace cuda
 }  // namespace jax_unpool

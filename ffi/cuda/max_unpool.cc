@@ -22,6 +22,19 @@ ffi::Error MaxUnpool(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer indic
   });
 }
 
+template <bool kChecked>
+ffi::Error MaxUnpoolWindow(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer offsets,
+                           ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> workspace,
+                           bool channels_last, ffi::Span<const int64_t> kernel_size,
+                           ffi::Span<const int64_t> stride, ffi::Span<const int64_t> padding,
+                           ffi::Span<const int64_t> dilation, bool ceil_mode) {
+  return NoThrow("max_unpool", [&] {
+    GpuStream device(stream);
+    return MaxUnpoolWindowCall(device, kChecked, x, offsets, *out, *workspace, channels_last,
+                               kernel_size, stride, padding, dilation, ceil_mode);
+  });
+}
+
 }  // namespace
 
 #define JAX_UNPOOL_MAX_UNPOOL_BINDING                                                      \
@@ -41,6 +54,27 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolCuda, MaxUnpool<false>, JAX_UNPOOL_MAX_UN
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolCheckedCuda, MaxUnpool<true>,
                               JAX_UNPOOL_MAX_UNPOOL_BINDING);
+
+// On window offsets: the pool's window as attributes, the same workspace.
+#define JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING                                    \
+  ffi::Ffi::Bind()                                                              \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()                                 \
+      .Arg<ffi::AnyBuffer>()                        /* x */                     \
+      .Arg<ffi::AnyBuffer>()                        /* offsets, uint8 */        \
+      .Ret<ffi::AnyBuffer>()                        /* out */                   \
+      .Ret<ffi::AnyBuffer>()                        /* workspace */             \
+      .Attr<bool>("channels_last")                                              \
+      .Attr<ffi::Span<const int64_t>>("kernel_size")                            \
+      .Attr<ffi::Span<const int64_t>>("stride")                                 \
+      .Attr<ffi::Span<const int64_t>>("padding")                                \
+      .Attr<ffi::Span<const int64_t>>("dilation")                               \
+      .Attr<bool>("ceil_mode")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolWindowCuda, MaxUnpoolWindow<false>,
+                              JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING,
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolWindowCheckedCuda, MaxUnpoolWindow<true>,
+                              JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING);
 
 }  // namespace cuda
 }  // namespace jax_unpool

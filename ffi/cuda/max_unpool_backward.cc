@@ -28,6 +28,35 @@ ffi::Error MaxUnpoolBackwardChecked(cudaStream_t stream, ffi::AnyBuffer grad_out
   });
 }
 
+ffi::Error MaxUnpoolBackwardWindow(cudaStream_t stream, ffi::AnyBuffer grad_output,
+                                   ffi::AnyBuffer offsets, ffi::Result<ffi::AnyBuffer> out,
+                                   bool channels_last, ffi::Span<const int64_t> kernel_size,
+                                   ffi::Span<const int64_t> stride,
+                                   ffi::Span<const int64_t> padding,
+                                   ffi::Span<const int64_t> dilation, bool ceil_mode) {
+  return NoThrow("max_unpool_backward", [&] {
+    GpuStream device(stream);
+    return MaxUnpoolBackwardWindowCall(device, grad_output, offsets, *out, nullptr, channels_last,
+                                       kernel_size, stride, padding, dilation, ceil_mode);
+  });
+}
+
+ffi::Error MaxUnpoolBackwardWindowChecked(cudaStream_t stream, ffi::AnyBuffer grad_output,
+                                          ffi::AnyBuffer offsets, ffi::Result<ffi::AnyBuffer> out,
+                                          ffi::Result<ffi::AnyBuffer> workspace,
+                                          bool channels_last,
+                                          ffi::Span<const int64_t> kernel_size,
+                                          ffi::Span<const int64_t> stride,
+                                          ffi::Span<const int64_t> padding,
+                                          ffi::Span<const int64_t> dilation, bool ceil_mode) {
+  return NoThrow("max_unpool_backward", [&] {
+    GpuStream device(stream);
+    const ffi::AnyBuffer ws = *workspace;
+    return MaxUnpoolBackwardWindowCall(device, grad_output, offsets, *out, &ws, channels_last,
+                                       kernel_size, stride, padding, dilation, ceil_mode);
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCuda, MaxUnpoolBackward,
@@ -49,6 +78,35 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCheckedCuda, MaxUnpoolBackwardChe
                                   .Ret<ffi::AnyBuffer>()  // workspace (unpool_plan.h)
                                   .Attr<bool>("channels_last")
                                   .Attr<int64_t>("spatial_rank"));
+
+// On window offsets: the pool's window as attributes.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardWindowCuda, MaxUnpoolBackwardWindow,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // grad_output
+                                  .Arg<ffi::AnyBuffer>()  // offsets, uint8
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Attr<bool>("channels_last")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("padding")
+                                  .Attr<ffi::Span<const int64_t>>("dilation")
+                                  .Attr<bool>("ceil_mode"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardWindowCheckedCuda, MaxUnpoolBackwardWindowChecked,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<ffi::AnyBuffer>()  // grad_output
+                                  .Arg<ffi::AnyBuffer>()  // offsets, uint8
+                                  .Ret<ffi::AnyBuffer>()  // out
+                                  .Ret<ffi::AnyBuffer>()  // workspace (unpool_plan.h)
+                                  .Attr<bool>("channels_last")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
+                                  .Attr<ffi::Span<const int64_t>>("stride")
+                                  .Attr<ffi::Span<const int64_t>>("padding")
+                                  .Attr<ffi::Span<const int64_t>>("dilation")
+                                  .Attr<bool>("ceil_mode"));
 
 }  // namespace cuda
 }  // namespace jax_unpool

@@ -46,6 +46,12 @@ NB_MODULE(_jax_unpool_cuda, m) {
         Entry<cuda::MaxUnpoolBackwardCuda>("max_unpool_backward"),
         Entry<cuda::MaxUnpoolBackwardCheckedCuda>("max_unpool_backward_checked"),
         Entry<cuda::MaxPoolCuda>("max_pool"),
+        Entry<cuda::MaxPoolWindowCuda>("max_pool_window"),
+        Entry<cuda::MaxUnpoolWindowCuda>("max_unpool_window"),
+        Entry<cuda::MaxUnpoolWindowCheckedCuda>("max_unpool_window_checked"),
+        Entry<cuda::MaxUnpoolBackwardWindowCuda>("max_unpool_backward_window"),
+        Entry<cuda::MaxUnpoolBackwardWindowCheckedCuda>("max_unpool_backward_window_checked"),
+        Entry<cuda::WindowIndicesCuda>("window_offsets"),
     });
     const nb::capsule instantiate =
         jax_unpool::HandlerCapsule(Entry<cuda::LoadCudaKernels>("instantiate").second);

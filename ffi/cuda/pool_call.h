@@ -62,15 +62,16 @@ inline void SetOrder(ffi::DataType dtype, PoolLaunch& a) {
 }
 
 // max_pool{k}d_with_indices: x -> (values, indices); attributes channels_last,
-// kernel_size, stride, padding, dilation, ceil_mode (the CPU target's).
+// kernel_size, stride, padding, dilation, ceil_mode (the CPU target's). The indices are
+// flat positions, or, with IndexFormat::kWindow, uint8 window offsets.
 template <typename Device>
 ffi::Error MaxPoolCall(Device& device, const ffi::AnyBuffer& x, const ffi::AnyBuffer& values,
                        const ffi::AnyBuffer& indices, bool channels_last,
                        ffi::Span<const int64_t> kernel_size, ffi::Span<const int64_t> stride,
                        ffi::Span<const int64_t> padding, ffi::Span<const int64_t> dilation,
-                       bool ceil_mode) {
+                       bool ceil_mode, IndexFormat format = IndexFormat::kFlat) {
   ffi::ErrorOr<Geometry> checked = CheckPoolCall(x, values, indices, channels_last, kernel_size,
-                                                 stride, padding, dilation, ceil_mode);
+                                                 stride, padding, dilation, ceil_mode, format);
   if (checked.has_error()) return checked.error();
   const Geometry& g = *checked;
   if (values.element_count() == 0) return ffi::Error::Success();
@@ -78,6 +79,7 @@ ffi::Error MaxPoolCall(Device& device, const ffi::AnyBuffer& x, const ffi::AnyBu
   static_cast<Geometry&>(a) = g;  // as checked
   SetOrder(x.element_type(), a);
   a.index64 = indices.element_type() == ffi::DataType::S64;
+  a.taps = format == IndexFormat::kWindow;
   a.x = x.untyped_data();
   a.values = values.untyped_data();
   a.indices = indices.untyped_data();

@@ -117,10 +117,6 @@ JU_HD bool Replaces(Key v, Key best) {
   return v > best || v != v;  // v != v is false for the integer keys
 }
 
-// The coordinates' type of a launch: int32_t with 32-bit offsets (the plan takes them only
-// where every coordinate of the call fits, pool_plan.h's WindowFits32), else int64_t.
-template <typename Index>
-using Coord = std::conditional_t<sizeof(Index) == 4, int32_t, int64_t>;
 
 // The kernel's view of the pool: the sizes, window and taps (Axes) and flat steps.
 template <typename Index>
@@ -149,12 +145,28 @@ struct Best {
   }
 };
 
+// The initial argmax of window o as a window offset: its first tap inside the input, 0 for
+// a window of padding only (common/window_offsets.h).
+template <typename C>
+JU_HD C InitialTap(const Axes<C>& w, const C (&o)[3]) {
+  C tap = 0;
+  JU_UNROLL
+  for (int a = 0; a < 3; ++a) {
+    const C first = w.FirstTap(a, o[a]);
+    if (first >= w.EndTap(a, o[a])) return 0;
+    tap = tap * w.kernel[a] + first;
+  }
+  return tap;
+}
+
 // One output element: the first maximum of its window in PyTorch's scan order (row-major
-// over the taps, padding skipped), starting from (Lowest(), the initial argmax).
+// over the taps, padding skipped), starting from (Lowest(), the initial argmax). I: int32_t
+// or int64_t for flat indices, uint8_t for window offsets (the winner's tap number).
 template <typename Order, typename I, typename Index>
 struct PoolWindow {
   using Raw = typename Order::Raw;
   using C = Coord<Index>;
+  static constexpr bool kTaps = std::is_same_v<I, uint8_t>;
   PoolWindows<Index> w;
   Order order;
   const Raw* x;
@@ -183,20 +195,22 @@ struct PoolWindow {
     }
     if (inside) {
       const Index first = static_cast<Index>((start[0] * w.in[1] + start[1]) * w.in[2] + start[2]);
-      Best<Order, Index> at{best.raw, best.key, first};
+      Best<Order, Index> at{best.raw, best.key, kTaps ? 0 : first};
+      Index number = 0;  // the tap's number (window offsets)
       for (C td = 0; td < w.kernel[0]; ++td) {
         for (C th = 0; th < w.kernel[1]; ++th) {
           const Index row = first + static_cast<Index>(td) * w.step[0] +
                             static_cast<Index>(th) * w.step[1];
-          for (C tw = 0; tw < w.kernel[2]; ++tw) {
+          for (C tw = 0; tw < w.kernel[2]; ++tw, ++number) {
             const Index tap = row + static_cast<Index>(tw) * w.step[2];
-            at.Consider(order, plane[tap * w.inner], tap);
+            at.Consider(order, plane[tap * w.inner], kTaps ? number : tap);
           }
         }
       }
       best = {at.raw, at.key, static_cast<C>(at.at)};
     } else {
-      best.at = (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
+      best.at = kTaps ? InitialTap(w, o)
+                      : (w.First(0, o[0]) * w.in[1] + w.First(1, o[1])) * w.in[2] + w.First(2, o[2]);
       // Only the taps inside the input: a border window costs its part inside.
       C lo[3], hi[3];
       for (int a = 0; a < 3; ++a) lo[a] = w.FirstTap(a, o[a]), hi[a] = w.EndTap(a, o[a]);
@@ -204,9 +218,17 @@ struct PoolWindow {
         const C d = w.Tap(0, o[0], td);
         for (C th = lo[1]; th < hi[1]; ++th) {
           const C h = w.Tap(1, o[1], th);
-          for (C tw = lo[2]; tw < hi[2]; ++tw) {
-            const C tap = (d * w.in[1] + h) * w.in[2] + w.Tap(2, o[2], tw);
-            best.Consider(order, plane[static_cast<Index>(tap) * w.inner], tap);
+          if constexpr (kTaps) {
+            const C first = (td * w.kernel[1] + th) * w.kernel[2];  // the tap row's number
+            for (C tw = lo[2]; tw < hi[2]; ++tw) {
+              const C tap = (d * w.in[1] + h) * w.in[2] + w.Tap(2, o[2], tw);
+              best.Consider(order, plane[static_cast<Index>(tap) * w.inner], first + tw);
+            }
+          } else {
+            for (C tw = lo[2]; tw < hi[2]; ++tw) {
+              const C tap = (d * w.in[1] + h) * w.in[2] + w.Tap(2, o[2], tw);
+              best.Consider(order, plane[static_cast<Index>(tap) * w.inner], tap);
+            }
           }
         }
       }
@@ -222,6 +244,7 @@ struct PoolWindow {
 template <typename Order, typename I, int kKH, int kKW>
 struct PlanePoolWindow {
   using Raw = typename Order::Raw;
+  static constexpr bool kTaps = std::is_same_v<I, uint8_t>;
   Axes<int32_t> w;  // the H and W axes are used (D: one plane, a window of 1)
   Divider<uint32_t> out_h_div, out_w_div;
   uint32_t in_plane = 1;
@@ -242,21 +265,24 @@ struct PlanePoolWindow {
     if (h0 >= 0 && w0 >= 0 && h0 + kKH <= H && w0 + kKW <= W) {
       const int32_t first = h0 * W + w0;
       const Raw* row = p + first;
-      best.at = first;
+      best.at = kTaps ? 0 : first;
       JU_UNROLL
       for (int th = 0; th < kKH; ++th, row += W) {
         JU_UNROLL
-        for (int tw = 0; tw < kKW; ++tw) best.Consider(order, row[tw], first + th * W + tw);
+        for (int tw = 0; tw < kKW; ++tw)
+          best.Consider(order, row[tw], kTaps ? th * kKW + tw : first + th * W + tw);
       }
     } else {  // a border window: its taps inside the input, in the same order
-      best.at = w.First(1, oh) * W + w.First(2, ow);
+      const int32_t o[3] = {0, oh, ow};
+      best.at = kTaps ? InitialTap(w, o) : w.First(1, oh) * W + w.First(2, ow);
       JU_UNROLL
       for (int th = 0; th < kKH; ++th) {
         const int32_t h = h0 + th;
         JU_UNROLL
         for (int tw = 0; tw < kKW; ++tw) {
           const int32_t at = h * W + w0 + tw;
-          if (h >= 0 && h < H && w0 + tw >= 0 && w0 + tw < W) best.Consider(order, p[at], at);
+          if (h >= 0 && h < H && w0 + tw >= 0 && w0 + tw < W)
+            best.Consider(order, p[at], kTaps ? th * kKW + tw : at);
         }
       }
     }

@@ -32,6 +32,7 @@ struct PoolLaunch : Geometry {
   uint64_t sign = 0;
   Float8Order float8{};
   bool index64 = false;
+  bool taps = false;  // indices: window offsets (uint8), not flat positions
   const void* x = nullptr;
   void* values = nullptr;
   void* indices = nullptr;
@@ -50,41 +51,6 @@ void VisitOrder(const PoolLaunch& a, F&& f) {
     case OrderKind::kFloat8: f(a.float8); break;
     default: f(Float32Order{}); break;
   }
-}
-
-// The sizes and window in the arithmetic's type T (the caller has checked they fit).
-template <typename T>
-Axes<T> AxesAs(const Axes<int64_t>& a) {
-  Axes<T> b;
-  for (int d = 0; d < 3; ++d) {
-    b.in[d] = static_cast<T>(a.in[d]);
-    b.out[d] = static_cast<T>(a.out[d]);
-    b.kernel[d] = static_cast<T>(a.kernel[d]);
-    b.stride[d] = static_cast<T>(a.stride[d]);
-    b.pad[d] = static_cast<T>(a.pad[d]);
-    b.dil[d] = static_cast<T>(a.dil[d]);
-  }
-  return b;
-}
-
-// Whether every coordinate the kernels compute fits in int32_t: on each axis the furthest
-// reach of a window, (out - 1) * stride + padding + kernel * dilation, plus the input, and
-// the flat position of PyTorch's initial argmax (at most max(in - 1, dilation - 1, the
-// last window's start) per axis). Else the call takes 64-bit offsets and arithmetic, as
-// a window of 2^31 - 1 taps does.
-inline bool WindowFits32(const Axes<int64_t>& a) {
-  constexpr int64_t kLimit = int64_t{1} << 31;
-  int64_t flat = 0;
-  for (int d = 0; d < 3; ++d) {  // every term below 2^62: no int64 overflow
-    const int64_t reach =
-        (a.out[d] - 1) * a.stride[d] + a.pad[d] + a.kernel[d] * a.dil[d] + a.in[d];
-    if (reach >= kLimit) return false;
-    const int64_t first =
-        std::max({a.in[d] - 1, a.dil[d] - 1, (a.out[d] - 1) * a.stride[d] - a.pad[d]});
-    flat = flat * a.in[d] + first;
-    if (flat >= kLimit) return false;
-  }
-  return true;
 }
 
 // The largest element count or coordinate of a pool: what picks its offsets' type.
@@ -144,7 +110,7 @@ void RunPool(Launcher& launch, const PoolLaunch& a) {
   VisitOrder(a, [&](auto order) {
     using Order = decltype(order);
     using Raw = typename Order::Raw;
-    VisitIndex(a.index64, [&](auto index) {
+    const auto pool = [&](auto index) {
       using I = typename decltype(index)::type;
       const uint32_t n = static_cast<uint32_t>(a.out_count());
       switch (launch.PlaneKernels() ? PlaneKernelSize(a, extent) : 0) {
@@ -161,7 +127,12 @@ void RunPool(Launcher& launch, const PoolLaunch& a) {
                                                static_cast<I*>(a.indices)},
                    nullptr);
       });
-    });
+    };
+    if (a.taps) {
+      pool(Tag<uint8_t>{});
+    } else {
+      VisitIndex(a.index64, pool);
+    }
   });
 }
 

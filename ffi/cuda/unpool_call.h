@@ -6,6 +6,8 @@
 // - forward: zeros, then out[n, c, indices[n, c, i]] = x[n, c, i]; among duplicated
 //   indices the largest input position i wins, deterministically;
 // - backward: out[n, c, i] = grad_output[n, c, indices[n, c, i]].
+// Window offsets (the *_window targets) are read as the flat indices they name
+// (common/window_offsets.h): an offset naming no position is an index outside the plane.
 // An index outside its plane is, by default, dropped by the forward and reads 0 in the
 // backward (as XLA's scatter and gather on GPU, what ju.reference does there), with no
 // host round trip. The *checked* targets (the unpool primitives' check_indices=True)
@@ -20,7 +22,9 @@
 
 #include "common/buffer_checks.h"
 #include "common/out_of_range.h"
+#include "common/pool_checks.h"
 #include "common/unpool_checks.h"
+#include "common/window_offsets.h"
 #include "common/value_types.h"
 #include "cuda/call.h"
 #include "cuda/unpool_plan.h"
@@ -77,29 +81,86 @@ inline ffi::Error CheckWorkspace(const char* op, const ffi::AnyBuffer& workspace
   return ffi::Error::Success();
 }
 
-// Checked calls: the first index outside the plane, in flat order, fails the call.
+// Checked calls: the first element naming no position of the output plane, in flat order,
+// fails the call, named as the CPU kernels name it (for window offsets, `pool` is the
+// pool's geometry: common/window_offsets.h).
 template <typename Device>
-ffi::Error CheckIndices(Device& device, const char* op, const Geometry& g,
-                        const ffi::AnyBuffer& indices, uint8_t* workspace) {
+ffi::Error CheckIndices(Device& device, const char* op, const Geometry& g, const IndexSpec& spec,
+                        const Geometry* pool, uint8_t* workspace) {
   FirstBadLaunch a;
-  a.Lo = g.out_plane();
-  a.count = g.in_count();
-  a.index64 = indices.element_type() == ffi::DataType::S64;
-  a.indices = indices.untyped_data();
+  a.shape = g;
+  a.indices = spec;
   a.first = reinterpret_cast<uint64_t*>(workspace + 8);
   device.FindFirstBad(a);
   uint64_t first = ~uint64_t{0};
   device.CopyToHost(&first, a.first, sizeof first);
   if (ffi::Error e = device.Status(op); !e.success()) return e;
   if (first == ~uint64_t{0}) return ffi::Error::Success();
-  const int64_t width = a.index64 ? 8 : 4;
-  int64_t value = 0;
+  const int64_t width = spec.kind == IndexSpec::kInt64 ? 8 : spec.kind == IndexSpec::kInt32 ? 4 : 1;
+  int64_t value64 = 0;
   int32_t value32 = 0;
-  device.CopyToHost(a.index64 ? static_cast<void*>(&value) : &value32,
-                    static_cast<const uint8_t*>(a.indices) + first * width, width);
+  uint8_t value8 = 0;
+  void* value = width == 8 ? static_cast<void*>(&value64)
+                : width == 4 ? static_cast<void*>(&value32) : static_cast<void*>(&value8);
+  device.CopyToHost(value, static_cast<const uint8_t*>(spec.data) + first * width, width);
   if (ffi::Error e = device.Status(op); !e.success()) return e;
+  if (pool != nullptr)
+    return BadOffsetError(op, *pool, BadOffsetAt(*pool, static_cast<int64_t>(first), value8));
   return OutOfRangeError(op, g, BadIndexAt(g, static_cast<int64_t>(first),
-                                           a.index64 ? value : value32));
+                                           width == 8 ? value64 : value32));
+}
+
+// What both forward calls share once checked: g, the unpool's geometry; its indices as
+// `spec` (`pool`: the pool's geometry of window offsets, else null) and its window.
+template <typename Device>
+ffi::Error LaunchUnpoolForward(Device& device, bool checked, const char* op, const Geometry& g,
+                               const IndexSpec& spec, const Geometry* pool, const Window& window,
+                               const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices,
+                               const ffi::AnyBuffer& out, const ffi::AnyBuffer& workspace) {
+  const int64_t width = MovableByteWidth(x.element_type());
+  if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
+  const int64_t position_bytes = PositionBytes(width, g.in_plane(), g.out_plane());
+  if (ffi::Error e = CheckWorkspace(op, workspace, kHeaderBytes + position_bytes * g.out_count());
+      !e.success())
+    return e;
+  if (position_bytes == 0 && width == 2 &&
+      reinterpret_cast<uintptr_t>(out.untyped_data()) % 4 != 0)
+    return ffi::Error::InvalidArgument(std::string(op) + ": result is not 4-byte aligned");
+  uint8_t* ws = static_cast<uint8_t*>(workspace.untyped_data());
+  if (checked && g.in_count() > 0) {
+    if (ffi::Error e = CheckIndices(device, op, g, spec, pool, ws); !e.success()) return e;
+  }
+  if (out.element_count() == 0) return ffi::Error::Success();  // every index dropped
+  if (g.in_count() == 0) {
+    device.Zero(out.untyped_data(), out.size_bytes());
+    return device.Status(op);
+  }
+  ForwardLaunch a;
+  a.shape = g;
+  a.window = window;
+  a.width = width;
+  a.position_bytes = position_bytes;
+  a.indices = spec;
+  a.x = x.untyped_data();
+  a.out = out.untyped_data();
+  a.workspace = ws;
+  device.Forward(a);
+  return device.Status(op);
+}
+
+inline IndexSpec FlatIndexSpec(const ffi::AnyBuffer& indices) {
+  IndexSpec spec;
+  spec.kind = indices.element_type() == ffi::DataType::S64 ? IndexSpec::kInt64 : IndexSpec::kInt32;
+  spec.data = indices.untyped_data();
+  return spec;
+}
+
+inline IndexSpec WindowIndexSpec(const ffi::AnyBuffer& offsets, const Geometry& pool) {
+  IndexSpec spec;
+  spec.kind = IndexSpec::kWindow;
+  spec.data = offsets.untyped_data();
+  spec.pool = pool;
+  return spec;
 }
 
 // max_unpool{k}d: (x, indices) -> (out, workspace); attributes channels_last,
@@ -117,38 +178,63 @@ ffi::Error MaxUnpoolCall(Device& device, bool checked, const ffi::AnyBuffer& x,
   ffi::ErrorOr<Geometry> call =
       CheckUnpoolCall(op, UnpoolOp::kForward, x, indices, out, channels_last, rank);
   if (call.has_error()) return call.error();
-  const Geometry& g = *call;
-  const int64_t width = MovableByteWidth(x.element_type());
   ffi::ErrorOr<Window> window = ReadWindow(op, rank, window_extent, window_stride, window_padding);
   if (window.has_error()) return window.error();
-  if (indices.element_count() == 0 && out.element_count() == 0) return ffi::Error::Success();
-  const int64_t position_bytes = PositionBytes(width, g.in_plane(), g.out_plane());
-  if (ffi::Error e = CheckWorkspace(op, workspace, kHeaderBytes + position_bytes * g.out_count());
-      !e.success())
-    return e;
-  if (position_bytes == 0 && width == 2 &&
-      reinterpret_cast<uintptr_t>(out.untyped_data()) % 4 != 0)
-    return ffi::Error::InvalidArgument(std::string(op) + ": result is not 4-byte aligned");
-  uint8_t* ws = static_cast<uint8_t*>(workspace.untyped_data());
-  if (checked && g.in_count() > 0) {
-    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
+  return LaunchUnpoolForward(device, checked, op, *call, FlatIndexSpec(indices), nullptr,
+                             *window, x, indices, out, workspace);
+}
+
+// The box of a pool's argmax: its window's dilated extent (common/window_offsets.h).
+inline Window PoolBox(const Geometry& pool) {
+  Window w;
+  w.given = true;
+  for (int a = 0; a < 3; ++a) {
+    w.extent[a] = pool.dil[a] * (pool.kernel[a] - 1) + 1;
+    w.stride[a] = pool.stride[a];
+    w.padding[a] = pool.pad[a];
   }
-  if (out.element_count() == 0) return ffi::Error::Success();  // every index dropped
-  if (g.in_count() == 0) {
-    device.Zero(out.untyped_data(), out.size_bytes());
-    return device.Status(op);
+  return w;
+}
+
+// max_unpool{k}d on window offsets: (x, offsets) -> (out, workspace); attributes
+// channels_last and the pool's window (kernel_size, stride, padding, dilation, ceil_mode).
+template <typename Device>
+ffi::Error MaxUnpoolWindowCall(Device& device, bool checked, const ffi::AnyBuffer& x,
+                               const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& out,
+                               const ffi::AnyBuffer& workspace, bool channels_last,
+                               ffi::Span<const int64_t> kernel_size,
+                               ffi::Span<const int64_t> stride, ffi::Span<const int64_t> padding,
+                               ffi::Span<const int64_t> dilation, bool ceil_mode) {
+  ffi::ErrorOr<Geometry> pool =
+      CheckWindowUnpoolCall(UnpoolOp::kForward, x, offsets, out, channels_last, kernel_size,
+                            stride, padding, dilation, ceil_mode);
+  if (pool.has_error()) return pool.error();
+  const char* op = UnpoolOpName(UnpoolOp::kForward, pool->k);
+  return LaunchUnpoolForward(device, checked, op, Unpooling(*pool),
+                             WindowIndexSpec(offsets, *pool), &*pool, PoolBox(*pool), x, offsets,
+                             out, workspace);
+}
+
+// What both backward calls share once checked.
+template <typename Device>
+ffi::Error LaunchUnpoolBackward(Device& device, const char* op, const Geometry& g,
+                                const IndexSpec& spec, const Geometry* pool,
+                                const ffi::AnyBuffer& grad, const ffi::AnyBuffer& out,
+                                const ffi::AnyBuffer* checked_workspace) {
+  if (out.element_count() == 0) return ffi::Error::Success();
+  if (checked_workspace != nullptr) {
+    if (ffi::Error e = CheckWorkspace(op, *checked_workspace, kHeaderBytes); !e.success())
+      return e;
+    uint8_t* ws = static_cast<uint8_t*>(checked_workspace->untyped_data());
+    if (ffi::Error e = CheckIndices(device, op, g, spec, pool, ws); !e.success()) return e;
   }
-  ForwardLaunch a;
+  GatherLaunch a;
   a.shape = g;
-  a.window = *window;
-  a.width = width;
-  a.position_bytes = position_bytes;
-  a.index64 = indices.element_type() == ffi::DataType::S64;
-  a.x = x.untyped_data();
-  a.indices = indices.untyped_data();
+  a.width = MovableByteWidth(grad.element_type());
+  a.indices = spec;
+  a.grad = grad.untyped_data();
   a.out = out.untyped_data();
-  a.workspace = ws;
-  device.Forward(a);
+  device.Gather(a);
   return device.Status(op);
 }
 
@@ -165,24 +251,52 @@ ffi::Error MaxUnpoolBackwardCall(Device& device, const ffi::AnyBuffer& grad,
   ffi::ErrorOr<Geometry> call =
       CheckUnpoolCall(op, UnpoolOp::kBackward, grad, indices, out, channels_last, rank);
   if (call.has_error()) return call.error();
-  const Geometry& g = *call;
-  const int64_t width = MovableByteWidth(grad.element_type());
-  if (out.element_count() == 0) return ffi::Error::Success();
-  if (checked_workspace != nullptr) {
-    if (ffi::Error e = CheckWorkspace(op, *checked_workspace, kHeaderBytes); !e.success())
-      return e;
-    uint8_t* ws = static_cast<uint8_t*>(checked_workspace->untyped_data());
-    if (ffi::Error e = CheckIndices(device, op, g, indices, ws); !e.success()) return e;
-  }
-  GatherLaunch a;
-  a.shape = g;
-  a.width = width;
+  return LaunchUnpoolBackward(device, op, *call, FlatIndexSpec(indices), nullptr, grad, out,
+                              checked_workspace);
+}
+
+// max_unpool{k}d_backward on window offsets: (grad_output, offsets) -> out (and the
+// checked calls' workspace); attributes channels_last and the pool's window.
+template <typename Device>
+ffi::Error MaxUnpoolBackwardWindowCall(Device& device, const ffi::AnyBuffer& grad,
+                                       const ffi::AnyBuffer& offsets, const ffi::AnyBuffer& out,
+                                       const ffi::AnyBuffer* checked_workspace,
+                                       bool channels_last, ffi::Span<const int64_t> kernel_size,
+                                       ffi::Span<const int64_t> stride,
+                                       ffi::Span<const int64_t> padding,
+                                       ffi::Span<const int64_t> dilation, bool ceil_mode) {
+  ffi::ErrorOr<Geometry> pool =
+      CheckWindowUnpoolCall(UnpoolOp::kBackward, grad, offsets, out, channels_last, kernel_size,
+                            stride, padding, dilation, ceil_mode);
+  if (pool.has_error()) return pool.error();
+  const char* op = UnpoolOpName(UnpoolOp::kBackward, pool->k);
+  return LaunchUnpoolBackward(device, op, Unpooling(*pool), WindowIndexSpec(offsets, *pool),
+                              &*pool, grad, out, checked_workspace);
+}
+
+// window_indices: flat indices -> uint8 window offsets; attributes the pool's window and
+// input_size. An index that is not in its window becomes an offset the unpools drop
+// (min(taps, 255)), as on XLA's ops.
+template <typename Device>
+ffi::Error WindowIndicesCall(Device& device, const ffi::AnyBuffer& indices,
+                             const ffi::AnyBuffer& offsets, bool channels_last,
+                             ffi::Span<const int64_t> kernel_size,
+                             ffi::Span<const int64_t> stride, ffi::Span<const int64_t> padding,
+                             ffi::Span<const int64_t> dilation, bool ceil_mode,
+                             ffi::Span<const int64_t> input_size) {
+  ffi::ErrorOr<Geometry> pool =
+      CheckWindowIndicesCall(indices, offsets, channels_last, kernel_size, stride, padding,
+                             dilation, ceil_mode, input_size);
+  if (pool.has_error()) return pool.error();
+  if (offsets.element_count() == 0) return ffi::Error::Success();
+  WindowIndicesLaunch a;
+  a.shape = Unpooling(*pool);
+  a.pool = *pool;
   a.index64 = indices.element_type() == ffi::DataType::S64;
-  a.grad = grad.untyped_data();
   a.indices = indices.untyped_data();
-  a.out = out.untyped_data();
-  device.Gather(a);
-  return device.Status(op);
+  a.offsets = static_cast<uint8_t*>(offsets.untyped_data());
+  device.WindowIndices(a);
+  return device.Status("window_indices");
 }
 
 }  // namespace cuda

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "common/geometry.h"
 #include "cuda/intrinsics.h"
 
 namespace jax_unpool {
@@ -65,6 +66,92 @@ JU_HD Index Position(I v, Index Lo) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Where an element's index points: the kernels below read every index through a source,
+// At(t, Lo) -> the output plane's position that element t names, or Lo for none; and
+// At(t, q, Lo) where the element's input coordinates q (D, H, W) are known already.
+// ---------------------------------------------------------------------------------------
+
+// Flat indices (int32 or int64): the index itself.
+template <typename I>
+struct FlatIndices {
+  const I* indices;
+  template <typename Index>
+  JU_HD Index At(Index t, Index Lo) const {
+    return Position(indices[t], Lo);
+  }
+  template <typename Index>
+  JU_HD Index At(Index t, const Index (&)[3], Index Lo) const {
+    return Position(indices[t], Lo);
+  }
+};
+
+// Whether window w of `pool` has no tap inside the input (PyTorch's window of padding only).
+template <typename C>
+JU_HD bool PaddingOnlyWindow(const Axes<C>& pool, const C (&w)[3]) {
+  bool empty = false;
+  JU_UNROLL
+  for (int a = 0; a < 3; ++a) empty = empty || pool.FirstTap(a, w[a]) >= pool.EndTap(a, w[a]);
+  return empty;
+}
+
+// PyTorch's initial index of window w (past the plane for a window of padding only).
+template <typename C>
+JU_HD C InitialPosition(const Axes<C>& pool, const C (&w)[3]) {
+  return (pool.First(0, w[0]) * pool.in[1] + pool.First(1, w[1])) * pool.in[2] +
+         pool.First(2, w[2]);
+}
+
+// Window offsets (common/window_offsets.h): element t's offset is a tap number of the
+// pool window at its input coordinates q, decoded here -- _window.to_flat's rule, so that
+// the kernels give what they give for the flat indices: a tap in the padding, an offset
+// at or past the tap count, and a window of padding only's index past the plane are Lo.
+// Coordinates in Coord<Index> (the plan takes 64-bit offsets where they do not fit 32 bits).
+template <typename Index>
+struct WindowOffsets {
+  using C = Coord<Index>;
+  const uint8_t* offsets;
+  Planes<Index> planes;        // element t -> its position in the plane
+  Axes<C> pool;                // the pool's window; in: the output plane, out: the windows
+  Divider<Index> windows[2];   // a position's window coordinates: by pool.out[2], pool.out[1]
+  Divider<uint32_t> taps_w, taps_h;  // a tap number's coordinates: by kernel[2], kernel[1]
+  uint32_t taps = 1;
+  bool padding_only = false;   // whether some window has no tap inside the input
+
+  JU_HD Index At(Index t, Index Lo) const {
+    Index outer, i, c;
+    planes.Split(t, planes.L_div, outer, i, c);
+    Index q[3];
+    const Index rest = windows[0].Div(i);
+    q[2] = i - rest * windows[0].divisor;
+    q[0] = windows[1].Div(rest);
+    q[1] = rest - q[0] * windows[1].divisor;
+    return At(t, q, Lo);
+  }
+
+  JU_HD Index At(Index t, const Index (&q)[3], Index Lo) const {
+    const uint32_t o = offsets[t];
+    const C w[3] = {static_cast<C>(q[0]), static_cast<C>(q[1]), static_cast<C>(q[2])};
+    if (padding_only && PaddingOnlyWindow(pool, w)) {
+      const C initial = InitialPosition(pool, w);
+      return o == 0 && initial < static_cast<C>(Lo) ? static_cast<Index>(initial) : Lo;
+    }
+    if (o >= taps) return Lo;
+    const uint32_t above = taps_w.Div(o);
+    const uint32_t j0 = taps_h.Div(above);
+    const C j[3] = {static_cast<C>(j0), static_cast<C>(above - j0 * taps_h.divisor),
+                    static_cast<C>(o - above * taps_w.divisor)};
+    C flat = 0;
+    JU_UNROLL
+    for (int a = 0; a < 3; ++a) {
+      const C coordinate = pool.Tap(a, w[a], j[a]);
+      if (coordinate < 0 || coordinate >= pool.in[a]) return Lo;
+      flat = flat * pool.in[a] + coordinate;
+    }
+    return static_cast<Index>(flat);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
 // The forward's one-pass kernels, for indices in their windows: tiled and windowed
 // ---------------------------------------------------------------------------------------
 
@@ -108,7 +195,7 @@ struct OnePassScatter {
   Planes<Index> planes;
   Boxes<Index> boxes;
   const V* x;
-  const I* indices;
+  I indices;  // FlatIndices or WindowOffsets
   V* out;
   uint32_t* flag;
 
@@ -131,7 +218,7 @@ struct OnePassScatter {
     boxes.InCoordinates(i, q);
     for (int a = 0; a < 3; ++a) corner[a] = q[a] * boxes.stride[a];
     const V value = x[t];
-    const Index o = Position(indices[t], planes.Lo);
+    const Index o = indices.At(t, q, planes.Lo);
     bool inside = o != planes.Lo;
     if (inside) {
       Index r[3];
@@ -175,14 +262,14 @@ struct OnePassScatter {
 
   // The candidates, largest flat position first: per axis from top[a] down while the box
   // still holds r[a].
-  JU_HD void Find(Index outer, Index o, Index c, const Index r[3], const Index top[3],
+  JU_HD void Find(Index outer, Index o, Index c, const Index (&r)[3], const Index (&top)[3],
                   V& value) const {
     Index q[3];
     for (q[0] = top[0];; --q[0]) {
       for (q[1] = top[1];; --q[1]) {
         for (q[2] = top[2];; --q[2]) {
           const Index at = planes.In(outer, boxes.InFlat(q), c);
-          if (Position(indices[at], planes.Lo) == o) {
+          if (indices.At(at, q, planes.Lo) == o) {
             value = x[at];
             return;
           }
@@ -197,7 +284,7 @@ struct OnePassScatter {
   // The input positions whose clipped box starts at r: per axis, the one with
   // q * stride - padding == r (q = last, if it divides), and for r = 0 every q whose box
   // starts at or before 0.
-  JU_HD void Validate(Index outer, Index c, const Index r[3], const Index last[3]) const {
+  JU_HD void Validate(Index outer, Index c, const Index (&r)[3], const Index (&last)[3]) const {
     Index lo[3], hi[3];
     for (int a = 0; a < 3; ++a) {
       if (r[a] == 0) {
@@ -213,11 +300,11 @@ struct OnePassScatter {
     for (q[0] = lo[0]; q[0] <= hi[0]; ++q[0])
       for (q[1] = lo[1]; q[1] <= hi[1]; ++q[1])
         for (q[2] = lo[2]; q[2] <= hi[2]; ++q[2])
-          if (!InBox(indices[planes.In(outer, boxes.InFlat(q), c)], q)) *flag = 1;
+          if (!InBox(indices.At(planes.In(outer, boxes.InFlat(q), c), q, planes.Lo), q)) *flag = 1;
   }
 
-  JU_HD bool InBox(I v, const Index q[3]) const {
-    const Index o = Position(v, planes.Lo);
+  // Whether output position o (Lo: none) lies in input position q's box.
+  JU_HD bool InBox(Index o, const Index (&q)[3]) const {
     if (o == planes.Lo) return false;
     Index r[3];
     boxes.Coordinates(o, r);
@@ -241,18 +328,19 @@ struct PlaneTiledScatter {
   uint32_t L = 1, Lo = 1, out_w = 1;  // positions per plane, per output plane, per output row
   Divider<uint32_t> L_div, in_w_div;
   const V* x;
-  const I* indices;
+  I indices;  // FlatIndices or WindowOffsets
   V* out;
   uint32_t* flag;
 
   JU_HD void operator()(uint32_t t) const {
     const uint32_t outer = L_div.Div(t);
     const uint32_t i = t - outer * L;
-    const uint32_t q_w = i - in_w_div.Div(i) * in_w_div.divisor;
+    const uint32_t q_h = in_w_div.Div(i), q_w = i - q_h * in_w_div.divisor;
     // Input (q_h, q_w) -> the box's first output position, kS * (q_h * out_w + q_w).
     const uint32_t corner = kS * (kS * (i - q_w) + q_w);
     const V value = x[t];
-    const uint32_t o = Position(indices[t], Lo);  // Lo when outside the plane
+    const uint32_t q[3] = {0, q_h, q_w};
+    const uint32_t o = indices.At(t, q, Lo);  // Lo when outside the plane
     V* box = out + outer * Lo + corner;
     bool found = false;
     JU_UNROLL
@@ -300,11 +388,11 @@ struct FillPositions {
 template <typename I, typename P, typename Index>
 struct ScatterPositions {
   Planes<Index> planes;
-  const I* indices;
+  I indices;  // FlatIndices or WindowOffsets
   P* positions;
 
   JU_HD void operator()(Index t) const {
-    const Index o = Position(indices[t], planes.Lo);
+    const Index o = indices.At(t, planes.Lo);
     if (o == planes.Lo) return;
     Index outer, i, c;
     planes.Split(t, planes.L_div, outer, i, c);
@@ -343,7 +431,7 @@ struct Gather {
   Planes<Index> planes;
   Index n = 0;  // elements
   const V* grad;
-  const I* indices;
+  I indices;  // FlatIndices or WindowOffsets
   V* out;
 
   // The threads that gather n elements.
@@ -358,7 +446,7 @@ struct Gather {
     JU_UNROLL
     for (uint32_t j = 0; j < kGatherPerThread; ++j) {
       const Index e = first + j * kGatherLanes;
-      o[j] = e < n ? Position(indices[e], planes.Lo) : planes.Lo;
+      o[j] = e < n ? indices.At(e, planes.Lo) : planes.Lo;
     }
     V v[kGatherPerThread];
     JU_UNROLL
@@ -374,16 +462,69 @@ struct Gather {
   }
 };
 
-// The smallest element offset of an index outside [0, Lo): the first in flat order, the
-// one the CPU kernels name.
+// The smallest element offset of an index naming no position of the plane (outside
+// [0, Lo), or an offset naming none): the first in flat order, the one the CPU kernels
+// name.
 template <typename I, typename Index>
 struct FindFirstBadIndex {
   Index Lo;
-  const I* indices;
+  I indices;  // FlatIndices or WindowOffsets
   uint64_t* first;
 
   JU_HD void operator()(Index t) const {
-    if (Position(indices[t], Lo) == Lo) AtomicMin(first, static_cast<uint64_t>(t));
+    if (indices.At(t, Lo) == Lo) AtomicMin(first, static_cast<uint64_t>(t));
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// window_indices: flat indices -> window offsets
+// ---------------------------------------------------------------------------------------
+
+// Element t (input coordinates q, its window): the tap number of its window that flat
+// index indices[t] is, or `none` (min(taps, 255): an offset the unpools drop, as XLA's
+// ops give) -- for a window of padding only, 0 where the index is PyTorch's initial one.
+template <typename I, typename Index>
+struct FlatToOffsets {
+  using C = Coord<Index>;
+  Planes<Index> planes;       // the indices' (windows) side
+  Axes<C> pool;
+  Divider<Index> windows[2];  // by pool.out[2], pool.out[1]
+  Divider<Index> rows[2];     // an index's coordinates: by pool.in[2], pool.in[1]
+  const I* indices;
+  uint8_t* offsets;
+  uint8_t none = 255;
+  bool padding_only = false;
+
+  JU_HD void operator()(Index t) const {
+    Index outer, i, c;
+    planes.Split(t, planes.L_div, outer, i, c);
+    const Index rest = windows[0].Div(i), q0 = windows[1].Div(rest);
+    const C w[3] = {static_cast<C>(q0), static_cast<C>(rest - q0 * windows[1].divisor),
+                    static_cast<C>(i - rest * windows[0].divisor)};
+    offsets[t] = Offset(static_cast<int64_t>(indices[t]), w);
+  }
+
+ private:
+  JU_HD uint8_t Offset(int64_t v, const C (&w)[3]) const {
+    if (padding_only && PaddingOnlyWindow(pool, w))
+      return v == static_cast<int64_t>(InitialPosition(pool, w)) ? 0 : none;
+    if (v < 0 || v >= static_cast<int64_t>(planes.Lo)) return none;
+    const Index above = rows[0].Div(static_cast<Index>(v)), d = rows[1].Div(above);
+    const C coordinate[3] = {static_cast<C>(d), static_cast<C>(above - d * rows[1].divisor),
+                             static_cast<C>(static_cast<Index>(v) - above * rows[0].divisor)};
+    C tap = 0;
+    JU_UNROLL
+    for (int a = 0; a < 3; ++a) {
+      C j = coordinate[a] - pool.Tap(a, w[a], 0);
+      if (j < 0) return none;
+      if (pool.dil[a] != 1) {
+        if (j % pool.dil[a] != 0) return none;
+        j /= pool.dil[a];
+      }
+      if (j >= pool.kernel[a]) return none;
+      tap = tap * pool.kernel[a] + j;
+    }
+    return static_cast<uint8_t>(tap);
   }
 };
 

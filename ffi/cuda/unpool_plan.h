@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/geometry.h"
 #include "cuda/unpool_elements.h"
@@ -54,6 +55,94 @@ void VisitIndex(bool index64, F&& f) {
   } else {
     f(Tag<int32_t>{});
   }
+}
+
+// The sizes and window in the arithmetic's type T (the caller has checked they fit).
+template <typename T>
+Axes<T> AxesAs(const Axes<int64_t>& a) {
+  Axes<T> b;
+  for (int d = 0; d < 3; ++d) {
+    b.in[d] = static_cast<T>(a.in[d]);
+    b.out[d] = static_cast<T>(a.out[d]);
+    b.kernel[d] = static_cast<T>(a.kernel[d]);
+    b.stride[d] = static_cast<T>(a.stride[d]);
+    b.pad[d] = static_cast<T>(a.pad[d]);
+    b.dil[d] = static_cast<T>(a.dil[d]);
+  }
+  return b;
+}
+
+// Whether every coordinate the kernels compute fits in int32_t: on each axis the furthest
+// reach of a window, (out - 1) * stride + padding + kernel * dilation, plus the input, and
+// the flat position of PyTorch's initial argmax (at most max(in - 1, dilation - 1, the
+// last window's start) per axis). Else the call takes 64-bit offsets and arithmetic, as
+// a window of 2^31 - 1 taps does.
+inline bool WindowFits32(const Axes<int64_t>& a) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  int64_t flat = 0;
+  for (int d = 0; d < 3; ++d) {  // every term below 2^62: no int64 overflow
+    const int64_t reach =
+        (a.out[d] - 1) * a.stride[d] + a.pad[d] + a.kernel[d] * a.dil[d] + a.in[d];
+    if (reach >= kLimit) return false;
+    const int64_t first =
+        std::max({a.in[d] - 1, a.dil[d] - 1, (a.out[d] - 1) * a.stride[d] - a.pad[d]});
+    flat = flat * a.in[d] + first;
+    if (flat >= kLimit) return false;
+  }
+  return true;
+}
+
+// How a call's indices are read (unpool_elements.h's sources): flat int32 or int64, or a
+// pool's window offsets (uint8), decoded with `pool`'s window.
+struct IndexSpec {
+  enum Kind : uint8_t { kInt32, kInt64, kWindow };
+  Kind kind = kInt32;
+  const void* data = nullptr;
+  Axes<int64_t> pool;  // kWindow: in, the output plane's sizes; out, the windows'
+};
+
+// Whether some window of `pool` has no tap inside the input (PyTorch's window of padding
+// only). Along an axis of more than 2^24 windows it says yes without looking: the source
+// then tests every window, which is only slower.
+inline bool HasPaddingOnlyWindows(const Axes<int64_t>& pool) {
+  for (int a = 0; a < 3; ++a) {
+    if (pool.out[a] > (int64_t{1} << 24)) return true;
+    for (int64_t o = 0; o < pool.out[a]; ++o)
+      if (pool.FirstTap(a, o) >= pool.EndTap(a, o)) return true;
+  }
+  return false;
+}
+
+template <typename Index>
+Planes<Index> MakePlanes(const Geometry& g);
+
+// The largest element count or coordinate of a call: what picks its offsets' type. Window
+// offsets decode in Coord<Index>: a window whose coordinates pass int32 takes 64 bits.
+inline int64_t CallExtent(const Geometry& g, const IndexSpec& spec) {
+  const int64_t counts = std::max(g.in_count(), g.out_count());
+  if (spec.kind != IndexSpec::kWindow || WindowFits32(spec.pool)) return counts;
+  return std::max<int64_t>(counts, int64_t{1} << 31);
+}
+
+// Calls f(source) with the index source of `spec` for a call of geometry g.
+template <typename Index, typename F>
+void VisitSource(const IndexSpec& spec, const Geometry& g, F&& f) {
+  switch (spec.kind) {
+    case IndexSpec::kInt32: return f(FlatIndices<int32_t>{static_cast<const int32_t*>(spec.data)});
+    case IndexSpec::kInt64: return f(FlatIndices<int64_t>{static_cast<const int64_t*>(spec.data)});
+    default: break;
+  }
+  WindowOffsets<Index> w{};
+  w.offsets = static_cast<const uint8_t*>(spec.data);
+  w.planes = MakePlanes<Index>(g);
+  w.pool = AxesAs<Coord<Index>>(spec.pool);
+  w.windows[0] = Divider<Index>(static_cast<Index>(spec.pool.out[2]));
+  w.windows[1] = Divider<Index>(static_cast<Index>(spec.pool.out[1]));
+  w.taps_w = Divider<uint32_t>(static_cast<uint32_t>(spec.pool.kernel[2]));
+  w.taps_h = Divider<uint32_t>(static_cast<uint32_t>(spec.pool.kernel[1]));
+  w.taps = static_cast<uint32_t>(spec.pool.kernel[0] * spec.pool.kernel[1] * spec.pool.kernel[2]);
+  w.padding_only = HasPaddingOnlyWindows(spec.pool);
+  f(w);
 }
 
 // The workspace of the forward and of the checked backward: an extra result that the
@@ -148,7 +237,7 @@ Boxes<Index> MakeBoxes(const Geometry& g, const Window& w) {
 // index lay outside its box.
 template <typename V, typename I, typename P, typename Index, typename Launcher>
 void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const Geometry& g, const V* x,
-                       const I* indices, V* out, P* positions, const uint32_t* guard) {
+                       const I& indices, V* out, P* positions, const uint32_t* guard) {
   const Index in_count = static_cast<Index>(g.in_count());
   const Index out_count = static_cast<Index>(g.out_count());
   launch.Run(out_count, FillPositions<P, Index>{positions}, guard);
@@ -159,18 +248,17 @@ void LaunchGeneralPass(Launcher& launch, const Planes<Index>& planes, const Geom
 // What a forward launches with: buffers checked and non-empty on both sides.
 struct ForwardLaunch {
   Geometry shape;
-  Window window;  // the lowering's, or none
+  Window window;  // the lowering's (a window offsets call: its pool's), or none
   int64_t width = 4, position_bytes = 0;
-  bool index64 = false;
+  IndexSpec indices;
   const void* x = nullptr;
-  const void* indices = nullptr;
   void* out = nullptr;
   uint8_t* workspace = nullptr;  // kHeaderBytes, then the positions if any
 };
 
 template <typename V, typename I, int kS>
 PlaneTiledScatter<V, I, kS> MakePlaneTiled(const Geometry& g, const ForwardLaunch& a,
-                                           uint32_t* flag) {
+                                           const I& indices, uint32_t* flag) {
   PlaneTiledScatter<V, I, kS> f{};
   f.L = static_cast<uint32_t>(g.in_plane());
   f.Lo = static_cast<uint32_t>(g.out_plane());
@@ -178,18 +266,17 @@ PlaneTiledScatter<V, I, kS> MakePlaneTiled(const Geometry& g, const ForwardLaunc
   f.L_div = Divider<uint32_t>(f.L);
   f.in_w_div = Divider<uint32_t>(static_cast<uint32_t>(g.in[2]));
   f.x = static_cast<const V*>(a.x);
-  f.indices = static_cast<const I*>(a.indices);
+  f.indices = indices;
   f.out = static_cast<V*>(a.out);
   f.flag = flag;
   return f;
 }
 
 template <typename V, typename I, typename Index, typename Launcher>
-void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
+void LaunchForward(Launcher& launch, const ForwardLaunch& a, const I& indices) {
   const Geometry& g = a.shape;
   const Planes<Index> planes = MakePlanes<Index>(g);
   const V* x = static_cast<const V*>(a.x);
-  const I* indices = static_cast<const I*>(a.indices);
   V* out = static_cast<V*>(a.out);
   uint32_t* flag = reinterpret_cast<uint32_t*>(a.workspace);
   const uint32_t* guard = nullptr;
@@ -200,12 +287,14 @@ void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
                                ? PlaneTileSize<V>(g.channels_last, g.in, a.window.stride, out)
                                : 0;
     if (Tiles(g, a.window) && plane_tile != 0) {
-      if (plane_tile == 2) {
-        launch.Run(static_cast<uint32_t>(g.in_count()), MakePlaneTiled<V, I, 2>(g, a, flag),
-                   nullptr);
-      } else {
-        launch.Run(static_cast<uint32_t>(g.in_count()), MakePlaneTiled<V, I, 3>(g, a, flag),
-                   nullptr);
+      if constexpr (sizeof(Index) == 4) {
+        if (plane_tile == 2) {
+          launch.Run(static_cast<uint32_t>(g.in_count()),
+                     MakePlaneTiled<V, I, 2>(g, a, indices, flag), nullptr);
+        } else {
+          launch.Run(static_cast<uint32_t>(g.in_count()),
+                     MakePlaneTiled<V, I, 3>(g, a, indices, flag), nullptr);
+        }
       }
     } else if (Tiles(g, a.window)) {
       launch.Run(static_cast<Index>(g.in_count()),
@@ -231,11 +320,11 @@ void LaunchForward(Launcher& launch, const ForwardLaunch& a) {
 template <typename Launcher>
 void RunForward(Launcher& launch, const ForwardLaunch& a) {
   VisitWidth(a.width, [&](auto value) {
-    VisitIndex(a.index64, [&](auto index) {
-      const int64_t largest = std::max(a.shape.in_count(), a.shape.out_count());
-      launch.VisitOffsets(largest, [&](auto offset) {
-        LaunchForward<typename decltype(value)::type, typename decltype(index)::type,
-                      typename decltype(offset)::type>(launch, a);
+    launch.VisitOffsets(CallExtent(a.shape, a.indices), [&](auto offset) {
+      using Index = typename decltype(offset)::type;
+      VisitSource<Index>(a.indices, a.shape, [&](const auto& indices) {
+        LaunchForward<typename decltype(value)::type, std::decay_t<decltype(indices)>, Index>(
+            launch, a, indices);
       });
     });
   });
@@ -245,9 +334,8 @@ void RunForward(Launcher& launch, const ForwardLaunch& a) {
 struct GatherLaunch {
   Geometry shape;
   int64_t width = 4;
-  bool index64 = false;
+  IndexSpec indices;
   const void* grad = nullptr;
-  const void* indices = nullptr;
   void* out = nullptr;
 };
 
@@ -256,40 +344,74 @@ void RunGather(Launcher& launch, const GatherLaunch& a) {
   const Geometry& g = a.shape;
   VisitWidth(a.width, [&](auto value) {
     using V = typename decltype(value)::type;
-    VisitIndex(a.index64, [&](auto index) {
-      using I = typename decltype(index)::type;
-      launch.VisitOffsets(std::max(g.in_count(), g.out_count()), [&](auto offset) {
-        using Index = typename decltype(offset)::type;
+    launch.VisitOffsets(CallExtent(g, a.indices), [&](auto offset) {
+      using Index = typename decltype(offset)::type;
+      VisitSource<Index>(a.indices, g, [&](const auto& indices) {
+        using I = std::decay_t<decltype(indices)>;
         const Index n = static_cast<Index>(g.in_count());
         launch.Run(Gather<V, I, Index>::Threads(n),
                    Gather<V, I, Index>{MakePlanes<Index>(g), n, static_cast<const V*>(a.grad),
-                                       static_cast<const I*>(a.indices), static_cast<V*>(a.out)},
+                                       indices, static_cast<V*>(a.out)},
                    nullptr);
       });
     });
   });
 }
 
-// Checked calls: *first = the element offset of the first index outside [0, Lo), or
-// ~0 when there is none.
+// Checked calls: *first = the element offset of the first index naming no position of
+// the output plane, or ~0 when there is none.
 struct FirstBadLaunch {
-  int64_t Lo = 0, count = 0;
-  bool index64 = false;
-  const void* indices = nullptr;
+  Geometry shape;
+  IndexSpec indices;
   uint64_t* first = nullptr;
 };
 
 template <typename Launcher>
 void RunFindFirstBad(Launcher& launch, const FirstBadLaunch& a) {
   launch.Fill(a.first, 0xff, sizeof *a.first);
+  const Geometry& g = a.shape;
+  launch.VisitOffsets(CallExtent(g, a.indices), [&](auto offset) {
+    using Index = typename decltype(offset)::type;
+    VisitSource<Index>(a.indices, g, [&](const auto& indices) {
+      using I = std::decay_t<decltype(indices)>;
+      launch.Run(static_cast<Index>(g.in_count()),
+                 FindFirstBadIndex<I, Index>{static_cast<Index>(g.out_plane()), indices, a.first},
+                 nullptr);
+    });
+  });
+}
+
+// What window_indices launches with: the indices (the unpool view of the pool, `shape`:
+// its input side the windows) checked and non-empty.
+struct WindowIndicesLaunch {
+  Geometry shape;
+  Axes<int64_t> pool;
+  bool index64 = false;
+  const void* indices = nullptr;
+  uint8_t* offsets = nullptr;
+};
+
+template <typename Launcher>
+void RunWindowIndices(Launcher& launch, const WindowIndicesLaunch& a) {
+  const Geometry& g = a.shape;
+  const IndexSpec window{IndexSpec::kWindow, nullptr, a.pool};
   VisitIndex(a.index64, [&](auto index) {
     using I = typename decltype(index)::type;
-    launch.VisitOffsets(std::max(a.count, a.Lo), [&](auto offset) {
+    launch.VisitOffsets(CallExtent(g, window), [&](auto offset) {
       using Index = typename decltype(offset)::type;
-      launch.Run(static_cast<Index>(a.count),
-                 FindFirstBadIndex<I, Index>{static_cast<Index>(a.Lo),
-                                             static_cast<const I*>(a.indices), a.first},
-                 nullptr);
+      FlatToOffsets<I, Index> f{};
+      f.planes = MakePlanes<Index>(g);
+      f.pool = AxesAs<Coord<Index>>(a.pool);
+      f.windows[0] = Divider<Index>(static_cast<Index>(a.pool.out[2]));
+      f.windows[1] = Divider<Index>(static_cast<Index>(a.pool.out[1]));
+      f.rows[0] = Divider<Index>(static_cast<Index>(a.pool.in[2]));
+      f.rows[1] = Divider<Index>(static_cast<Index>(a.pool.in[1]));
+      f.indices = static_cast<const I*>(a.indices);
+      f.offsets = a.offsets;
+      f.none = static_cast<uint8_t>(std::min<int64_t>(
+          a.pool.kernel[0] * a.pool.kernel[1] * a.pool.kernel[2], 255));
+      f.padding_only = HasPaddingOnlyWindows(a.pool);
+      launch.Run(static_cast<Index>(g.in_count()), f, nullptr);
     });
   });
 }

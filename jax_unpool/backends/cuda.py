@@ -13,6 +13,11 @@ Targets (platform "CUDA"; semantics in ``ffi/cuda/unpool_call.h`` and ``pool_cal
   ``window_extent``, ``window_stride``, ``window_padding`` (empty arrays without one).
 - ``jax_unpool_cuda_max_unpool_backward_v1``: (grad_output, indices) -> out.
 - ``jax_unpool_cuda_max_pool_v1``: the CPU pool target's calling convention.
+- ``jax_unpool_cuda_max_pool_window_v1``, ``..._max_unpool_window_v1``,
+  ``..._max_unpool_backward_window_v1`` (and their ``_checked``), ``..._window_offsets_v1``:
+  the same on window offsets (``index_format="window"``), the CPU window targets'
+  attributes; an offset naming no tap is dropped or reads 0 as an out-of-range index does,
+  and window_indices turns an index outside its window into such an offset.
 - ``..._checked_v1`` of both unpool ops: the same, but an index outside its plane fails
   the call with the CPU kernels' message. They wait for the GPU (a device-to-host copy
   per call), so they serve the unpool primitives' ``check_indices=True`` only. Otherwise
@@ -42,6 +47,15 @@ TARGETS = {
     "max_unpool_backward": "jax_unpool_cuda_max_unpool_backward_v1",
     "max_unpool_backward_checked": "jax_unpool_cuda_max_unpool_backward_checked_v1",
     "max_pool": "jax_unpool_cuda_max_pool_v1",
+    # Window offsets (uint8), every rank, the pool's window as attributes (the CPU window
+    # targets' calling convention; the forward's workspace as above).
+    "max_pool_window": "jax_unpool_cuda_max_pool_window_v1",
+    "max_unpool_window": "jax_unpool_cuda_max_unpool_window_v1",
+    "max_unpool_window_checked": "jax_unpool_cuda_max_unpool_window_checked_v1",
+    "max_unpool_backward_window": "jax_unpool_cuda_max_unpool_backward_window_v1",
+    "max_unpool_backward_window_checked":
+        "jax_unpool_cuda_max_unpool_backward_window_checked_v1",
+    "window_offsets": "jax_unpool_cuda_window_offsets_v1",
 }
 STABLE_TARGETS = tuple(TARGETS.values())
 # The ops whose CUDA kernels serve the GPU; the others keep XLA's ops. Each op goes to the
@@ -124,9 +138,39 @@ def _max_unpool_backward(ctx, grad_output, indices, *, channels_last, spatial_ra
         custom_call.unpool_attributes(k, bool(channels_last), None))
 
 
-_max_unpool = registry.flat_indices_first(_max_unpool)
-_max_unpool_backward = registry.flat_indices_first(_max_unpool_backward)
-_max_pool = custom_call.native_pool_or_xla(custom_call.pool_lowering(TARGETS["max_pool"]))
+def _max_unpool_window(ctx, x, offsets, *, index_window, check_indices, **_):
+    g = index_window  # x has the pool's output size; the result its input size
+    per_element = position_bytes(np.dtype(ctx.avals_in[0].dtype).itemsize,
+                                 math.prod(g.out_size), math.prod(g.in_size))
+    target = TARGETS["max_unpool_window_checked" if check_indices else "max_unpool_window"]
+    return _call_dropping_workspace(
+        target, ctx, (x, offsets), _workspace(ctx.avals_out[0], g.channels_last, g.k,
+                                              per_element),
+        g.channels_last, g.k, custom_call.window_attributes(g))
+
+
+_gather_window = custom_call.window_unpool_lowering(TARGETS["max_unpool_backward_window"])
+
+
+def _max_unpool_backward_window(ctx, grad_output, offsets, *, index_window, check_indices,
+                                **params):
+    g = index_window
+    if not check_indices:
+        return _gather_window(ctx, grad_output, offsets, index_window=g, **params)
+    return _call_dropping_workspace(
+        TARGETS["max_unpool_backward_window_checked"], ctx, (grad_output, offsets),
+        _workspace(ctx.avals_out[0], g.channels_last, g.k, 0), g.channels_last, g.k,
+        custom_call.window_attributes(g))
+
+
+_max_unpool = registry.by_index_format(_max_unpool, _max_unpool_window)
+_max_unpool_backward = registry.by_index_format(_max_unpool_backward,
+                                                _max_unpool_backward_window)
+_max_pool = custom_call.native_pool_or_xla(
+    custom_call.pool_lowering(TARGETS["max_pool"]),
+    custom_call.pool_lowering(TARGETS["max_pool_window"]))
+# An index outside its window becomes an offset the unpools drop, as on XLA's ops.
+_window_offsets = custom_call.window_offsets_lowering(TARGETS["window_offsets"])
 
 
 # Registered only where this build has the CUDA module; other GPU platforms (rocm) keep
@@ -148,9 +192,12 @@ if _jax_unpool_cuda is not None:
     _rules = {"max_unpool": _max_unpool, "max_unpool_backward": _max_unpool_backward,
               "max_pool": _max_pool}
     for _op in _settings.CUDA_OPS:
-        registry.register(_op, registry.Lowering(_rules[_op], "cuda",
-                                                 f"CUDA kernel {TARGETS[_op]}"),
-                          platform="cuda")
+        registry.register(_op, registry.Lowering(
+            _rules[_op], "cuda", f"CUDA kernel {TARGETS[_op]} ({TARGETS[_op + '_window']} for "
+            "window offsets)"), platform="cuda")
+    registry.register("window_offsets", registry.Lowering(
+        _window_offsets, "cuda", f"CUDA kernel {TARGETS['window_offsets']} (an index outside "
+        "its window: an offset the unpools drop)"), platform="cuda")
     # The pool's derivative runs the unpool kernels where they serve the GPU.
     if {"max_unpool", "max_unpool_backward"} <= set(_settings.CUDA_OPS):
         for _op, _rule in registry.pool_derivative(_max_unpool_backward, _max_unpool).items():

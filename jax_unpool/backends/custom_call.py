@@ -4,7 +4,10 @@ A backend names its target and how the primitive's parameters become the call's
 attributes; this module builds the call, with the attributes that let XLA partition it
 along N and C (`_sharding.call_attributes`), and sends a channels-last call, whose C is
 not a leading dim, through `_sharding`'s custom_partitioning (outside `jax.export`: its
-callback lives in the tracing process and cannot be serialized).
+callback lives in the tracing process and cannot be serialized). The calls on window
+offsets (`index_window`, `index_format="window"`, `window_offsets_p`) carry the pool's
+window as attributes (`window_attributes`), so that the kernels read the uint8 offsets
+themselves.
 """
 
 from __future__ import annotations
@@ -64,6 +67,45 @@ def pool_attributes(channels_last: bool, kernel_size, stride, padding, dilation,
             ("ceil_mode", bool(ceil_mode)), ("channels_last", bool(channels_last)))
 
 
+def window_attributes(g) -> tuple:
+    """The pool's window (a `_geometry.PoolGeometry`) as the attributes of the calls on its
+    window offsets: the pool targets' attributes."""
+    return pool_attributes(g.channels_last, g.kernel, g.stride, g.padding, g.dilation,
+                           g.ceil_mode)
+
+
+def window_unpool_lowering(target: str) -> Callable:
+    """The lowering of an unpool primitive (the forward or the backward) on window offsets
+    (`index_window`, the pool's geometry) to the FFI call `target`: (values, offsets) ->
+    out, with the pool's window as attributes, partitioned along N and C as the flat
+    calls are."""
+    def lowering(ctx, values, offsets, *, index_window, output_size=None, **_):
+        g = index_window
+        pairs = window_attributes(g)
+        if g.channels_last and not _compat.lowering_for_export(ctx):
+            kernel = partial(_sharding.per_shard_unpool_call, target, g.k, output_size, pairs)
+            return mlir.lower_fun(kernel, multiple_results=False)(ctx, values, offsets)
+        call = jax.ffi.ffi_lowering(
+            target, extra_attributes=_sharding.call_attributes(ctx, g.channels_last, g.k))
+        return call(ctx, values, offsets, **_sharding.ffi_attributes(pairs))
+    return lowering
+
+
+def window_offsets_lowering(target: str) -> Callable:
+    """The lowering of window_offsets_p (flat indices -> uint8 offsets) to the FFI call
+    `target`, with the pool's window and input size as attributes."""
+    def lowering(ctx, indices, *, geometry, check_indices=False):
+        g = geometry
+        pairs = (*window_attributes(g), ("input_size", tuple(g.in_size)))
+        if g.channels_last and not _compat.lowering_for_export(ctx):
+            kernel = partial(_sharding.per_shard_offsets_call, target, g.k, pairs)
+            return mlir.lower_fun(kernel, multiple_results=False)(ctx, indices)
+        call = jax.ffi.ffi_lowering(
+            target, extra_attributes=_sharding.call_attributes(ctx, g.channels_last, g.k))
+        return call(ctx, indices, **_sharding.ffi_attributes(pairs))
+    return lowering
+
+
 def native_pool_or_xla(native: Callable, window_native: Callable | None = None) -> Callable:
     """The pool rule `native` (`window_native` for window offsets) for the dtypes the
     native pools order, the XLA ops' for the others."""
@@ -86,8 +128,9 @@ def pool_lowering(target: str, attributes: Callable[..., tuple] = pool_attribute
         if channels_last and not _compat.lowering_for_export(ctx):
             values = ctx.avals_out[0]
             out_size = tuple(values.shape[values.ndim - 1 - k:values.ndim - 1])
+            # The indices' dtype as abstract evaluation gave it: uint8 for window offsets.
             kernel = partial(_sharding.per_shard_pool_call, target, k, pairs, out_size,
-                             np.dtype(index_dtype))
+                             np.dtype(ctx.avals_out[1].dtype))
             return mlir.lower_fun(kernel, multiple_results=True)(ctx, x)
         call = jax.ffi.ffi_lowering(
             target, extra_attributes=_sharding.call_attributes(ctx, channels_last, k))

@@ -163,6 +163,16 @@ def rule(platform: str | None, op: str) -> Callable:
     return (_own.get((platform, op)) or _own[(None, op)]).rule
 
 
+def by_index_format(flat: Callable, window: Callable) -> Callable:
+    """An unpool rule that lowers flat indices with `flat` and window offsets
+    (`index_window`, the pool's geometry) with `window`, which reads the offsets itself."""
+    def lowering(ctx, values, indices, *, index_window=None, **params):
+        if index_window is None:
+            return flat(ctx, values, indices, **params)
+        return window(ctx, values, indices, index_window=index_window, **params)
+    return lowering
+
+
 def flat_indices_first(rule: Callable) -> Callable:
     """An unpool rule for flat indices (`rule`) that also takes window offsets
     (`index_window`): converted to flat indices first, on the device in XLA ops

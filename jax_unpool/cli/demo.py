@@ -268,9 +268,8 @@ MAX_STEPS = 1_000_000  # days of training on a laptop; the losses are kept in a 
 DEFAULT_STEPS = 800
 TEST_COUNT = 256
 BEATS_TRIVIAL_BY = 0.05
-# memory_needed's terms, in bytes: about 1.6 times the peak resident memory measured for
-# each (356 MB for the smallest run; 31 to 39 bytes per activation unit, 1,900 to 2,500
-# per width squared, 18 per held-out pixel).
+# memory_needed's terms, in bytes: about 1.6 times the peak resident memory measured
+# (docs/performance.md, "Measured choices").
 MEMORY_BASE = 512 << 20
 MEMORY_PER_ACTIVATION = 64  # per image pixel and channel of the first layer in a batch
 MEMORY_PER_WEIGHT = 3000  # per width squared: weights, gradients, Adam's moments
@@ -289,19 +288,24 @@ def memory_needed(size: int, batch: int, width: int, test_count: int = TEST_COUN
 def check_options(steps: int, size: int, batch: int, width: int, seed: int = 0,
                   test_count: int = TEST_COUNT) -> None:
     """ValueError for options the model cannot run with, or this machine's memory."""
+    n = options.number
     if size < 16 or size % 4:
-        raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {size}")
+        raise ValueError(f"demo: size must be a multiple of 4 and at least 16, got {n(size)}")
     if min(steps, batch, width) < 1:
-        raise ValueError(f"demo: steps, batch and width must be positive, got {steps}, "
-                         f"{batch}, {width}")
+        raise ValueError(f"demo: steps, batch and width must be positive, got {n(steps)}, "
+                         f"{n(batch)}, {n(width)}")
     if steps > MAX_STEPS:
-        raise ValueError(f"demo: steps must be at most {MAX_STEPS}, got {steps}")
+        raise ValueError(f"demo: steps must be at most {MAX_STEPS}, got {n(steps)}")
     if not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {seed}")
+        raise ValueError(f"demo: seed must be between 0 and {MAX_SEED}, got {n(seed)}")
+    if max(size, batch, width) > options.MAX_SIZE:  # the memory estimate would overflow
+        raise ValueError(f"demo: size, batch and width must be at most {options.MAX_SIZE} "
+                         f"(the most elements an array holds), got {n(size)}, "
+                         f"{n(batch)}, {n(width)}")
     needed, available = memory_needed(size, batch, width, test_count), options.memory_bytes()
     if needed > available:
-        raise ValueError(f"demo: size {size}, batch {batch} and width {width} need about "
-                         f"{options.gib(needed)} of memory, more than this machine's "
+        raise ValueError(f"demo: size {n(size)}, batch {n(batch)} and width {n(width)} need "
+                         f"about {options.gib(needed)} of memory, more than this machine's "
                          f"{options.gib(available)}")
 
 

@@ -11,14 +11,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
+import os
 import platform
 import re
+import signal
 import sys
 from collections.abc import Sequence
 
 from jax_unpool.cli import options
 
+PROG = "python -m jax_unpool"
 RANKS = (1, 2, 3)
 # What _jax_unpool.cpu_gather() answers, in words.
 _GATHERS = {"avx2": "AVX2 gathers (vpgather*)", "scalar": "scalar loads"}
@@ -130,6 +134,7 @@ def demo(args: argparse.Namespace) -> int:
         demo_module.check_options(args.steps, args.size, args.batch, args.width, args.seed)
     except ValueError as error:  # a bad option value: report it the argparse way
         parser.error(str(error))
+    options.check_environment(parser)
     out = options.open_output(parser, "--out", args.out, picture.PNG_SIGNATURE)
     try:
         demo_module.run(steps=args.steps, size=args.size, batch=args.batch, seed=args.seed,
@@ -137,18 +142,22 @@ def demo(args: argparse.Namespace) -> int:
     except options.OutputError as error:  # e.g. the disk filled up during training
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
+    except BaseException:  # Ctrl-C, or a failure: no picture of 8 bytes left behind
+        out.abandon()
+        raise
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m jax_unpool",
+        prog=PROG,
         description="Max-unpooling as first-class JAX primitives: tools.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser(
+    info_parser = commands.add_parser(
         "info", help="versions, devices, and which implementation each op uses",
         description="Print versions, platforms and devices, the implementation of each op "
                     "on each platform, and whether the CANN toolkit was found.")
+    info_parser.set_defaults(command_parser=info_parser)
     # add_help=False: `bench --help` reaches the benchmark's own parser with the other args.
     commands.add_parser(
         "bench", add_help=False,
@@ -174,14 +183,91 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class StdoutError(Exception):
+    """Standard output could not be written (a full disk, a reader gone): the `OSError`
+    is its cause."""
+
+
+class _Stdout:
+    """`sys.stdout` during a command, whose write errors become `StdoutError`, told apart
+    from a command's own OSErrors; what its encoding lacks (a path's "é" with
+    PYTHONIOENCODING=ascii) is escaped, as on stderr. None (a closed descriptor, `>&-`)
+    takes everything and writes nothing, as print() does then."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            return len(text)
+        try:
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:
+                encoding = self._stream.encoding
+                return self._stream.write(
+                    text.encode(encoding, "backslashreplace").decode(encoding))
+        except OSError as error:
+            raise StdoutError() from error
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise StdoutError() from error
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout = _Stdout(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(stdout):
+            try:
+                return _command(sys.argv[1:] if argv is None else list(argv))
+            finally:
+                stdout.flush()  # here, where its failure can be reported
+    except StdoutError as error:
+        _discard_stdout()  # else the interpreter's last flush fails again, with a traceback
+        if isinstance(error.__cause__, BrokenPipeError):
+            return 1  # the reader left (`| head`): nothing to say, as other commands
+        print(f"{PROG}: error: cannot write standard output: {error.__cause__.strerror}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        with contextlib.suppress(AttributeError, OSError):  # None, or a full disk
+            sys.stdout.flush()
+        print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
+        # Die of the signal, as other commands do, so that the shell sees it (status
+        # 130), and without the interpreter's exit: XLA, stopped mid-compile, crashed it.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130  # where the signal does not end the process
+
+
+def _discard_stdout() -> None:
+    """Points standard output's descriptor at /dev/null (Python's advice for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced (tests), or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _command(argv: list[str]) -> int:
     parser = _parser()
-    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         return bench(rest)
     if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        args.command_parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
+        options.check_environment(args.command_parser)
         return info()
     return demo(args)
 

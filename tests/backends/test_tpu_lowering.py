@@ -123,3 +123,38 @@ def test_hlo_counting_sees_scatter_outside_conditionals():
     always, in_branches = count_ops(hlo)
     assert always == {"scatter": 1, "gather": 1}
     assert in_branches == {"scatter": 0, "gather": 0}
+
+
+def window_segnet_step(k: int, fmt: str, window: tuple[int, int, int]):
+    """segnet_step with window offsets: the unpool takes its window from them."""
+    kernel, stride, padding = window
+
+    def loss(x):
+        v, w = POOLS[k](x, kernel, stride, padding, data_format=fmt, index_format="window")
+        return jnp.sum((UNPOOLS[k](jnp.tanh(v), w) - x) ** 2)
+    return jax.value_and_grad(loss)
+
+
+# Instructions a TPU runs slowly or serially: scatter and gather, integer division and
+# remainder (the flat index's decoding), and a conditional's branches.
+_SLOW = re.compile(r"=\s*(\S+)\s+(scatter|gather|divide|remainder|conditional)\(")
+
+
+@pytest.mark.parametrize("k,fmt,window", CASES)
+def test_a_window_offsets_step_for_tpu_has_no_scatter_gather_division_or_conditional(
+        k, fmt, window):
+    step = window_segnet_step(k, fmt, WINDOWS[window])
+    hlo = jax.jit(step).trace(operand(k, fmt)).lower(lowering_platforms=("tpu",)).as_text(
+        dialect="hlo")
+    found = [(op, shape) for shape, op in _SLOW.findall(hlo)
+             if op in ("scatter", "gather", "conditional") or not shape.startswith("f")]
+    assert found == []
+    assert "u8[" in hlo  # the offsets themselves, not flat indices made from them
+
+
+def test_the_slow_instruction_pattern_sees_the_flat_steps_division():
+    # The pattern itself: the flat format's step decodes its indices (divide/remainder on
+    # integers, or a conditional with the general path).
+    hlo = jax.jit(segnet_step(2, "NCHW", WINDOWS["3x3/s2/p1"])).trace(
+        operand(2, "NCHW")).lower(lowering_platforms=("tpu",)).as_text(dialect="hlo")
+    assert {op for _, op in _SLOW.findall(hlo)} & {"divide", "remainder", "conditional"}

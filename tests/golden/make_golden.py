@@ -8,9 +8,11 @@ one thread. Regenerate it, or check it, from the repository root:
     python tests/golden/make_golden.py           # rewrites tests/golden/torch_2_13.npz
     python tests/golden/make_golden.py --check   # compares a fresh run with the file
 
-The inputs come from seeds (each case's own, from its name) and torch runs on one thread,
-so a rerun gives every array bit for bit (the zip's timestamps differ; --check compares
-the arrays). Nothing here imports jax_unpool: every expected array is torch's.
+The inputs come from seeds (each case's own, from its name) and torch runs on one thread
+(duplicated indices: the last input position wins; sums in input order), so a rerun gives
+every array bit for bit (the zip's timestamps differ; --check compares the arrays, and
+tests/ops/test_golden_torch.py does too wherever torch is installed). Nothing here imports
+jax_unpool: every expected array is torch's.
 
 Each case is an entry of "cases.json" (a string in the file), which says how to call the
 op, and a set of arrays "<case>/<array>", which cases.json's "arrays" places in one flat
@@ -23,7 +25,9 @@ them (int64).
   "indices"; for floats also the gradient of sum(values * ct) ("ct", "grad": torch's
   autograd) and the forward-mode derivative ("tangent", "jvp": torch.func.jvp).
   Cotangents are small integers (dyadic fractions for float32/64), so that a sum over
-  overlapping windows is exact in any order.
+  overlapping windows is exact in any order. A window of padding only may report an index
+  past the plane (torch's quirk), which torch's backward adds into the next plane: such a
+  case stores no derivative.
 - unpool cases (max_unpool{k}d): "x", "indices", "out"; "g" and "backward" (the gradient
   w.r.t. x of sum(out * g): the unpool's backward); for floats "tangent" and "jvp"; where
   no index repeats in a plane also "ct2" and "backward_vjp", the derivative of the

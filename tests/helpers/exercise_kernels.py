@@ -8,8 +8,11 @@ negative, one past the end), inputs big enough to be split across the XLA thread
 every dtype family it orders (bool, ints, float16/bfloat16, float8, float32/64), both
 index dtypes, every rank and layout, its fast path (2 per axis, odd sizes, ceil_mode) and
 its generic one (padding, dilation, windows of padding only, windows larger than x),
-thread-pool splits and Python threads. Exits non-zero on any wrong answer; the sanitizers
-abort the process on any memory or UB error.
+thread-pool splits and Python threads. And the kernels on window offsets: the pool writing
+them, the unpool and its backward reading them (windows that tile the input and any
+other, every rank, layout and byte width, offsets naming no position), window_indices,
+and their thread-pool splits, each against the flat kernels. Exits non-zero on any wrong
+answer; the sanitizers abort the process on any memory or UB error.
 """
 
 from __future__ import annotations
@@ -250,12 +253,98 @@ def threaded_max_pool_cases(rng) -> None:
                 check_equal(got, want, f"threaded pool {fmt} {window}")
 
 
+UNPOOL = {k: getattr(ju, f"max_unpool{k}d") for k in (1, 2, 3)}
+BACKWARD = {k: getattr(ju, f"max_unpool{k}d_backward") for k in (1, 2, 3)}
+
+
+def outcome(call):
+    """A call's result as bits, or its error's first line."""
+    try:
+        return bits(jax.block_until_ready(call())).tobytes()
+    except RUNTIME_ERRORS as e:
+        return str(e).split("\n")[0]
+
+
+def check_same(window_call, flat_call, what) -> None:
+    global checks
+    got, want = outcome(window_call), outcome(flat_call)
+    if got != want:
+        raise AssertionError(f"{what}: window offsets and flat indices differ")
+    with checks_lock:
+        checks += 1
+
+
+def check_window(x, k, window, last, what) -> None:
+    """Pools x with both index formats; the pool, the unpool and its backward on the offsets
+    (the pool's, and the same with offsets that name no position) against the flat path."""
+    fmt = pool_layout(k, last)
+    values, flat = POOL[k](x, *window, data_format=fmt)
+    w_values, w = POOL[k](x, *window, data_format=fmt, index_format="window")
+    check_equal(w_values, values, "window pool values " + what)
+    check_equal(w.to_flat(), flat, "window pool offsets " + what)
+    size = w.input_size
+    check_same(lambda: UNPOOL[k](values, w),
+               lambda: UNPOOL[k](values, flat, output_size=size, data_format=fmt),
+               "window unpool " + what)
+    check_same(lambda: BACKWARD[k](x, values, w),
+               lambda: BACKWARD[k](x, values, flat, size, data_format=fmt),
+               "window backward " + what)
+    back = ju.window_indices(flat, *window[:4], window[4], input_size=size, data_format=fmt)
+    check_equal(back.offsets, w.offsets, "window_indices " + what)
+    # What names no position fails the call (the messages: tests/native/test_window_kernels.py).
+    bad = np.asarray(w.offsets).copy()
+    bad.reshape(-1)[[bad.size // 3, bad.size - 1]] = [255, 1]
+    w_bad = ju.WindowIndices(jnp.asarray(bad), w.geometry)
+    wrong = np.asarray(flat).copy()
+    wrong.reshape(-1)[wrong.size // 2] = -7
+    for call, start in ((lambda: UNPOOL[k](values, w_bad), "OUT_OF_RANGE: max_unpool"),
+                        (lambda: BACKWARD[k](x, values, w_bad), "OUT_OF_RANGE: max_unpool"),
+                        (lambda: ju.window_indices(wrong, *window[:4], window[4],
+                                                   input_size=size, data_format=fmt).offsets,
+                         "OUT_OF_RANGE: window_indices: index -7 ")):
+        check_fails(call, start, "window errors " + what)
+
+
+def check_fails(call, start, what) -> None:
+    global checks
+    error = outcome(call)
+    if not isinstance(error, str) or not error.startswith(start):
+        raise AssertionError(f"{what}: expected an error starting {start!r}")
+    with checks_lock:
+        checks += 1
+
+
+WINDOW_DTYPES = [np.dtype(d) for d in (np.uint8, jnp.bfloat16, np.float32, np.float64)]
+
+
+def window_cases(rng) -> None:
+    """Every byte width x rank x layout x window kind (tiling with ceil_mode, overlapping
+    and padded, windows of padding only, windows larger than x), small."""
+    for i, dtype in enumerate(WINDOW_DTYPES):
+        for k in (1, 2, 3):
+            for last in (False, True):
+                spatial = (5, 6, 7)[3 - k:]
+                x = values(rng, (2, *spatial, 3) if last else (2, 3, *spatial), dtype)
+                for window in POOL_WINDOWS:
+                    with jax.enable_x64(dtype.itemsize == 8):
+                        check_window(x, k, window, last,
+                                     f"{dtype.name} {k}-D {pool_layout(k, last)} {window}")
+
+
+def threaded_window_cases(rng) -> None:
+    """Inputs of several MB: the window kernels' chunks go to the XLA thread pool."""
+    for last, shape in ((False, (3, 5, 96, 96)), (True, (3, 96, 96, 5))):
+        x = rng.integers(-50, 50, shape).astype(np.float32)
+        for window in ((2, 2, 0, 1, False), (3, 2, 1, 1, False)):
+            check_window(x, 2, window, last, f"threaded window {window}")
+
+
 def main() -> int:
     print(f"extension: {extension.__file__}", flush=True)
     print(f"gathers: {extension.cpu_gather()}", flush=True)  # JAX_UNPOOL_CPU_GATHER's effect
     rng = np.random.default_rng(0)
     for phase in (small_cases, zero_size_cases, threaded_pool_cases, python_threads,
-                  max_pool_cases, threaded_max_pool_cases):
+                  max_pool_cases, threaded_max_pool_cases, window_cases, threaded_window_cases):
         phase(rng)
         print(f"{phase.__name__}: done", flush=True)  # progress: the parent watches for it
     print(f"exercise_kernels: {checks} checks passed")

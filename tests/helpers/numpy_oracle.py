@@ -229,3 +229,48 @@ def max_pool_nd(x: np.ndarray, kernel: int, stride: int, padding: int, k: int,
             values[(a, b, *o)], indices[(a, b, *o)] = best
     return (_spatial_back(values, np.ndim(x), k, channels_last),
             _spatial_back(indices, np.ndim(x), k, channels_last))
+
+
+def window_positions(offsets: np.ndarray, in_size, kernel, stride, padding, dilation,
+                     channels_last: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Window offsets (a pool's argmax as its tap number in its window, row-major over the
+    kernel) -> (flat, named): the flat position in the input plane of the tap each names,
+    and whether it names one -- a tap inside the input; for a window with no tap inside
+    (PyTorch's window of padding only), offset 0, which names PyTorch's initial position
+    (`while (ih0 < 0) ih0 += dilation`), possibly past the plane."""
+    k = len(in_size)
+    o = _spatial_first(np.asarray(offsets), k, channels_last).astype(np.int64)
+    windows = o.shape[2:]
+    grid = np.indices(windows) if windows else np.zeros((k,), np.int64)
+    flat_strides = [math.prod(in_size[a + 1:]) for a in range(k)]
+    flat, first = np.zeros(o.shape, np.int64), np.zeros(windows, np.int64)
+    named, empty = o < math.prod(kernel), np.zeros(windows, bool)
+    for a in range(k):
+        start = grid[a] * stride[a] - padding[a]
+        j = o // math.prod(kernel[a + 1:]) % kernel[a]
+        coordinate = start + j * dilation[a]
+        named &= (coordinate >= 0) & (coordinate < in_size[a])
+        flat += coordinate * flat_strides[a]
+        inside = [(start + t * dilation[a] >= 0) & (start + t * dilation[a] < in_size[a])
+                  for t in range(kernel[a])]
+        empty |= ~np.any(inside, axis=0)
+        first += np.where(start < 0, start + (-start + dilation[a] - 1) // dilation[a]
+                          * dilation[a], start) * flat_strides[a]
+    flat = np.where(empty, first, flat)
+    named = np.where(empty, o == 0, named)
+    ndim = np.ndim(offsets)
+    return (_spatial_back(flat, ndim, k, channels_last),
+            _spatial_back(named, ndim, k, channels_last))
+
+
+def window_offsets(flat: np.ndarray, in_size, kernel, stride, padding, dilation,
+                   channels_last: bool = False) -> np.ndarray:
+    """Flat indices -> each one's tap number in its window (the inverse of
+    `window_positions`, by search over the taps), or -1 where it is none."""
+    flat = np.asarray(flat)
+    out = np.full(flat.shape, -1, np.int64)
+    for tap in range(math.prod(kernel)):
+        position, named = window_positions(np.full(flat.shape, tap), in_size, kernel, stride,
+                                           padding, dilation, channels_last)
+        out = np.where(named & (position == flat) & (out < 0), tap, out)
+    return out

@@ -2,12 +2,14 @@
 tests/native/test_pool_ffi_boundary.py, so that a crash fails the case it happened in, not the suite.
 
     python tests/helpers/pool_boundary_calls.py CASES.json cpu
+    python tests/helpers/pool_boundary_calls.py CASES.json cpu_window
     python tests/helpers/pool_boundary_calls.py CASES.json aclnn FAKE_CANN_DIR
 
 CASES.json is a list of {"name", "x": [shape, dtype], "values": [shape, dtype], "indices":
 [shape, dtype], "attributes": {name: value}} where a list value is passed as an int64
 array (as the CPU lowering passes the window) and anything else as is. `cpu` calls the CPU
-pool target; `aclnn` the aclnn pool target of the window's rank (the 3-D one for 3
+pool target, `cpu_window` the CPU pool target writing window offsets (its oracle: the numpy
+pool's indices as tap numbers); `aclnn` the aclnn pool target of the window's rank (the 3-D one for 3
 kernel_size entries, else the 2-D one) in host-emulation mode against the emulated CANN
 in FAKE_CANN_DIR. For each case the child prints `START name`, then `DONE {json}` with the
 outcome: "error" (exception type and message) or "result" (whether values and indices
@@ -52,6 +54,8 @@ def operand(shape, dtype, rng: np.random.Generator) -> np.ndarray:
 def target(family: str, attributes: dict) -> str:
     if family == "cpu":
         return cpu.MAX_POOL_TARGET
+    if family == "cpu_window":
+        return cpu.MAX_POOL_WINDOW_TARGET
     kernel = attributes.get("kernel_size")
     three = isinstance(kernel, list) and len(kernel) == 3
     return ju.npu.MAX_POOL3D_TARGET if three else ju.npu.MAX_POOL2D_TARGET
@@ -75,6 +79,12 @@ def run_case(family: str, case: dict) -> dict:
     want_values, want_indices = numpy_oracle.max_pool(
         x, a["kernel_size"], a["stride"], a["padding"], a["dilation"], a["ceil_mode"],
         a["channels_last"])
+    if family == "cpu_window":  # the argmax as its tap number (0 for a window of padding only)
+        k = len(a["kernel_size"])
+        s = x.ndim - k - (1 if a["channels_last"] else 0)
+        want_indices = numpy_oracle.window_offsets(
+            want_indices, x.shape[s:s + k], a["kernel_size"], a["stride"], a["padding"],
+            a["dilation"], a["channels_last"])
     equal = (values.shape == want_values.shape and values.dtype == x.dtype
              and np.array_equal(bits(values), bits(want_values))
              and np.array_equal(indices, want_indices))

@@ -81,12 +81,15 @@ def test_safety_checks_name_the_stable_targets():
              "jax_unpool_aclnn_max_pool3d_with_argmax_v1",
              *(f"jax_unpool_aclnn_max_unpool{k}d{b}_checked_v1" for k in (2, 3)
                for b in ("", "_backward")))
+    window = tuple(f"jax_unpool_{op}_window_v1" for op in (
+        "max_pool", "max_unpool", "max_unpool_backward")) + ("jax_unpool_window_offsets_v1",)
     cuda = tuple(f"jax_unpool_cuda_{op}_v1" for op in (
         "max_unpool", "max_unpool_checked", "max_unpool_backward", "max_unpool_backward_checked",
-        "max_pool"))
+        "max_pool", "max_pool_window", "max_unpool_window", "max_unpool_window_checked",
+        "max_unpool_backward_window", "max_unpool_backward_window_checked", "window_offsets"))
     assert set(ju.export_safety_checks()) == {DisabledSafetyCheck.custom_call(t)
                                               for t in (*STABLE_TARGETS, POOL_TARGET,
-                                                        *V1_TARGETS, *aclnn, *cuda)}
+                                                        *V1_TARGETS, *window, *aclnn, *cuda)}
 
 
 def test_the_stable_targets_are_the_same_without_the_cuda_module():

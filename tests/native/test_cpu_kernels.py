@@ -155,6 +155,9 @@ def test_backward_gathers_with_the_loop_the_cpu_and_the_environment_choose():
     assert _extension.module.cpu_gather() == expected_gather()
 
 
+# Slow: a rerun of this file's backward tests in a child (a minute on 2 loaded cores, the
+# everyday run's longest test); the everyday run checks the loop this CPU takes.
+@pytest.mark.slow
 @pytest.mark.skipif(not cpu_has_avx2(), reason="no AVX2: the scalar loop is the only one")
 def test_backward_tests_pass_with_the_other_gather_loop():
     # This process gathers with one loop; a child reruns this file's backward tests (values

@@ -1,6 +1,6 @@
 """The FFI boundary itself: hand-written `jax.ffi.ffi_call`s to every registered target
-(the CPU ones, _v1 and _v2, and the aclnn ones in host-emulation mode against the
-emulated CANN) with
+(the CPU ones, _v1 and _v2 and those on window offsets, and the aclnn ones in
+host-emulation mode against the emulated CANN) with
 every kind of buffer mismatch, random buffer shapes (hypothesis), and an exported
 artifact whose custom call was edited. The public API never builds such calls; the
 handlers must still answer each with an error (or, for a valid call, the numpy
@@ -238,6 +238,166 @@ CASES_3D = [
 ]
 
 
+# The CPU targets on window offsets (jax_unpool_max_unpool_window_v1, its backward, and
+# jax_unpool_window_offsets_v1): the pool's window as attributes, checked against every
+# buffer. A valid forward: x and offsets (2, 3, 4, 5) of a 2x2/s2 pool of a (2, 3, 8, 10)
+# result; the backward's grad_output is that result. Each case: (name, op, values, indices,
+# result, channels_last, window, expected), where expected is "oracle", the whole
+# INVALID_ARGUMENT message, or "!" + an OUT_OF_RANGE message's start. Offsets are drawn from
+# [0, taps), each moved to its window's first tap inside the input where it names none, or
+# from [0, 256) where a case's name says "bad". (A result with an empty spatial dim never
+# reaches a handler: XLA makes a zero-size result a constant.)
+U8 = "uint8"
+WF, WB, WI = "forward", "backward", "window_indices"
+
+
+def pool_window(k=2, kernel=2, stride=None, padding=0, dilation=1, ceil_mode=False, **attrs):
+    def each(v):
+        return list(v) if isinstance(v, (list, tuple)) else [v] * k
+    return {"kernel_size": each(kernel), "stride": each(kernel if stride is None else stride),
+            "padding": each(padding), "dilation": each(dilation), "ceil_mode": ceil_mode,
+            **attrs}
+
+
+W2 = pool_window()
+WX, WOFF, WOUT = [[2, 3, 4, 5], F32], [[2, 3, 4, 5], U8], [[2, 3, 8, 10], F32]
+WX_L, WOFF_L, WOUT_L = [[2, 4, 5, 3], F32], [[2, 4, 5, 3], U8], [[2, 8, 10, 3], F32]
+W2_TEXT = "kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False"
+WINDOW_CASES = [
+    # valid calls
+    ("window forward valid", WF, WX, WOFF, WOUT, False, W2, "oracle"),
+    ("window forward valid NHWC float64", WF, [WX_L[0], F64], WOFF_L, [WOUT_L[0], F64], True,
+     W2, "oracle"),
+    ("window forward valid rank 3, ceil_mode, overlapping", WF, [[3, 4, 5], F32],
+     [[3, 4, 5], U8], [[3, 7, 9], F32], False,
+     pool_window(kernel=3, stride=2, padding=1, ceil_mode=True), "oracle"),
+    ("window forward valid 1-D dilated", WF, [[2, 3, 4], "int8"], [[2, 3, 4], U8],
+     [[2, 3, 11], "int8"], False, pool_window(k=1, kernel=3, stride=2, dilation=2), "oracle"),
+    ("window forward valid 3-D NDHWC", WF, [[2, 2, 2, 3, 3], "bfloat16"], [[2, 2, 2, 3, 3], U8],
+     [[2, 4, 4, 6, 3], "bfloat16"], True, pool_window(k=3, ceil_mode=True), "oracle"),
+    ("window backward valid", WB, WOUT, WOFF, WX, False, W2, "oracle"),
+    ("window backward valid NHWC", WB, WOUT_L, WOFF_L, WX_L, True, W2, "oracle"),
+    ("window backward valid 3-D, padded", WB, [[1, 2, 5, 6, 7], "float16"],
+     [[1, 2, 3, 3, 4], U8], [[1, 2, 3, 3, 4], "float16"], False,
+     pool_window(k=3, kernel=3, stride=2, padding=1), "oracle"),
+    ("window forward an empty batch", WF, [[0, 3, 4, 5], F32], [[0, 3, 4, 5], U8],
+     [[0, 3, 8, 10], F32], False, W2, "oracle"),
+    # offsets that name no tap: OUT_OF_RANGE, naming the first
+    ("window forward bad offsets", WF, WX, WOFF, WOUT, False, W2,
+     "!OUT_OF_RANGE: max_unpool2d: window offset "),
+    ("window backward bad offsets NHWC", WB, WOUT_L, WOFF_L, WX_L, True, W2,
+     "!OUT_OF_RANGE: max_unpool2d_backward: window offset "),
+    # the window's attributes
+    ("window stride shorter", WF, WX, WOFF, WOUT, False, {**W2, "stride": [2]},
+     ("max_unpool: kernel_size, stride, padding and dilation must have one entry per spatial "
+      "dim (1, 2 or 3 of them), got kernel_size=(2, 2), stride=(2,), padding=(0, 0), "
+      "dilation=(1, 1)")),
+    ("window backward four spatial dims", WB, WOUT, WOFF, WX, False, pool_window(k=4),
+     ("max_unpool_backward: kernel_size, stride, padding and dilation must have one entry per "
+      "spatial dim (1, 2 or 3 of them), got kernel_size=(2, 2, 2, 2), stride=(2, 2, 2, 2), "
+      "padding=(0, 0, 0, 0), dilation=(1, 1, 1, 1)")),
+    ("window kernel_size 0", WF, WX, WOFF, WOUT, False, {**W2, "kernel_size": [0, 2]},
+     "max_unpool2d: kernel_size must be positive and at most 2147483647, got (0, 2)"),
+    ("window stride 2^31", WB, WOUT, WOFF, WX, False, {**W2, "stride": [2**31, 2]},
+     ("max_unpool2d_backward: stride must be positive and at most 2147483647, got "
+      "(2147483648, 2)")),
+    ("window padding above half the kernel", WF, WX, WOFF, WOUT, False, {**W2, "padding": [0, 2]},
+     ("max_unpool2d: padding must be non-negative and at most half of kernel_size (padding <= "
+      "kernel_size // 2), got padding=(0, 2) and kernel_size=(2, 2)")),
+    ("window of 289 taps", WF, [[1, 1, 1, 1], F32], [[1, 1, 1, 1], U8], [[1, 1, 17, 17], F32],
+     False, pool_window(kernel=17), ("max_unpool2d: window offsets (uint8) number the taps of "
+      "windows of at most 256 taps; kernel_size=(17, 17) has more: use flat indices")),
+    # buffers
+    ("window forward int32 offsets", WF, WX, [WOFF[0], I32], WOUT, False, W2,
+     "max_unpool2d: indices must be uint8 window offsets, got int32"),
+    ("window backward int64 offsets", WB, WOUT, [WOFF[0], I64], WX, False, W2,
+     "max_unpool2d_backward: indices must be uint8 window offsets, got int64"),
+    ("window forward result dtype", WF, WX, WOFF, [WOUT[0], F64], False, W2,
+     "max_unpool2d: result has dtype float64 but x has dtype float32; they must be equal"),
+    ("window backward value dtype int4", WB, [WOUT[0], "int4"], WOFF, [WX[0], "int4"], False, W2,
+     "max_unpool2d_backward: unsupported value dtype int4"),
+    ("window forward x rank 5", WF, [[1, 2, 3, 4, 5], F32], [[1, 2, 3, 4, 5], U8],
+     [[1, 2, 3, 8, 10], F32], False, W2,
+     "max_unpool2d: x must have rank 3 or 4, got shape (1, 2, 3, 4, 5)"),
+    ("window forward offsets other shape", WF, WX, [[2, 3, 5, 4], U8], WOUT, False, W2,
+     ("max_unpool2d: indices has shape (2, 3, 5, 4) but x has shape (2, 3, 4, 5); they must be "
+      "equal")),
+    ("window forward result other C", WF, WX, WOFF, [[2, 1, 8, 10], F32], False, W2,
+     ("max_unpool2d: result has shape (2, 1, 8, 10) but x has shape (2, 3, 4, 5); their N and C "
+      "dims (NCHW) must be equal")),
+    ("window forward result the pool does not give x from", WF, WX, WOFF, [[2, 3, 9, 9], F32],
+     False, W2, ("max_unpool2d: x has shape (2, 3, 4, 5) but pooling result of shape "
+      f"(2, 3, 9, 9) with {W2_TEXT} gives (2, 3, 4, 4)")),
+    ("window forward result too small", WF, WX, WOFF, [[2, 3, 1, 10], F32], False, W2,
+     ("max_unpool2d: output size must be positive, got 0 along spatial dim 0 of result of shape "
+      "(2, 3, 1, 10): the input is too small for kernel_size=(2, 2), dilation=(1, 1)")),
+    ("window backward result other shape", WB, WOUT, WOFF, [[2, 3, 4, 6], F32], False, W2,
+     ("max_unpool2d_backward: result has shape (2, 3, 4, 6) but indices has shape (2, 3, 4, 5); "
+      "they must be equal")),
+    ("window backward offsets other N", WB, WOUT, [[1, 3, 4, 5], U8], [[1, 3, 4, 5], F32], False,
+     W2, ("max_unpool2d_backward: indices has shape (1, 3, 4, 5) but grad_output has shape "
+      "(2, 3, 8, 10); their N and C dims (NCHW) must be equal")),
+    ("window backward grad_output the pool does not give the offsets from", WB,
+     [[2, 3, 6, 6], F32], WOFF, WX, False, W2, ("max_unpool2d_backward: indices has shape "
+      f"(2, 3, 4, 5) but pooling grad_output of shape (2, 3, 6, 6) with {W2_TEXT} gives "
+      "(2, 3, 3, 3)")),
+    # window_indices: flat indices -> offsets (values: the flat indices)
+    ("window_indices valid", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8], [[2, 3, 4, 5], U8],
+     False, pool_window(input_size=[8, 10]), "oracle"),
+    ("window_indices valid NHWC int64, overlapping", WI, [[2, 4, 5, 3], I64], [[2, 4, 5, 3], U8],
+     [[2, 4, 5, 3], U8], True, pool_window(kernel=3, stride=2, padding=1, input_size=[8, 10]),
+     "oracle"),
+    ("window_indices bad indices", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 5], U8], False, pool_window(input_size=[8, 10]),
+     "!OUT_OF_RANGE: window_indices: index "),
+    ("window_indices float32 indices", WI, [[2, 3, 4, 5], F32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 5], U8], False, pool_window(input_size=[8, 10]),
+     "window_indices: indices must be int32 or int64, got float32"),
+    ("window_indices int32 result", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 5], I32], False, pool_window(input_size=[8, 10]),
+     "window_indices: result must be uint8 window offsets, got int32"),
+    ("window_indices result other shape", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 6], U8], False, pool_window(input_size=[8, 10]),
+     ("window_indices: result has shape (2, 3, 4, 6) but indices has shape (2, 3, 4, 5); they "
+      "must be equal")),
+    ("window_indices input_size of another rank", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 5], U8], False, pool_window(input_size=[8]),
+     ("window_indices: input_size must have one entry per spatial dim of kernel_size=(2, 2), "
+      "got (8,)")),
+    ("window_indices input_size 0", WI, [[2, 3, 4, 5], I32], [[2, 3, 4, 5], U8],
+     [[2, 3, 4, 5], U8], False, pool_window(input_size=[0, 10]),
+     "window_indices: input_size must be positive and at most 2147483647, got (0, 10)"),
+    ("window_indices indices the pool does not give", WI, [[2, 3, 4, 5], I32],
+     [[2, 3, 4, 5], U8], [[2, 3, 4, 5], U8], False, pool_window(input_size=[8, 8]),
+     ("window_indices: indices has shape (2, 3, 4, 5) but pooling an input of spatial size "
+      f"input_size=(8, 8) with {W2_TEXT} gives (2, 3, 4, 4)")),
+]
+
+
+def _window_json(case) -> dict:
+    name, op, values, indices, result, channels_last, window, _ = case
+    window = dict(window)
+    input_size = window.pop("input_size", None)
+    k = len(window["kernel_size"])
+    taps = int(np.prod(window["kernel_size"])) if k <= 3 else 1
+    return {"name": name, "op": op, "values": values, "indices": indices, "result": result,
+            "channels_last": channels_last, "spatial_rank": k, "window": window,
+            "input_size": input_size, "plane": 256 if "bad" in name else max(min(taps, 256), 1)}
+
+
+def _check_window(outcome: dict, case) -> None:
+    name, expected = case[0], case[-1]
+    assert "crash" not in outcome, f"{name}: the child process died ({outcome})"
+    if expected == "oracle":
+        assert outcome.get("equal") is True, f"{name}: {outcome}"
+        return
+    assert outcome.get("error") in RUNTIME_ERRORS, f"{name}: no error: {outcome}"
+    if expected.startswith("!"):
+        assert outcome["message"].startswith(expected[1:]), outcome
+    else:
+        assert outcome["message"] == f"INVALID_ARGUMENT: {expected}", outcome
+
+
 def _spatial_rank(case) -> int:
     return 3 if case[1] in (F3, B3) else case[7] if len(case) > 7 else 2
 
@@ -279,6 +439,12 @@ def cpu_v2_outcomes(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def cpu_window_outcomes(tmp_path_factory):
+    return run_cases("cpu_window", [_window_json(c) for c in WINDOW_CASES],
+                     tmp_path_factory.mktemp("cpu_window"))
+
+
+@pytest.fixture(scope="module")
 def fake_cann_dir(tmp_path_factory):
     return build(tmp_path_factory.mktemp("fake_cann_boundary"))
 
@@ -297,6 +463,11 @@ def test_cpu_target_direct_call(cpu_outcomes, case):
 @pytest.mark.parametrize("case", CASES + V2_CASES, ids=[c[0] for c in CASES + V2_CASES])
 def test_cpu_v2_target_direct_call(cpu_v2_outcomes, case):
     check(cpu_v2_outcomes[case[0]], case)
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=[c[0] for c in WINDOW_CASES])
+def test_cpu_window_target_direct_call(cpu_window_outcomes, case):
+    _check_window(cpu_window_outcomes[case[0]], case)
 
 
 @pytest.mark.parametrize("case", CASES + CASES_3D, ids=[c[0] for c in CASES + CASES_3D])

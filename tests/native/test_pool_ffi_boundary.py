@@ -1,4 +1,5 @@
-"""The pool's FFI boundary: hand-written `jax.ffi.ffi_call`s to jax_unpool_max_pool_v1 and to
+"""The pool's FFI boundary: hand-written `jax.ffi.ffi_call`s to jax_unpool_max_pool_v1, to
+jax_unpool_max_pool_window_v1 (the same pool writing uint8 window offsets), and to
 the aclnn pool targets (in host-emulation mode against the emulated CANN) with every kind
 of bad attribute and buffer. The public API never builds such calls; the handlers must
 still answer each with an error naming what is wrong -- the aclnn targets with the CPU's
@@ -233,6 +234,32 @@ ACLNN = {
 }
 
 
+# The pool writing window offsets: every call above with uint8 indices (the valid ones give
+# the oracle's argmax as tap numbers, the invalid ones the same message), except where the
+# indices' dtype or the window's tap count is what is wrong.
+_OFFSETS = "indices must be uint8 window offsets, got"
+WINDOW_MESSAGES = {
+    "indices float32": f"{P2}: {_OFFSETS} float32",
+    "indices int16": f"{P2}: {_OFFSETS} int16",
+    "a kernel of 2^31 - 1 over a 5x5 plane, int32 indices": f"{P2}: window offsets (uint8) "
+    f"number the taps of windows of at most 256 taps; kernel_size=({2**31 - 1}, {2**31 - 1}) "
+    "has more: use flat indices",
+}
+WINDOW_CASES = [
+    (name, {**call, "indices": [call["indices"][0], "uint8" if call["indices"][1] in (I32, I64)
+                                else call["indices"][1]]}, WINDOW_MESSAGES.get(name, expected))
+    for name, call, expected in CASES] + [
+    invalid("indices int32", f"{P2}: {_OFFSETS} int32"),
+    valid("256 taps", (1, 2, 16, 16), index_dtype="uint8", kernel=16),
+    valid("3-D 6x6x7 taps, NDHWC", (1, 6, 6, 9, 2), index_dtype="uint8", k=3, kernel=(6, 6, 7),
+          stride=1, padding=(3, 3, 3), ceil_mode=True, channels_last=True),
+    invalid("257 taps", f"{P2}: window offsets (uint8) number the taps of windows of at most "
+            "256 taps; kernel_size=(1, 257) has more: use flat indices", x=((1, 1, 4, 300), F32),
+            values=((1, 1, 4, 44), F32), indices=((1, 1, 4, 44), "uint8"), kernel_size=[1, 257],
+            stride=[1, 1]),
+]
+
+
 def _json(case) -> dict:
     name, call, _ = case
     call = dict(call, name=name)
@@ -270,6 +297,12 @@ def outcomes(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def window_outcomes(tmp_path_factory):
+    return run_cases([_json(c) for c in WINDOW_CASES], tmp_path_factory.mktemp("pool_window"),
+                     "cpu_window")
+
+
+@pytest.fixture(scope="module")
 def aclnn_outcomes(tmp_path_factory):
     fake_cann_dir = build(tmp_path_factory.mktemp("fake_cann_pool_boundary"))
     return run_cases([_json(c) for c in CASES], tmp_path_factory.mktemp("aclnn_pool"), "aclnn",
@@ -281,6 +314,12 @@ def aclnn_outcomes(tmp_path_factory):
 def test_pool_target_direct_call(outcomes, case):
     name, _, expected = case
     check(outcomes[name], name, expected)
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=[c[0] for c in WINDOW_CASES])
+def test_window_pool_target_direct_call(window_outcomes, case):
+    name, _, expected = case
+    check(window_outcomes[name], name, expected)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

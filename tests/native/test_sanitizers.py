@@ -166,7 +166,7 @@ def test_kernel_exercise_runs_clean_under_asan_and_ubsan(sanitized_package, tool
 
 
 # Tests that drive the native code hard: the kernels' own tests (thread splits, large
-# results, first bad index across chunks), the aclnn handlers against the emulated CANN,
+# results, first bad index across chunks; the window offsets' kernels), the aclnn handlers against the emulated CANN,
 # hand-built calls (the pool's too) and an edited artifact at the FFI boundary (their
 # child processes inherit the preloaded runtimes and the sanitized package),
 # concurrency, deterministic errors, and the bitwise properties on random shapes.
@@ -175,6 +175,7 @@ SANITIZED_TESTS = [
     "backends/npu/test_aclnn_unpool3d.py", "backends/npu/test_aclnn_pools.py",
     "native/test_concurrency.py", "native/test_error_determinism.py",
     "native/test_ffi_boundary.py", "native/test_pool_ffi_boundary.py",
+    "native/test_window_kernels.py",
     "ops/test_properties.py::test_forward_ffi_oracle_and_reference_agree_bitwise",
     "ops/test_properties.py::test_backward_ffi_oracle_and_reference_agree_bitwise"]
 # Left out, as CI time is budgeted: the loader tests that start a fresh interpreter to

@@ -91,9 +91,21 @@ def test_offsets_are_the_oracles_argmax_taps_and_to_flat_its_indices(rng, k, siz
     np.testing.assert_array_equal(w.to_flat(), _layout(flat, k, last).astype(np.int32))
 
 
-@pytest.mark.parametrize("k, size, kw", GEOMETRIES, ids=IDS)
-@pytest.mark.parametrize("backend", list(BACKENDS))
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "float64"])
+DTYPES = ["float32", "bfloat16", "int8", "float64"]
+
+
+def _every_op_cases():
+    """Every geometry, backend and dtype; the everyday run takes one dtype per geometry and
+    backend, in turn (each dtype meets every rank and both backends), the rest `-m slow`."""
+    for g, (geometry, name) in enumerate(zip(GEOMETRIES, IDS)):
+        for b, backend in enumerate(BACKENDS):
+            for d, dtype in enumerate(DTYPES):
+                everyday = d == (g + 2 * b) % len(DTYPES)
+                yield pytest.param(*geometry, backend, dtype, id=f"{dtype}-{backend}-{name}",
+                                   marks=() if everyday else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("k, size, kw, backend, dtype", list(_every_op_cases()))
 def test_every_op_with_offsets_is_bit_equal_to_the_flat_path(rng, k, size, kw, backend, dtype):
     last = dtype == "bfloat16"  # both layouts over the dtypes
     fmt = FORMATS[k][last]
@@ -266,8 +278,16 @@ def _bad_offsets():
 
 def test_an_offset_past_the_taps_fails_the_call_on_cpu():
     values, _, bad = _bad_offsets()
-    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match=r"max_unpool2d: index"):
+    message = (r"max_unpool2d: window offset 4 at \(n=0, c=0, i=6\) of indices is out of "
+               r"range: valid offsets are \[0, 4\), the taps of its window \(kernel_size="
+               r"\(2, 2\), stride=\(2, 2\), padding=\(0, 0\), dilation=\(1, 1\)\) that lie "
+               r"inside the output plane of 8x8")
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError), match=message):
         jax.block_until_ready(ju.max_unpool2d(values, bad))
+    x = jnp.zeros((1, 1, 8, 8))
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
+                       match=message.replace("max_unpool2d", "max_unpool2d_backward")):
+        jax.block_until_ready(ju.max_unpool2d_backward(x, values, bad))
 
 
 def test_an_offset_past_the_taps_is_dropped_by_the_xla_ops():

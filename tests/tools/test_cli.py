@@ -5,8 +5,10 @@ whatever PYTHONPATH names), never the source tree by accident.
 """
 
 import importlib.metadata
+import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -34,10 +36,11 @@ def test_help(args, tmp_path):
     assert result.stdout.startswith("usage: python -m jax_unpool " + " ".join(args))
 
 
-def test_unknown_argument_is_an_error(tmp_path):
-    result = run_cli("info", "--no-such-option", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "unrecognized arguments: --no-such-option" in result.stderr
+@pytest.mark.parametrize("command", ["info", "demo", "bench"])
+def test_unknown_argument_is_an_error_of_its_command(command, tmp_path):
+    result = run_cli(command, "--no-such-option", cwd=tmp_path)
+    assert_usage_error(result, command, "unrecognized arguments: --no-such-option",
+                       whole=True)
 
 
 def test_info(tmp_path):
@@ -62,9 +65,10 @@ def test_info(tmp_path):
     assert re.search(r"^  cpu: \d+ x cpu$", out, re.MULTILINE)
     # Asked in a fresh process, as the command was: this one may have loaded an emulated
     # CANN for other tests.
-    probe = subprocess.run([sys.executable, "-c", "from jax_unpool import npu; "
-                            "print(npu.is_available())"], cwd=tmp_path, capture_output=True,
-                           text=True, check=True, timeout=600)
+    probe = subprocess.run([sys.executable, "-c", ("from jax_unpool import npu; "
+                                                   "print(npu.is_available())")],
+                           cwd=tmp_path, capture_output=True, text=True, check=True,
+                           timeout=600)
     expected = "found" if probe.stdout.strip() == "True" else "not found"
     assert re.search(rf"^CANN \(Ascend NPU toolkit\): {expected}\b", out, re.MULTILINE), out
 
@@ -136,12 +140,18 @@ def test_info_reports_cann_and_the_aclnn_routing(tmp_path):
 # Bad input, as a user types it: each is one line of usage error (exit status 2) before
 # any work starts -- no training, no benchmark, no traceback, no file touched.
 
-def assert_usage_error(result, command: str, message: str) -> None:
+def assert_usage_error(result, command: str, message: str, whole: bool = False) -> None:
+    """Exit status 2, nothing on stdout, and on stderr argparse's usage and one error
+    line, the last: `message` in it, or (`whole`) all of it after the prefix."""
     assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     errors = [line for line in lines if "error" in line.lower()]
     assert errors == [lines[-1]], result.stderr  # one line, the last: no traceback above
-    assert lines[-1].startswith(f"python -m jax_unpool {command}: error: "), result.stderr
+    prefix = f"python -m jax_unpool {command}: error: "
+    assert lines[-1].startswith(prefix), result.stderr
+    if whole:
+        assert lines[-1] == prefix + message, (message, lines[-1])
     assert message in lines[-1], (message, lines[-1])
     assert result.stdout == ""  # nothing ran: the demo prints its optimiser first
 
@@ -157,7 +167,8 @@ def bad_paths(tmp_path):
         "dangling symlink": ("dangling-file.png",
                              "cannot write 'dangling-file.png': No such file or directory"),
         "300 characters": (long_name, f"cannot write '{long_name}': File name too long"),
-        "full device": ("/dev/full", "cannot write '/dev/full': No space left on device"),
+        "full device": ("/dev/full",
+                        "cannot write '/dev/full': a character device, not a regular file"),
         "directory": (str(tmp_path), f"'{tmp_path}' is a directory, not a file"),
     }
 
@@ -218,4 +229,176 @@ def test_bench_refuses_shapes_past_the_machine_before_the_run(args, message, tmp
     result = run_cli("bench", "--dtypes", "float32", "--json", "r.json", *args, cwd=tmp_path,
                      timeout=120)
     assert_usage_error(result, "bench", message)
+    assert list(tmp_path.iterdir()) == []
+
+
+# Issue 47: what still ended in a traceback or a hang. Each runs the command in a child
+# process, with a timeout (a hang fails the test), and reads its one error line whole.
+
+BIG = "8" * 300  # a multiple of 4, so that the demo's size passes its other check
+BIG_SHOWN = "8888888888888888...88888888"
+
+
+@pytest.mark.parametrize("dtype", ["O", "U1", "S8", "V8", "m8", "M8", "i4,i4", "object",
+                                   "(i4,2)"])
+def test_bench_refuses_dtypes_that_are_not_numbers(dtype, tmp_path):
+    # numpy reads each as a dtype (the last raised a SyntaxError in its parser); the run
+    # then died of a TypeError
+    from jax_unpool.cli.bench.cli import VALUE_DTYPES
+
+    result = run_cli("bench", "--dtypes", dtype, cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "bench", f"argument --dtypes: {dtype!r} is not a value dtype "
+                       f"the ops take: one of {', '.join(VALUE_DTYPES)}", whole=True)
+
+
+@pytest.mark.parametrize("command,option", [("demo", "--out"), ("bench", "--json")])
+def test_an_output_that_is_a_fifo_is_refused_not_waited_on(command, option, tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # opening it for writing waits for a reader
+    result = run_cli(command, option, "fifo", cwd=tmp_path, timeout=120)
+    assert_usage_error(result, command,
+                       f"argument {option}: cannot write 'fifo': a FIFO, not a regular file",
+                       whole=True)
+
+
+def test_an_output_that_became_a_fifo_after_the_check_fails_at_once(tmp_path):
+    # What the options' check cannot see: a FIFO made between the check and the open.
+    os.mkfifo(tmp_path / "fifo")
+    script = ("from jax_unpool.cli import options\n"
+              "try:\n"
+              "    options.Output('fifo', b'{')\n"
+              "except OSError as error:\n"
+              "    print(error.strerror)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "No such device or address\n"), done.stderr
+
+
+@pytest.mark.parametrize("option,shown", [
+    ("--size", f"{BIG_SHOWN} (300 digits), 16, 24"),
+    ("--batch", f"32, {BIG_SHOWN} (300 digits), 24"),
+    ("--width", f"32, 16, {BIG_SHOWN} (300 digits)"),
+])
+def test_demo_refuses_sizes_of_hundreds_of_digits(option, shown, tmp_path):
+    # They overflowed the float of the memory estimate (OverflowError)
+    result = run_cli("demo", option, BIG, cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "demo", "demo: size, batch and width must be at most "
+                       "1152921504606846975 (the most elements an array holds), "
+                       f"got {shown}", whole=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_refuses_shapes_of_hundreds_of_digits(tmp_path):
+    result = run_cli("bench", "--shapes", f"1x1x{BIG}", cwd=tmp_path, timeout=120)
+    assert_usage_error(result, "bench", "argument --shapes: '1x1x888888888888...88888888' "
+                       "(304 characters) is not a pooled shape: a size is more than "
+                       "1152921504606846975 (the most elements an array holds)",
+                       whole=True)
+
+
+# `python -m jax_unpool` and the jax-unpool script import the package first: `_settings`
+# lets its command line through with the defaults, and the command line reports the value
+# (test_cli_options.py's test_a_bad_jax_unpool_setting_is_a_usage_error).
+@pytest.mark.parametrize("name,value,accepted", [
+    ("JAX_UNPOOL_BACKEND", "XLA", "'xla' or unset"),
+    ("JAX_UNPOOL_CPU_GATHER", "avx2", "'vector' or 'scalar' or unset"),
+])
+def test_info_refuses_a_bad_setting_in_one_line(name, value, accepted, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "jax_unpool", "info"], cwd=tmp_path,
+                            env={**os.environ, name: value}, capture_output=True, text=True,
+                            check=False, timeout=120)
+    assert_usage_error(result, "info", f"environment variable {name} must be {accepted}, "
+                       f"got {value!r}", whole=True)
+
+
+@pytest.mark.parametrize("command", [["info"], ["demo", "--out", "p.png"]],
+                         ids=["info", "demo"])
+def test_a_platform_jax_cannot_start_is_a_usage_error_before_any_work(command, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "jax_unpool", *command], cwd=tmp_path,
+                            env={**os.environ, "JAX_PLATFORMS": "nonsense"},
+                            capture_output=True, text=True, check=False, timeout=120)
+    assert_usage_error(result, command[0], "JAX cannot start: Unable to initialize backend "
+                       "'nonsense'")
+    assert list(tmp_path.iterdir()) == []  # the picture's file was not tried
+
+
+def test_bench_float64_rows_measure_float64_with_x64_off(tmp_path):
+    # With x64 off JAX makes float64 arrays float32: the rows said float64 and measured
+    # float32. The child records the dtype each op of ours is called with.
+    script = textwrap.dedent("""
+        import json, sys
+        import jax_unpool as ju
+        ran = set()
+        def spy(name):
+            op = getattr(ju, name)
+            def call(x, *args, **kwargs):
+                ran.add((name, x.dtype.name))
+                return op(x, *args, **kwargs)
+            setattr(ju, name, call)
+        for name in ("max_unpool2d", "max_unpool2d_backward", "max_pool2d_with_indices"):
+            spy(name)
+        from jax_unpool.cli.main import main  # the bench takes the ops from ju when imported
+        code = main(sys.argv[1:])
+        print(json.dumps(sorted(ran)))
+        sys.exit(code)
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    result = subprocess.run(
+        [sys.executable, "-c", script, "bench", "--quick", "--no-torch", "--shapes", "1x2x4x4",
+         "--dtypes", "float64", "--index-dtypes", "int32", "--sections", "unpool", "layout",
+         "pool", "--json", "r.json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        check=False, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [
+        ["max_pool2d_with_indices", "float64"], ["max_unpool2d", "float64"],
+        ["max_unpool2d_backward", "float64"]]
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert {(r["section"], r["op"], r["dtype"], r["index_dtype"]) for r in rows} == {
+        (section, op, "float64", "int32") for section, ops in
+        (("unpool", ("forward", "backward")), ("layout", ("forward", "backward")),
+         ("pool", ("forward", "forward+grad"))) for op in ops}
+    assert re.search(r"^forward +1x2x4x4 +float64 +int32 ", result.stdout, re.MULTILINE)
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+def test_a_standard_output_that_cannot_be_written_is_one_line(unbuffered, tmp_path):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "jax_unpool", "--help"], cwd=tmp_path,
+                                env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+                                stdout=full, stderr=subprocess.PIPE, text=True, check=False,
+                                timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == ("python -m jax_unpool: error: cannot write standard output: No "
+                             "space left on device\n")
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path):
+    child = subprocess.Popen([sys.executable, "-m", "jax_unpool", "--help"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child.stdout.close()  # before the child writes: `| head -0`
+    _, err = child.communicate(timeout=120)
+    assert (child.returncode, err) == (1, "")
+
+
+def test_a_closed_standard_output_is_no_error(tmp_path):
+    done = subprocess.run(["sh", "-c", f'exec "{sys.executable}" -m jax_unpool --help >&-'],
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_ctrl_c_ends_the_demo_in_one_line_without_its_file(tmp_path):
+    child = subprocess.Popen([sys.executable, "-m", "jax_unpool", "demo", "--out", "p.png"],
+                             cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().startswith("optimiser: ")  # training starts next
+        assert (tmp_path / "p.png").exists()  # tried before the work
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+    # Killed by the signal, as the shell expects of Ctrl-C (XLA, stopped mid-compile,
+    # crashed the interpreter's exit), after one line.
+    assert child.returncode == -signal.SIGINT, err
+    assert err.strip().splitlines() == ["python -m jax_unpool: interrupted"]
     assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,7 @@
 stderr) before any work starts: run in-process, with the work replaced by a failure."""
 
 import json
+import os
 
 import pytest
 
@@ -37,10 +38,19 @@ def usage_error(argv, capsys) -> str:
     ("--reps", "0", "argument --reps: '0' is not a positive int"),
     ("--reps", "two", "argument --reps: 'two' is not a positive int"),
     ("--warmup", "-1", "argument --warmup: '-1' is not a non-negative int"),
-    ("--dtypes", "nonsense", ("argument --dtypes: 'nonsense' is not a value dtype: a real "
-                              "dtype of 1, 2, 4 or 8 bytes")),
-    ("--dtypes", "complex64", "argument --dtypes: 'complex64' is not a value dtype"),
-    ("--dtypes", "int4", "argument --dtypes: 'int4' is not a value dtype"),
+    ("--reps", "10001", "argument --reps: '10001' is more than 10000"),
+    ("--reps", "9" * 300, ("argument --reps: '9999999999999999...99999999' (300 characters) "
+                           "is more than 10000")),
+    ("--warmup", "10001", "argument --warmup: '10001' is more than 10000"),
+    ("--shapes", "1x1x1152921504606846976", ("argument --shapes: '1x1x1152921504606846976' is "
+                                             "not a pooled shape: a size is more than "
+                                             "1152921504606846975")),
+    ("--shapes", "1x1x" + "9" * 5000, ("argument --shapes: '1x1x999999999999...99999999' "
+                                       "(5004 characters) is not a pooled shape: N, C and")),
+    *(("--dtypes", dtype, (f"argument --dtypes: {dtype!r} is not a value dtype the ops take: "
+                           f"one of {', '.join(bench.VALUE_DTYPES)}"))
+      for dtype in ("nonsense", "", "complex64", "int4", "int1", "uint1", "float6_e2m3fn",
+                    "float4_e2m1fn", "f4", ">f4", "float", "Float32", "float32 ", "é")),
     ("--json", "/nonexistent/x.json", ("argument --json: cannot write '/nonexistent/x.json': "
                                        "no directory '/nonexistent'")),
 ])
@@ -131,3 +141,182 @@ def test_the_default_runs_fit_a_machine_of_8_gib(monkeypatch):
     monkeypatch.setattr(options, "memory_bytes", lambda: 8 << 30)
     bench.check_sizes(args)
     demo.check_options(demo.DEFAULT_STEPS, 32, 16, 24)
+
+
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype")  # x64 off: 64 -> 32 bits
+def test_bench_takes_exactly_the_value_dtypes_the_ops_take():
+    # Every dtype jax has, tried on the ops themselves (a 64-bit one as what x64 off makes
+    # it): --dtypes names those that work, and nothing else.
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jax_unpool as ju
+
+    def taken(name):
+        jax.clear_caches()  # int1 is XLA's pred: a bool pool compiled before would run it
+        try:
+            x = jnp.arange(16, dtype=jnp.float32).reshape(1, 1, 4, 4).astype(name)
+            values, indices = ju.max_pool2d_with_indices(x, 2)
+            ju.max_unpool2d(values, indices, 2).block_until_ready()
+        except (TypeError, ValueError, jax.errors.JaxRuntimeError):  # ours; XLA's (int1)
+            return False
+        return True
+
+    names = set()
+    for name in dir(jnp):
+        if name.startswith(("bool", "int", "uint", "float", "bfloat", "complex")):
+            try:
+                names.add(np.dtype(getattr(jnp, name)).name)
+            except TypeError:  # jnp.integer, jnp.interp, ...
+                pass
+    assert {"float8_e4m3fn", "int4", "complex64", "uint64"} <= names
+    assert {name for name in names if taken(name)} == set(bench.VALUE_DTYPES)
+
+
+def test_each_bench_row_runs_in_the_dtype_it_is_labelled_with(monkeypatch):
+    # float64 (and int64, uint64) values are float32 to JAX with x64 off: their rows run
+    # with x64 on, as int64 indices do; the others with it off.
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_unpool.cli.bench import layout, measure, pool, unpool
+
+    made = []
+
+    def record(section):
+        def configuration(shape, dtype, *rest):
+            index_dtype = rest[0] if section is not pool else "int32"
+            made.append((section.NAME, dtype, index_dtype,
+                         jnp.asarray(np.zeros(1, jnp.dtype(dtype))).dtype.name,
+                         jnp.asarray(np.zeros(1, index_dtype)).dtype.name,
+                         measure.ran(dtype)))
+            return []
+        return configuration
+
+    dtypes = ["float64", "int64", "uint64", "float32", "bfloat16"]
+    settings = measure.Settings(shapes=[(1, 1, 2, 2)], dtypes=dtypes,
+                                index_dtypes=["int32", "int64"], reps=1, warmup=0,
+                                quick=True, torch=None, bandwidth={}, rng=None)
+    for section in (unpool, layout, pool):
+        monkeypatch.setattr(section, "_configuration", record(section))
+        section.rows(settings)
+    assert len(made) == 5 * 2 + 5 * 2 + 5 * 2  # pool: channels first and last
+    for name, dtype, index_dtype, value_ran, index_ran, label in made:
+        assert (value_ran, index_ran, label) == (dtype, index_dtype, dtype), name
+
+
+def test_a_bad_jax_unpool_setting_is_a_usage_error(monkeypatch, tmp_path, capsys):
+    # The command line's part: it reads the settings again before any work (the package
+    # raised at import, which the child-process tests in test_cli.py are about).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JAX_UNPOOL_CPU_GATHER", "avx2")
+    for argv in (["info"], ["demo", "--out", "p.png"], ["bench", "--json", "r.json"]):
+        err = usage_error(argv, capsys)
+        assert err.splitlines()[-1] == (
+            f"python -m jax_unpool {argv[0]}: error: environment variable "
+            "JAX_UNPOOL_CPU_GATHER must be 'vector' or 'scalar' or unset, got 'avx2'")
+    assert list(tmp_path.iterdir()) == []  # no output file tried
+
+
+@pytest.mark.parametrize("path,message", [
+    ("/dev/null", "cannot write '/dev/null': a character device, not a regular file"),
+    ("socket", "cannot write 'socket': a socket, not a regular file"),
+    ("a\0b", "cannot write 'a\\x00b': a path holds no NUL"),
+])
+def test_an_output_that_is_no_regular_file_is_a_usage_error(path, message, tmp_path,
+                                                            monkeypatch, capsys):
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("socket")
+        for command, option in (("bench", "--json"), ("demo", "--out")):
+            err = usage_error([command, option, path], capsys)
+            assert err.splitlines()[-1] == (f"python -m jax_unpool {command}: error: "
+                                            f"argument {option}: {message}")
+
+
+def test_an_output_that_is_a_fifo_with_a_reader_is_refused_too(tmp_path):
+    # Opened with a reader at the other end, a FIFO does not wait: Output itself refuses
+    # it (a FIFO put there after the options' check).
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(OSError, match="a FIFO, not a regular file"):
+            options.Output(str(fifo), b"{")
+        assert os.read(reader, 1) == b""  # nothing was written into it
+    finally:
+        os.close(reader)
+
+
+def test_an_output_run_that_does_not_finish_leaves_no_new_file(tmp_path, monkeypatch):
+    # Ctrl-C or a failure midway: the file the command created is removed; an older one
+    # keeps its content.
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    old.write_text('{"older": "results"}')
+
+    def run(args):
+        if args.json == str(new):
+            assert new.read_bytes() == b"{"  # created, and tried, before the work
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run", run)
+    for path in (new, old):
+        with pytest.raises(KeyboardInterrupt):
+            bench.main(["--json", str(path)])
+    assert not new.exists()
+    assert old.read_text() == '{"older": "results"}'
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only directories")
+def test_an_output_in_a_read_only_directory(tmp_path, monkeypatch, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "old.json").write_text("{}")
+    ro.chmod(0o555)
+    try:
+        err = usage_error(["bench", "--json", str(ro / "new.json")], capsys)
+        assert f"argument --json: cannot write '{ro / 'new.json'}': directory '{ro}' is not " \
+               "writable" in err
+        # An existing file there is written in place: its directory need not be writable.
+        monkeypatch.setattr(bench, "run", lambda args: (_ for _ in ()).throw(RuntimeError))
+        with pytest.raises(RuntimeError):
+            main.main(["bench", "--json", str(ro / "old.json")])
+    finally:
+        ro.chmod(0o755)
+
+
+def test_a_jax_that_asserts_instead_of_naming_the_platform_is_a_usage_error(monkeypatch,
+                                                                           capsys):
+    # jax 0.10 with JAX_PLATFORMS=cuda and no CUDA plugin: a bare AssertionError.
+    import jax
+
+    def devices():
+        raise AssertionError
+
+    monkeypatch.setattr(jax, "devices", devices)
+    # The CLI reads jax's config, which took JAX_PLATFORMS when jax was imported.
+    before = jax.config.jax_platforms
+    jax.config.update("jax_platforms", "cuda")
+    try:
+        err = usage_error(["info"], capsys)
+    finally:
+        jax.config.update("jax_platforms", before)
+    assert err.splitlines()[-1] == ("python -m jax_unpool info: error: JAX cannot start: "
+                                    "JAX_PLATFORMS='cuda' names no platform it has")
+
+
+def test_standard_output_escapes_what_its_encoding_lacks():
+    # PYTHONIOENCODING=ascii and a path with "é": the demo's last line ended in a
+    # UnicodeEncodeError traceback, after training.
+    import io
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    main._Stdout(stream).write("wrote é.png\n")
+    stream.flush()
+    assert raw.getvalue() == b"wrote \\xe9.png\n"

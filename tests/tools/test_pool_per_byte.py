@@ -10,6 +10,8 @@ import sys
 from math import prod
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_per_byte.py"
 CASES = ["2-D NCHW", "2-D NHWC", "1-D NCW", "1-D NWC", "3-D NDHWC", "3-D NCDHW"]
 
@@ -31,7 +33,9 @@ def test_one_round_prints_every_case_and_the_bytes_it_moves(tmp_path):
         assert row["bytes"] == 4 * elements + 4 * outputs + 4 * outputs, row
         assert row["ms"] > 0
         assert f"| {row['case']} | {tuple(row['shape'])} |" in proc.stdout
-    assert rows[0]["ratio"] == 1.0
+    assert rows[0]["ratio"] == 1.0 and rows[0]["ratio_range"] == [1.0, 1.0]
+    for row in rows:  # one round: its range is the one ratio
+        assert row["ratio_range"] == pytest.approx([row["ratio"], row["ratio"]], rel=1e-12)
     assert elements == prod(rows[0]["shape"])  # the same input size in every case
 
 

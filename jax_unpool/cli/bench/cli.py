@@ -61,37 +61,46 @@ from jax_unpool.cli.bench import layout, measure, pool, step, table, targets, un
 # TARGETS, rows(settings), targets(rows) and report(rows, judged) (docs/performance.md,
 # "Adding a section").
 SECTIONS = {section.NAME: section for section in (unpool, layout, pool, step)}
-# memory_needed's terms, about 1.5 times the peak resident memory measured: 1.1 GB for
-# the tiny shape (jax, the bandwidth's buffers), and per byte of an unpooled element's
-# value and index 2.4 (2-D pool, float32) to 4.6 (1-D unpool and pool) bytes more.
+# memory_needed's terms, about 1.5 times the peak resident memory measured
+# (docs/performance.md, "Measured choices").
 MEMORY_BASE = 3 << 29
 MEMORY_PER_BYTE = 7
 
 
 def _shape(text: str) -> tuple[int, ...]:
-    """--shapes: N x C x 1 to 3 spatial sizes, all positive."""
+    """--shapes: N x C x 1 to 3 spatial sizes, each from 1 to options.MAX_SIZE."""
     try:
         shape = tuple(int(d) for d in text.split("x"))
-    except ValueError:
+    except ValueError:  # not an int, or one past int()'s 4300 digits
         shape = ()
     if not 3 <= len(shape) <= 5 or min(shape) < 1:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a pooled shape: N, C and 1 to 3 spatial sizes, positive ints "
-            "joined by 'x', e.g. 8x64x112x112")
+            f"{options.shown(text)} is not a pooled shape: N, C and 1 to 3 spatial sizes, "
+            "positive ints joined by 'x', e.g. 8x64x112x112")
+    if max(shape) > options.MAX_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"{options.shown(text)} is not a pooled shape: a size is more than "
+            f"{options.MAX_SIZE} (the most elements an array holds)")
     return shape
 
 
+# --dtypes: the value dtypes both ops take (whole 1, 2, 4 or 8 bytes, real: the pools
+# compare), by name; float8 ones this jax lacks are left out. Names, not numpy's parser,
+# which takes "O", "U1" or "i4,i4" and raises a SyntaxError on "(i4,2)".
+VALUE_DTYPES = tuple(
+    name for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                      "uint64", "float16", "bfloat16", "float32", "float64", "float8_e3m4",
+                      "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+                      "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")
+    if hasattr(jnp, name) and _args.is_movable(jnp.dtype(name)))
+
+
 def _value_dtype(text: str) -> str:
-    """--dtypes: a dtype both ops take (1, 2, 4 or 8 bytes, real: the pools compare)."""
-    try:
-        dtype = np.dtype(jnp.dtype(text))
-    except TypeError:
-        dtype = None
-    if (dtype is None or not _args.is_movable(dtype)
-            or jnp.issubdtype(dtype, jnp.complexfloating)):
+    """--dtypes: one of VALUE_DTYPES."""
+    if text not in VALUE_DTYPES:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a value dtype: a real dtype of 1, 2, 4 or 8 bytes, e.g. "
-            "float32, bfloat16, int8")
+            f"{options.shown(text)} is not a value dtype the ops take: one of "
+            f"{', '.join(VALUE_DTYPES)}")
     return text
 
 
@@ -105,18 +114,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", type=options.writable_file,
                    help="also write the rows and targets as JSON (the file is opened, not "
                         "emptied, once the options are checked, and written at the end)")
-    p.add_argument("--reps", type=options.positive_int,
+    p.add_argument("--reps", type=options.positive_count,
                    help=f"samples per median (default 7; 2 with --quick; targets are judged "
-                        f"from {targets.SAMPLES_TO_JUDGE})")
-    p.add_argument("--warmup", type=options.non_negative_int, default=2,
-                   help="untimed calls first (default 2)")
+                        f"from {targets.SAMPLES_TO_JUDGE}; at most {options.MAX_COUNT})")
+    p.add_argument("--warmup", type=options.non_negative_count, default=2,
+                   help=f"untimed calls first (default 2, at most {options.MAX_COUNT})")
     p.add_argument("--shapes", nargs="+", metavar="NxCx...", type=_shape,
                    help="pooled shapes, channels first, 1-D to 3-D (default: the four large "
                         "2-D ones, 1x3x4x4, 64x256x2048 and 16x64x16x16x16)")
     p.add_argument("--dtypes", nargs="+", type=_value_dtype,
-                   help="value dtypes (default float32 bfloat16; float32 with --quick); "
-                        "where torch cannot run one (int8 gradients, unsigned gathers, "
-                        "float8), its torch column is left out and the report says why")
+                   help="value dtypes (default float32 bfloat16; float32 with --quick); the "
+                        "8-byte ones run with jax_enable_x64 on; where torch cannot run one "
+                        "(int8 gradients, unsigned gathers, float8), its torch column is left "
+                        "out and the report says why")
     p.add_argument("--index-dtypes", nargs="+", choices=["int32", "int64"],
                    help="index dtypes (default int32 int64; int32 with --quick)")
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS),
@@ -249,10 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_sizes(args)
     except ValueError as error:
         p.error(str(error))
+    options.check_environment(p)
     # Opened now, once every option is checked, so that a path that cannot be written is a
     # usage error before the run rather than a traceback after it.
     out = args.json and options.open_output(p, "--json", args.json, b"{")
-    result = run(args)
+    try:
+        result = run(args)
+    except BaseException:  # Ctrl-C, or a failure: no file of one "{" left behind
+        if out:
+            out.abandon()
+        raise
     m = result["machine"]
     load = ", ".join(f"{a:.2f}" for a in m["load_average_before"])
     after = ", ".join(f"{a:.2f}" for a in m["load_average_after"])

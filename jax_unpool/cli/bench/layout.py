@@ -50,8 +50,8 @@ def _configuration(shape, dtype, index_dtype, settings: Settings) -> list[dict]:
                        "bwd_nchw": call(b_nchw, nchw[2], nchw[1]),
                        "bwd_nhwc": call(b_nhwc, nhwc[2], nhwc[1])}, settings.reps,
                       settings.warmup)
-    common = {"section": NAME, "rank": 2, "shape": list(shape), "dtype": dtype,
-              "index_dtype": index_dtype}
+    common = {"section": NAME, "rank": 2, "shape": list(shape), "dtype": measure.ran(dtype),
+              "index_dtype": measure.ran(index_dtype)}
     return [{**common, "op": op, "nchw_ms": t[f"{k}_nchw"], "nhwc_ms": t[f"{k}_nhwc"],
              "nhwc_vs_nchw": t[f"{k}_nhwc"] / t[f"{k}_nchw"]}
             for op, k in (("forward", "fwd"), ("backward", "bwd"))]

@@ -112,6 +112,18 @@ def inputs(*arrays: np.ndarray) -> list[jax.Array]:
     return [jnp.asarray(np.array(a, copy=True)) for a in arrays]
 
 
+def needs_x64(dtype: str, index_dtype: str = "int32") -> bool:
+    """Whether a row runs with jax_enable_x64 on: 8-byte values or int64 indices, which
+    jax makes 32-bit with it off."""
+    return index_dtype == "int64" or jnp.dtype(dtype).itemsize == 8
+
+
+def ran(dtype: str) -> str:
+    """The dtype jax gives an array of `dtype` here and now (32-bit for a 64-bit one with
+    x64 off): rows are labelled with it, so that a label never names what did not run."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype)).name
+
+
 def values(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:
     return rng.standard_normal(shape, dtype=np.float32).astype(jnp.dtype(dtype))
 

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 import jax_unpool as ju
+from jax_unpool._compat import enable_x64
 from jax_unpool.cli.bench import measure, table
 from jax_unpool.cli.bench.measure import KERNEL, Settings
 
@@ -38,8 +39,13 @@ POOL = {1: (ju.max_pool1d_with_indices, ju.reference.max_pool1d_with_indices, "m
 
 
 def rows(settings: Settings) -> list[dict]:
-    return [row for shape in settings.shapes for dtype in settings.dtypes
-            for last in (False, True) for row in _configuration(shape, dtype, settings, last)]
+    found = []
+    for shape in settings.shapes:
+        for dtype in settings.dtypes:
+            with enable_x64(measure.needs_x64(dtype)):  # float64 is float32 without it
+                for last in (False, True):
+                    found += _configuration(shape, dtype, settings, last)
+    return found
 
 
 def _configuration(shape, dtype, settings: Settings, last: bool) -> list[dict]:
@@ -96,7 +102,7 @@ def _configuration(shape, dtype, settings: Settings, last: bool) -> list[dict]:
     x_bytes, out_bytes = x_np.nbytes, ct_np.nbytes
     idx_bytes = out_bytes // ct_np.itemsize * 4
     common = {"section": NAME, "rank": k, "shape": list(shape), "input_shape": list(in_shape),
-              "dtype": dtype, "index_dtype": "int32", "format": fmt,
+              "dtype": measure.ran(dtype), "index_dtype": "int32", "format": fmt,
               "layout": "channels_last" if last else "channels_first",
               "input_bytes": x_bytes}
     bw = settings.bandwidth

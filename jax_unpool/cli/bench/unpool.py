@@ -55,11 +55,12 @@ def pool_indices(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
 
 
 def configurations(settings: Settings, shapes: Sequence[tuple[int, ...]]):
-    """Every (shape, value dtype, index dtype) of `shapes`, the int64 ones in x64 mode."""
+    """Every (shape, value dtype, index dtype) of `shapes`, each in x64 mode where its
+    dtypes need it (`measure.needs_x64`), while the caller measures it."""
     for shape in shapes:
         for index_dtype in settings.index_dtypes:
-            with enable_x64(index_dtype == "int64"):  # int64 indices need x64
-                for dtype in settings.dtypes:
+            for dtype in settings.dtypes:
+                with enable_x64(measure.needs_x64(dtype, index_dtype)):
                     yield shape, dtype, index_dtype
 
 
@@ -113,7 +114,8 @@ def _configuration(shape, dtype, index_dtype, settings: Settings) -> list[dict]:
     # The least traffic: values and indices read, the result written (fresh pages).
     small, big = x_np.nbytes + i_np.nbytes, g_np.nbytes
     common = {"section": NAME, "rank": k, "shape": list(shape),
-              "output_shape": list(out_shape), "dtype": dtype, "index_dtype": index_dtype,
+              "output_shape": list(out_shape), "dtype": measure.ran(dtype),
+              "index_dtype": measure.ran(index_dtype),
               "layout": "channels_first"}
     return [{**measure.op_row(common, op, t, nbytes, settings.bandwidth, sys_ms),
              "torch_skipped": skipped.get(op)}

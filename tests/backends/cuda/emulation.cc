@@ -27,6 +27,7 @@ using jax_unpool::cuda::FirstBadLaunch;
 using jax_unpool::cuda::ForwardLaunch;
 using jax_unpool::cuda::GatherLaunch;
 using jax_unpool::cuda::PoolLaunch;
+using jax_unpool::cuda::WindowIndicesLaunch;
 
 // Whether every launch takes 64-bit offsets, as calls of 2^31 elements or more do
 // (ju_set_wide_offsets): their code, checked on small inputs.
@@ -112,6 +113,9 @@ class EmulatedDevice {
       pool_path_ = wide_offsets || extent >= (int64_t{1} << 31) ? kWindows64 : kWindows32;
     }
     jax_unpool::cuda::RunPool(launch_, a);
+  }
+  void WindowIndices(const WindowIndicesLaunch& a) {
+    jax_unpool::cuda::RunWindowIndices(launch_, a);
   }
   void Zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
   void CopyToHost(void* host, const void* device, size_t bytes) {
@@ -245,6 +249,67 @@ int ju_pool(Buffer x, Buffer values, Buffer indices, int channels_last, const in
       SpanOf(kernel, k), SpanOf(stride, k), SpanOf(padding, k), SpanOf(dilation, k),
       ceil_mode != 0);
   *path = device.pool_path();
+  return Report(e, message, message_size);
+}
+
+// The handlers on window offsets: the pool's window (k entries each of kernel, stride,
+// padding, dilation) and ceil_mode as attributes.
+int ju_forward_window(Buffer x, Buffer offsets, Buffer out, Buffer workspace, int checked,
+                      int channels_last, const int64_t* kernel, const int64_t* stride,
+                      const int64_t* padding, const int64_t* dilation, int64_t k, int ceil_mode,
+                      uint64_t seed, int* path, char* message, int64_t message_size) {
+  const XLA_FFI_Buffer xb = Wrap(x), ob = Wrap(offsets), rb = Wrap(out), wb = Wrap(workspace);
+  EmulatedDevice device(seed);
+  const ffi::Error e = jax_unpool::cuda::MaxUnpoolWindowCall(
+      device, checked != 0, ffi::AnyBuffer(&xb), ffi::AnyBuffer(&ob), ffi::AnyBuffer(&rb),
+      ffi::AnyBuffer(&wb), channels_last != 0, SpanOf(kernel, k), SpanOf(stride, k),
+      SpanOf(padding, k), SpanOf(dilation, k), ceil_mode != 0);
+  *path = device.path();
+  return Report(e, message, message_size);
+}
+
+// The checked one when workspace.data is non-null.
+int ju_backward_window(Buffer grad, Buffer offsets, Buffer out, Buffer workspace,
+                       int channels_last, const int64_t* kernel, const int64_t* stride,
+                       const int64_t* padding, const int64_t* dilation, int64_t k, int ceil_mode,
+                       uint64_t seed, char* message, int64_t message_size) {
+  const XLA_FFI_Buffer gb = Wrap(grad), ob = Wrap(offsets), rb = Wrap(out), wb = Wrap(workspace);
+  const ffi::AnyBuffer ws(&wb);
+  EmulatedDevice device(seed);
+  const ffi::Error e = jax_unpool::cuda::MaxUnpoolBackwardWindowCall(
+      device, ffi::AnyBuffer(&gb), ffi::AnyBuffer(&ob), ffi::AnyBuffer(&rb),
+      workspace.data != nullptr ? &ws : nullptr, channels_last != 0, SpanOf(kernel, k),
+      SpanOf(stride, k), SpanOf(padding, k), SpanOf(dilation, k), ceil_mode != 0);
+  return Report(e, message, message_size);
+}
+
+// The pool writing window offsets (uint8 indices).
+int ju_pool_window(Buffer x, Buffer values, Buffer offsets, int channels_last,
+                   const int64_t* kernel, const int64_t* stride, const int64_t* padding,
+                   const int64_t* dilation, int64_t k, int ceil_mode, uint64_t seed, int* path,
+                   char* message, int64_t message_size) {
+  const ExactFloats exact;
+  const XLA_FFI_Buffer xb = Wrap(x), vb = Wrap(values), ob = Wrap(offsets);
+  EmulatedDevice device(seed);
+  const ffi::Error e = jax_unpool::cuda::MaxPoolCall(
+      device, ffi::AnyBuffer(&xb), ffi::AnyBuffer(&vb), ffi::AnyBuffer(&ob), channels_last != 0,
+      SpanOf(kernel, k), SpanOf(stride, k), SpanOf(padding, k), SpanOf(dilation, k),
+      ceil_mode != 0, jax_unpool::IndexFormat::kWindow);
+  *path = device.pool_path();
+  return Report(e, message, message_size);
+}
+
+// window_indices: flat indices -> offsets; input_size k entries.
+int ju_window_indices(Buffer indices, Buffer offsets, int channels_last, const int64_t* kernel,
+                      const int64_t* stride, const int64_t* padding, const int64_t* dilation,
+                      int64_t k, int ceil_mode, const int64_t* input_size, uint64_t seed,
+                      char* message, int64_t message_size) {
+  const XLA_FFI_Buffer ib = Wrap(indices), ob = Wrap(offsets);
+  EmulatedDevice device(seed);
+  const ffi::Error e = jax_unpool::cuda::WindowIndicesCall(
+      device, ffi::AnyBuffer(&ib), ffi::AnyBuffer(&ob), channels_last != 0, SpanOf(kernel, k),
+      SpanOf(stride, k), SpanOf(padding, k), SpanOf(dilation, k), ceil_mode != 0,
+      SpanOf(input_size, k));
   return Report(e, message, message_size);
 }
 

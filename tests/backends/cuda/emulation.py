@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import pathlib
 import shutil
@@ -82,6 +83,16 @@ def _buffer(a: np.ndarray) -> _Buffer:
     return buffer
 
 
+def _pool_input_shape(shape, g) -> tuple:
+    s = len(shape) - g.k - (1 if g.channels_last else 0)
+    return (*shape[:s], *g.in_size, *shape[s + g.k:])
+
+
+def _pool_output_shape(shape, g) -> tuple:
+    s = len(shape) - g.k - (1 if g.channels_last else 0)
+    return (*shape[:s], *g.out_size, *shape[s + g.k:])
+
+
 def _longs(values) -> ctypes.Array:
     values = [int(v) for v in values]
     return (ctypes.c_int64 * max(len(values), 1))(*values)
@@ -101,6 +112,14 @@ class Emulation:
                                     i64]
         lib.ju_pool.argtypes = [buffer, buffer, buffer, ctypes.c_int, longs, longs, longs, longs,
                                 i64, ctypes.c_int, u64, ctypes.POINTER(ctypes.c_int), text, i64]
+        window = [ctypes.c_int, longs, longs, longs, longs, i64, ctypes.c_int]
+        lib.ju_forward_window.argtypes = [buffer, buffer, buffer, buffer, ctypes.c_int, *window,
+                                          u64, ctypes.POINTER(ctypes.c_int), text, i64]
+        lib.ju_backward_window.argtypes = [buffer, buffer, buffer, buffer, *window, u64, text,
+                                           i64]
+        lib.ju_pool_window.argtypes = [buffer, buffer, buffer, *window, u64,
+                                       ctypes.POINTER(ctypes.c_int), text, i64]
+        lib.ju_window_indices.argtypes = [buffer, buffer, *window, longs, u64, text, i64]
         lib.ju_set_wide_offsets.argtypes = [ctypes.c_int]
         lib.ju_position_bytes.argtypes = [i64, i64, i64]
         lib.ju_position_bytes.restype = i64
@@ -179,6 +198,73 @@ class Emulation:
         if path is not None:
             path.append(taken.value)
         return values, indices
+
+    # The handlers on window offsets (uint8): `g` is the pool's geometry
+    # (jax_unpool._geometry.PoolGeometry), whose window the calls take as attributes.
+    @staticmethod
+    def _window(g) -> list:
+        return [int(g.channels_last), _longs(g.kernel), _longs(g.stride), _longs(g.padding),
+                _longs(g.dilation), g.k, int(g.ceil_mode)]
+
+    def forward_window(self, x, offsets, g, *, checked=False, workspace_bytes=None, seed=0):
+        """The forward on window offsets; returns (out, path). The output is the pool's
+        input shape; the workspace is sized as the CUDA lowering sizes it."""
+        from jax_unpool.backends import cuda
+        x, offsets = np.ascontiguousarray(x), np.ascontiguousarray(offsets)
+        out_shape = _pool_input_shape(x.shape, g)
+        out = self._result(out_shape, x.dtype)
+        if workspace_bytes is None:
+            aval = jax.core.ShapedArray(out_shape, x.dtype)
+            per_element = cuda.position_bytes(x.dtype.itemsize, math.prod(g.out_size),
+                                              math.prod(g.in_size))
+            workspace_bytes = int(np.prod(cuda._workspace(aval, g.channels_last, g.k,
+                                                          per_element).shape))
+        workspace = self._result((workspace_bytes,), np.uint8)
+        path, message = ctypes.c_int(-1), ctypes.create_string_buffer(4096)
+        code = self._lib.ju_forward_window(_buffer(x), _buffer(offsets), _buffer(out),
+                                           _buffer(workspace), int(checked), *self._window(g),
+                                           seed, ctypes.byref(path), message, len(message))
+        self._check(code, message)
+        return out, path.value
+
+    def backward_window(self, grad, offsets, g, *, checked=False, seed=0):
+        grad, offsets = np.ascontiguousarray(grad), np.ascontiguousarray(offsets)
+        out = self._result(offsets.shape, grad.dtype)
+        lead = offsets.ndim - g.k - (1 if g.channels_last else 0)
+        workspace = (self._result((*offsets.shape[:lead], 16), np.uint8) if checked
+                     else np.zeros((0,), np.uint8))
+        ws = _buffer(workspace)
+        if not checked:
+            ws.data = None
+        message = ctypes.create_string_buffer(4096)
+        code = self._lib.ju_backward_window(_buffer(grad), _buffer(offsets), _buffer(out), ws,
+                                            *self._window(g), seed, message, len(message))
+        self._check(code, message)
+        return out
+
+    def pool_window(self, x, g, *, seed=0, path=None):
+        """The pool writing window offsets: (values, offsets)."""
+        x = np.ascontiguousarray(x)
+        shape = _pool_output_shape(x.shape, g)
+        values, offsets = self._result(shape, x.dtype), self._result(shape, np.uint8)
+        message, taken = ctypes.create_string_buffer(4096), ctypes.c_int(-1)
+        code = self._lib.ju_pool_window(_buffer(x), _buffer(values), _buffer(offsets),
+                                        *self._window(g), seed, ctypes.byref(taken), message,
+                                        len(message))
+        self._check(code, message)
+        if path is not None:
+            path.append(taken.value)
+        return values, offsets
+
+    def window_indices(self, indices, g, *, seed=0):
+        """Flat indices -> uint8 window offsets."""
+        indices = np.ascontiguousarray(indices)
+        offsets = self._result(indices.shape, np.uint8)
+        message = ctypes.create_string_buffer(4096)
+        code = self._lib.ju_window_indices(_buffer(indices), _buffer(offsets), *self._window(g),
+                                           _longs(g.in_size), seed, message, len(message))
+        self._check(code, message)
+        return offsets
 
     def wide_offsets(self, wide: bool) -> None:
         """Every launch with 64-bit offsets (as calls of 2**31 elements or more), or not."""

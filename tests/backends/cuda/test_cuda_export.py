@@ -26,7 +26,8 @@ from jax_unpool.backends import cuda
 
 TARGETS = {op: f"jax_unpool_cuda_{op}_v1" for op in (
     "max_unpool", "max_unpool_checked", "max_unpool_backward", "max_unpool_backward_checked",
-    "max_pool")}
+    "max_pool", "max_pool_window", "max_unpool_window", "max_unpool_window_checked",
+    "max_unpool_backward_window", "max_unpool_backward_window_checked", "window_offsets")}
 FORMATS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 CASES = [(k, last, index) for k in (1, 2, 3) for last in (False, True)
          for index in ("int32", "int64")]
@@ -130,6 +131,60 @@ def test_check_indices_selects_the_checked_targets(check, suffix):
 
     assert sorted(custom_calls(export(step, x, i).mlir_module())) == sorted([
         TARGETS[f"max_unpool{suffix}"], TARGETS[f"max_unpool_backward{suffix}"]])
+
+
+def window_step(k: int, last: bool):
+    """A SegNet pair on window offsets, and its gradient: the pool, its derivative (a
+    scatter, windows of 2 sharing no argmax), the unpool and its transpose."""
+    pool, unpool = getattr(ju, f"max_pool{k}d_with_indices"), getattr(ju, f"max_unpool{k}d")
+    fmt = FORMATS[k][last]
+
+    def loss(x):
+        values, w = pool(x, 2, data_format=fmt, index_format="window")
+        return (unpool(values * values, w) * x).sum()
+    return jax.value_and_grad(loss)
+
+
+@pytest.mark.parametrize("k,last", sorted({(k, last) for k, last, _ in CASES}))
+def test_window_offsets_lower_to_the_window_targets(k, last):
+    x = jax.ShapeDtypeStruct(shape(k, last, 2, 3, 8), jnp.float32)
+    text = export(window_step(k, last), x).mlir_module()
+    assert sorted(set(custom_calls(text))) == sorted(
+        TARGETS[op] for op in ("max_pool_window", "max_unpool_window",
+                               "max_unpool_backward_window"))
+    assert "xui8>" in text and "xi32>" not in text  # no flat index anywhere
+    i = jax.ShapeDtypeStruct(shape(k, last, 2, 3, 4), jnp.int32)
+    fmt = FORMATS[k][last]
+    text = export(lambda i: ju.window_indices(i, 2, input_size=(8,) * k, data_format=fmt),
+                  i).mlir_module()
+    assert custom_calls(text) == [TARGETS["window_offsets"]]
+
+
+@pytest.mark.parametrize("check, suffix", [(True, "_checked"), (False, "")])
+def test_check_indices_selects_the_checked_window_targets(check, suffix):
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.float32)
+
+    def step(x):
+        values, w = ju.max_pool2d_with_indices(x, 2, index_format="window")
+        g = w.geometry
+        unpool = lambda v: ju.max_unpool2d_p.bind(v, w.offsets, output_size=g.in_size,
+                                                  channels_last=False, check_indices=check,
+                                                  index_window=g)
+        return jax.value_and_grad(lambda v: unpool(v).sum())(values)
+
+    calls = set(custom_calls(export(step, x).mlir_module()))
+    assert calls == {TARGETS["max_pool_window"], TARGETS[f"max_unpool_window{suffix}"],
+                     TARGETS[f"max_unpool_backward_window{suffix}"]}
+
+
+def test_the_window_forward_drops_a_workspace_sized_as_the_flat_ones():
+    x = jax.ShapeDtypeStruct((2, 3, 8, 8), jnp.int8)
+    step = lambda x: ju.max_unpool2d(*ju.max_pool2d_with_indices(x, 2, index_format="window"))
+    text = export(step, x).mlir_module()
+    call = next(line for line in text.splitlines()
+                if f"@{TARGETS['max_unpool_window']}(" in line)
+    # 1-byte values: a 16-byte header and 4 bytes of position per output element, per plane
+    assert "-> (tensor<2x3x8x8xi8>, tensor<2x3x272xui8>)" in call
 
 
 def test_a_symbolic_batch_lowers_to_the_cuda_targets():
