@@ -20,7 +20,7 @@ from dtypes import VALUE_DTYPES, assert_bits_equal, needs_x64, random_values
 from torch_oracle import F, needs_torch, one_torch_thread, torch
 
 import jax_unpool as ju
-from jax_unpool import _unpool_dense, _unpool_xla
+from jax_unpool import _geometry, _unpool_dense, _unpool_xla
 from jax_unpool._compat import enable_x64
 from jax_unpool.backends import registry, xla
 
@@ -394,8 +394,10 @@ def test_unknown_windows_keep_the_scatter_without_a_conditional(rng):
     text = jax.jit(lambda v, i: _unpool_xla.scatter_windowed(v, i, (7, 8), False)).lower(
         x, jnp.zeros(x.shape, jnp.int32)).as_text()
     assert "stablehlo.scatter" in text and "stablehlo.case" not in text
-    assert _unpool_dense.boxes((3, 3), (7, 8), None, np.int32) is None
-    assert _unpool_dense.boxes((3, 3), (6, 9), None, np.int32).extent == (2, 3)
+    # The window comes from _geometry.unpool_window (issue 44: one place infers it).
+    assert _geometry.unpool_window((3, 3), (7, 8), None) is None
+    window = _geometry.unpool_window((3, 3), (6, 9), None)
+    assert _unpool_dense.boxes((3, 3), (6, 9), window, np.int32).extent == (2, 3)
 
 
 def test_empty_operands(rng):
