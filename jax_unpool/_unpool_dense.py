@@ -73,15 +73,6 @@ class Boxes(NamedTuple):
     def out_strides(self) -> tuple[int, ...]:
         return tuple(math.prod(self.out_size[a + 1:]) for a in range(self.k))
 
-    def shifts(self) -> tuple[int, ...]:
-        """Per axis, how many boxes can hold an output position: ceil(extent / stride)."""
-        return tuple(-(-e // s) for e, s in zip(self.extent, self.stride))
-
-    def rows(self) -> tuple[int, ...]:
-        """Per axis, rows of `stride` phases that cover padding + out_size positions."""
-        return tuple(-(-(o + p) // s) for o, p, s in zip(self.out_size, self.padding,
-                                                         self.stride))
-
 
 def boxes(in_size, out_size, window: _geometry.Window | None, index_dtype,
           taps: tuple | None = None) -> Boxes | None:
@@ -173,107 +164,182 @@ def _hits(offsets: jax.Array, b: Boxes, axes: list[int], masked_axes):
             continue
         hit = offsets == code
         for a in masked_axes:
-            if _may_leave(b, a, pos[a]):
-                coord = _iota(offsets.shape, axes[a]) * b.stride[a] + (pos[a] - b.padding[a])
-                hit = hit & (coord >= 0) & (coord < b.out_size[a])
+            inside = _in_plane(b, a, pos[a], offsets.shape, axes[a])
+            hit = hit if inside is None else hit & inside
         yield pos, hit
 
 
+def _in_plane(b: Boxes, a: int, d: int, shape, ax: int) -> jax.Array | None:
+    """Where position d of the boxes on axis a lies inside the plane (None: everywhere)."""
+    if not _may_leave(b, a, d):
+        return None
+    coord = _iota(shape, ax) * b.stride[a] + (d - b.padding[a])
+    return (coord >= 0) & (coord < b.out_size[a])
+
+
+def _in_last_axis_run(offsets: jax.Array, b: Boxes, ax: int) -> jax.Array:
+    """Per position of the boxes' other axes: where the offset, less that position's code,
+    is a box position on the last axis inside the plane. Those positions are consecutive,
+    [max(0, p - q * s), min(e, size + p - q * s)) at input position q: one unsigned
+    compare. In wrapping arithmetic, as the offsets' own (exact: every box position's
+    offset fits)."""
+    e, s, p, o = b.extent[-1], b.stride[-1], b.padding[-1], b.out_size[-1]
+    dt = b.offset_dtype
+    unsigned = np.dtype(f"uint{8 * dt.itemsize}")
+    starts = _iota((offsets.shape[ax],), 0, dt) * s
+    lo = jnp.maximum(p - starts, 0)
+    span = jnp.maximum(jnp.minimum(e, o + p - starts) - lo, 0)
+    shape = [1] * offsets.ndim
+    shape[ax] = offsets.shape[ax]
+    return (lax.bitcast_convert_type(offsets - lo.reshape(shape), unsigned)
+            < lax.bitcast_convert_type(span, unsigned).reshape(shape))
+
+
 def in_boxes(indices: jax.Array, b: Boxes, channels_last: bool) -> jax.Array:
-    """Whether every index lies in the plane and in its own box (a scalar bool): one
-    compare per box position, no division (slow on accelerators)."""
+    """Whether every index lies in the plane and in its own box (a scalar bool), with no
+    division (slow on accelerators): per position of the boxes on the axes before the
+    last, one range check along the last (`_in_last_axis_run`): 3 for a 3x3 box; one
+    compare per box position where the taps along the last axis are dilated."""
     axes = _spatial(indices.ndim, channels_last, b.k)
+    offsets = _offsets(indices, b, channels_last)
     found = None
-    for _, hit in _hits(_offsets(indices, b, channels_last), b, axes, range(b.k)):
-        found = hit if found is None else found | hit
+    if b.tap_codes or (b.taps is not None and b.taps[1][-1] != 1):
+        for _, hit in _hits(offsets, b, axes, range(b.k)):
+            found = hit if found is None else found | hit
+    else:
+        lead = [[t * dil for t in range(kk)] for kk, dil in zip(*b.taps)] if b.taps else [
+            range(e) for e in b.extent]
+        for pos in itertools.product(*lead[:-1]):
+            code = sum(d * st for d, st in zip(pos, b.out_strides()))
+            hit = _in_last_axis_run(offsets - code, b, axes[-1])
+            for a, d in enumerate(pos):
+                inside = _in_plane(b, a, d, offsets.shape, axes[a])
+                hit = hit if inside is None else hit & inside
+            found = hit if found is None else found | hit
     if np.dtype(indices.dtype).itemsize > b.offset_dtype.itemsize:  # narrowed: wraps
         found = found & (indices >= 0) & (indices < math.prod(b.out_size))
-    return jnp.all(found)
+    # XLA's CPU reduces uint8 in a vectorised kernel, bools in a scalar loop (issue 47).
+    return jnp.min(found.astype(np.uint8)) > 0
 
 
-def _padded_for_shifts(a: jax.Array, axes: list[int], shifts, rows, fill) -> jax.Array:
-    """a padded once for every shift: `shifts - 1` positions before it, and after it up to
-    `rows` (or trimmed to them), so that shift j is the slice from shifts - 1 - j."""
-    config = [(0, 0, 0)] * a.ndim
-    for ax, j, m in zip(axes, shifts, rows):
-        config[ax] = (j - 1, m - a.shape[ax], 0)
-    return lax.pad(a, jnp.asarray(fill, a.dtype), config)
+class _Run(NamedTuple):
+    """A run of one axis's phases: output positions m * stride + f, f in `phases` (rows m
+    start at the plane's origin), each held by the boxes of input positions m - j, j in
+    `shifts` (decreasing: increasing input position)."""
+
+    phases: range
+    shifts: range
 
 
-def _shifted(padded: jax.Array, axes: list[int], shifts, shift, rows) -> jax.Array:
-    """Row m holds the operand's position m - shift (or the fill)."""
-    start, limit = [0] * padded.ndim, list(padded.shape)
-    for ax, n, j, m in zip(axes, shifts, shift, rows):
-        start[ax], limit[ax] = n - 1 - j, n - 1 - j + m
-    return lax.slice(padded, start, limit)
+def _runs(b: Boxes, a: int) -> list[_Run]:
+    """Axis a's phases in runs held by the same shifts: at most three per axis. Box q holds
+    output position (q + j) * s + f at box position j * s + f + p, inside [0, e) for
+    j in [-floor((f + p) / s), ceil((e - f - p) / s)); each bound steps once over f < s."""
+    e, s, p = b.extent[a], b.stride[a], b.padding[a]
+    starts = sorted({0, -p % s, (e - p) % s})
+    return [_Run(range(f, end), range(-(-(e - f - p) // s) - 1, -((f + p) // s) - 1, -1))
+            for f, end in zip(starts, [*starts[1:], s])]
 
 
 def _with_phases(a: jax.Array, axes: list[int]) -> jax.Array:
-    """A unit axis after each spatial axis: (N, C, M0, 1, M1, 1) for channels-first 2-D."""
+    """A unit axis after each spatial axis: (N, C, H, 1, W, 1) for channels-first 2-D."""
     return lax.expand_dims(a, [ax + i + 1 for i, ax in enumerate(axes)])
 
 
-def _phase_codes(b: Boxes, shift, phase_axes, phase_shape) -> jax.Array:
-    """The code of output position (m, f) in box m - shift, at box position shift * s + f:
-    for flat indices that position's offset from the corner (an iota); for window offsets
-    its tap number, or -2 where it is no tap (constants of the phases' small shape)."""
+def _run_codes(b: Boxes, runs, shift, ndim: int, axes: list[int]) -> jax.Array:
+    """The code of box position shift * s + f + p at each phase f of `runs`, shaped to
+    broadcast against the input with phase axes (`_with_phases`): for flat indices that
+    position's offset from the corner (iotas), for window offsets its tap number, or -2
+    where it is no tap (constants of the runs' small shape)."""
+    shape = [1] * ndim
+    for i, (ax, run) in enumerate(zip(axes, runs)):
+        shape[ax + i + 1] = len(run.phases)
+    phase_axes = [ax + i + 1 for i, ax in enumerate(axes)]
+    first = [j * s + run.phases[0] + p for j, s, p, run in zip(shift, b.stride, b.padding, runs)]
     if not b.tap_codes:
-        strides = b.out_strides()
-        return sum((_iota(phase_shape, ax, b.offset_dtype) + j * s) * st
-                   for ax, j, s, st in zip(phase_axes, shift, b.stride, strides))
+        return sum((_iota(shape, ax, b.offset_dtype) + d) * st
+                   for ax, d, st in zip(phase_axes, first, b.out_strides()))
     kernel, dilation = b.taps
-    code, tap = np.zeros(phase_shape, np.int64), np.ones(phase_shape, bool)
-    for ax, j, s, kk, dil in zip(phase_axes, shift, b.stride, kernel, dilation):
-        position = j * s + np.arange(s)
-        shape = [1] * len(phase_shape)
-        shape[ax] = s
-        code = code * kk + (position // dil).reshape(shape)
-        tap = tap & ((position % dil == 0) & (position // dil < kk)).reshape(shape)
+    code, tap = np.zeros(shape, np.int64), np.ones(shape, bool)
+    for ax, d, kk, dil in zip(phase_axes, first, kernel, dilation):
+        position = (d + np.arange(shape[ax])).reshape([-1 if i == ax else 1
+                                                       for i in range(ndim)])
+        code = code * kk + position // dil
+        tap = tap & (position % dil == 0) & (position // dil < kk)
     return jnp.asarray(np.where(tap, code, -2).astype(np.int32))
+
+
+def _placed(a: jax.Array, axes: list[int], shift, rows, fill) -> jax.Array:
+    """Input position q at row q + shift: padded (or cropped) to `rows` per spatial axis.
+    Each call pads its own select, used once, which XLA fuses into the consumer; a pad
+    of the operand sliced per shift is materialized instead (a pad with several users)."""
+    config = [(0, 0, 0)] * a.ndim
+    for ax, j, m in zip(axes, shift, rows):
+        config[ax] = (j, m - j - a.shape[ax], 0)
+    return lax.pad(a, jnp.asarray(fill, a.dtype), config)
+
+
+def _interleaved(blocks: dict, runs: list[list[_Run]], axes: list[int], prefix=()
+                 ) -> jax.Array:
+    """The blocks of phase runs (keyed by their runs' tuple) joined along each spatial
+    axis's phase axis, in phase order: (N, C, M0, s0, M1, s1) for channels-first 2-D."""
+    a = len(prefix)
+    if a == len(axes):
+        return blocks[prefix]
+    parts = [_interleaved(blocks, runs, axes, (*prefix, run)) for run in runs[a]]
+    return parts[0] if len(parts) == 1 else lax.concatenate(parts, axes[a] + a + 1)
 
 
 def scatter(x: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool,
             add: bool = False) -> jax.Array:
     """out[..., index] = x, the largest input position winning among duplicates (or, with
     `add`, their sum, added in increasing input position as PyTorch's CPU pool backward
-    does); for indices inside their boxes. x is moved as it is: select, no arithmetic."""
+    does); for indices inside their boxes. x is moved as it is: select, no arithmetic.
+
+    The output is viewed as (rows, stride) per axis from the plane's origin, and its
+    phases in runs held by the same shifts (`_runs`): for 3x3/s2/p1 one box holds an
+    even position and two an odd one, 9 candidates per 2x2 block of outputs rather than a
+    compare and select of every shift at every phase (16). Each candidate compares the
+    codes with its box position's code and selects on the input's grid, then is padded
+    into place: every op is fused into one loop over the output."""
     axes = _spatial(x.ndim, channels_last, b.k)
-    offsets = _offsets(indices, b, channels_last)
-    rows = b.rows()
-    # The output as (N, C, M0, s0, M1, s1) for NCHW: rows and phases; the phases' iotas
-    # have shape (1, 1, 1, s0, 1, s1).
-    phase_axes = [ax + i + 1 for i, ax in enumerate(axes)]
-    phase_shape = [1] * (x.ndim + b.k)
-    for ax, s in zip(phase_axes, b.stride):
-        phase_shape[ax] = s
-    shifts = b.shifts()
+    codes = _with_phases(_offsets(indices, b, channels_last), axes)
+    moved = _with_phases(x, axes)
+    grid = [ax + i for i, ax in enumerate(axes)]  # the spatial axes among the phase axes
+    rows = tuple(-(-o // s) for o, s in zip(b.out_size, b.stride))
     zero = jnp.zeros((), x.dtype)
-    # One pad each, sliced per shift: XLA then pads once, not once per shift and element.
-    x_padded = _padded_for_shifts(x, axes, shifts, rows, 0)
-    # -1: no box (before the first or after the last input position); offsets are >= 0.
-    offsets_padded = _padded_for_shifts(offsets, axes, shifts, rows, -1)
-    out = None
-    # Increasing input position q = m - j: decreasing shifts, the last one applied wins.
-    # Shift 0 is always applied, so `out` has every row and phase.
-    for shift in itertools.product(*(range(j - 1, -1, -1) for j in shifts)):
-        if any(j >= m for j, m in zip(shift, rows)):  # no input position reaches a row
-            continue
-        moved = _with_phases(_shifted(x_padded, axes, shifts, shift, rows), axes)
-        held = _with_phases(_shifted(offsets_padded, axes, shifts, shift, rows), axes)
-        hit = held == _phase_codes(b, shift, phase_axes, phase_shape)
-        if add:
-            term = jnp.where(hit, moved, zero)
-            out = term if out is None else out + term
-        else:
-            out = jnp.where(hit, moved, zero if out is None else out)
+    runs = [_runs(b, a) for a in range(b.k)]
+    blocks = {}
+    for key in itertools.product(*runs):
+        out = None
+        # Increasing input position q = m - j: the last one applied wins (or is added last).
+        for shift in itertools.product(*(run.shifts for run in key)):
+            if any(j >= m or j <= -n for j, m, n in zip(shift, rows, b.in_size)):
+                continue  # no input position reaches a row
+            hit = codes == _run_codes(b, key, shift, x.ndim + b.k, axes)
+            term = _placed(jnp.where(hit, moved, zero), grid, shift, rows, 0)
+            if out is None:
+                out = term
+            elif add:
+                out = out + term
+            else:
+                out = jnp.where(_placed(hit, grid, shift, rows, False), term, out)
+        if out is None:  # phases no box reaches (a stride beyond the extent)
+            shape = list(moved.shape)
+            for i, (ax, run) in enumerate(zip(axes, key)):
+                shape[ax + i + 1] = len(run.phases)
+            out = _placed(jnp.broadcast_to(jnp.zeros_like(moved), shape), grid, (0,) * b.k,
+                          rows, 0)
+        blocks[key] = out
+    out = _interleaved(blocks, runs, axes)
     # (rows, stride) -> rows * stride, one axis at a time: jax's explicit sharding names the
     # result of one merge next to a split dim (N or C), not of several at once.
     for ax, m, s in zip(axes, rows, b.stride):
         out = out.reshape(*out.shape[:ax], m * s, *out.shape[ax + 2:])
-    start, limit = [0] * out.ndim, list(out.shape)
-    for ax, p, o in zip(axes, b.padding, b.out_size):
-        start[ax], limit[ax] = p, p + o
-    return lax.slice(out, start, limit)
+    limit = list(out.shape)
+    for ax, o in zip(axes, b.out_size):
+        limit[ax] = o
+    return lax.slice(out, [0] * out.ndim, limit)
 
 
 def gather(values: jax.Array, indices: jax.Array, b: Boxes, channels_last: bool
