@@ -18,7 +18,9 @@ import numpy as np
 from jax_unpool import _symbolic
 
 _PLURAL = {1: "a 1-tuple", 2: "a pair", 3: "a triple"}
-_PACKED_DTYPES = {"int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
+# Sub-byte dtypes: numpy gives them an itemsize of 1, XLA packs them (jax 0.12's jnp.int1
+# and uint1 too, which earlier jax ran as XLA's pred).
+_PACKED_DTYPES = {"int1", "uint1", "int2", "uint2", "int4", "uint4", "float4_e2m1fn"}
 INT32_MAX = np.iinfo(np.int32).max
 # XLA aborts the process on an array whose byte size overflows int64 ("overflow in static
 # extent product"); elements (and the jnp reference's scatter positions) take up to 8 bytes.
@@ -27,7 +29,7 @@ MAX_ELEMENTS = np.iinfo(np.int64).max // 8
 
 def is_movable(dtype: Any) -> bool:
     """Whether the unpool kernels move values of `dtype`: whole 1, 2, 4 or 8 bytes (the
-    packed 4- and 2-bit dtypes report an itemsize of 1 but are not bytes in XLA)."""
+    packed 4-, 2- and 1-bit dtypes report an itemsize of 1 but are not bytes in XLA)."""
     dtype = np.dtype(dtype)
     return dtype.itemsize in (1, 2, 4, 8) and dtype.name not in _PACKED_DTYPES
 
