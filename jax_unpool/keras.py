@@ -203,14 +203,14 @@ def from_tf_layout(indices, channels: int, plane: int):
 # The layers
 # --------------------------------------------------------------------------------------
 
-class _MaxPoolingWithArgmax(keras.layers.Layer):
+class _Window(keras.layers.Layer):
+    """The pool's window, as both layers take it and save it in their config."""
+
     rank = 0
 
     def __init__(self, pool_size: int | Sequence[int] = 2,
                  strides: int | Sequence[int] | None = None, padding: str = "valid",
-                 data_format: str | None = None, index_layout: str = "torch",
-                 include_batch_in_index: bool = False, index_dtype: str = "int32",
-                 **kwargs):
+                 data_format: str | None = None, index_layout: str = "torch", **kwargs):
         super().__init__(**kwargs)
         name, k = type(self).__name__, self.rank
         self.backend = _backend(name)
@@ -220,15 +220,30 @@ class _MaxPoolingWithArgmax(keras.layers.Layer):
         self.padding = _choice(name, "padding", str(padding).lower(), ("valid", "same"))
         self.data_format = _data_format(name, data_format)
         self.index_layout = _choice(name, "index_layout", index_layout, LAYOUTS)
+
+    @property
+    def _channels_last(self) -> bool:
+        return self.data_format == "channels_last"
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides,
+                "padding": self.padding, "data_format": self.data_format,
+                "index_layout": self.index_layout}
+
+
+class _MaxPoolingWithArgmax(_Window):
+    def __init__(self, pool_size: int | Sequence[int] = 2,
+                 strides: int | Sequence[int] | None = None, padding: str = "valid",
+                 data_format: str | None = None, index_layout: str = "torch",
+                 include_batch_in_index: bool = False, index_dtype: str = "int32",
+                 **kwargs):
+        super().__init__(pool_size, strides, padding, data_format, index_layout, **kwargs)
+        name = type(self).__name__
         if include_batch_in_index and index_layout != "tf":
             raise ValueError(f"{name}: include_batch_in_index=True needs index_layout='tf' "
                              "(TensorFlow's layout); 'torch' indices count within a plane")
         self.include_batch_in_index = bool(include_batch_in_index)
         self.index_dtype = _choice(name, "index_dtype", index_dtype, INDEX_DTYPES)
-
-    @property
-    def _channels_last(self) -> bool:
-        return self.data_format == "channels_last"
 
     def _output_shape(self, input_shape) -> tuple:
         axes = _spatial_axes(self.rank, self._channels_last)
@@ -270,34 +285,17 @@ class _MaxPoolingWithArgmax(keras.layers.Layer):
         return values, indices
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides,
-                "padding": self.padding, "data_format": self.data_format,
-                "index_layout": self.index_layout,
-                "include_batch_in_index": self.include_batch_in_index,
+        return {**super().get_config(), "include_batch_in_index": self.include_batch_in_index,
                 "index_dtype": self.index_dtype}
 
 
-class _MaxUnpooling(keras.layers.Layer):
-    rank = 0
-
+class _MaxUnpooling(_Window):
     def __init__(self, pool_size: int | Sequence[int] = 2,
                  strides: int | Sequence[int] | None = None, padding: str = "valid",
                  data_format: str | None = None, output_size: Sequence[int] | None = None,
                  index_layout: str = "torch", **kwargs):
-        super().__init__(**kwargs)
-        name, k = type(self).__name__, self.rank
-        self.backend = _backend(name)
-        self.pool_size = _sizes(name, "pool_size", pool_size, k)
-        self.strides = _sizes(name, "strides", self.pool_size if strides is None else strides,
-                              k)
-        self.padding = _choice(name, "padding", str(padding).lower(), ("valid", "same"))
-        self.data_format = _data_format(name, data_format)
+        super().__init__(pool_size, strides, padding, data_format, index_layout, **kwargs)
         self.output_size = None if output_size is None else self._spatial(output_size)
-        self.index_layout = _choice(name, "index_layout", index_layout, LAYOUTS)
-
-    @property
-    def _channels_last(self) -> bool:
-        return self.data_format == "channels_last"
 
     def _spatial(self, output_size: Sequence) -> tuple[int, ...]:
         """Spatial sizes from k sizes or a full shape (whose batch may be None)."""
@@ -343,9 +341,7 @@ class _MaxUnpooling(keras.layers.Layer):
         return _keras_ops.max_unpool(inputs, indices, size, last)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "pool_size": self.pool_size, "strides": self.strides,
-                "padding": self.padding, "data_format": self.data_format,
-                "output_size": self.output_size, "index_layout": self.index_layout}
+        return {**super().get_config(), "output_size": self.output_size}
 
 
 def _layer(base: type, name: str, k: int, doc: str) -> type:

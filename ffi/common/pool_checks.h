@@ -310,20 +310,27 @@ inline ffi::ErrorOr<Geometry> CheckWindowIndicesCall(
   return pool;
 }
 
-// The pool target's operands after the platform's context (binding: ffi::Ffi::Bind() with
-// it), as every platform's handler takes them and CheckPoolCall checks them.
+// The pool's window as attributes, after a target's buffers: the pool's, and every target
+// that takes a pool's window (window offsets).
 template <typename Binding>
-auto BindPoolOperands(Binding binding) {
+auto BindPoolWindow(Binding binding) {
   return std::move(binding)
-      .template Arg<ffi::AnyBuffer>()  // x
-      .template Ret<ffi::AnyBuffer>()  // values
-      .template Ret<ffi::AnyBuffer>()  // indices
       .template Attr<bool>("channels_last")
       .template Attr<ffi::Span<const int64_t>>("kernel_size")
       .template Attr<ffi::Span<const int64_t>>("stride")
       .template Attr<ffi::Span<const int64_t>>("padding")
       .template Attr<ffi::Span<const int64_t>>("dilation")
       .template Attr<bool>("ceil_mode");
+}
+
+// The pool target's operands after the platform's context (binding: ffi::Ffi::Bind() with
+// it), as every platform's handler takes them and CheckPoolCall checks them.
+template <typename Binding>
+auto BindPoolOperands(Binding binding) {
+  return BindPoolWindow(std::move(binding)
+                            .template Arg<ffi::AnyBuffer>()    // x
+                            .template Ret<ffi::AnyBuffer>()    // values
+                            .template Ret<ffi::AnyBuffer>());  // indices
 }
 
 }  // namespace jax_unpool

@@ -139,4 +139,16 @@ inline ffi::ErrorOr<Geometry> CheckWindowUnpoolCall(
   return pool;
 }
 
+// The flat unpool targets' operands after the platform's context (binding: ffi::Ffi::Bind()
+// with it): (values, indices) -> out and the layout; the 2-D _v1 targets end there, the
+// others add "spatial_rank".
+template <typename Binding>
+auto BindUnpoolOperands(Binding binding) {
+  return std::move(binding)
+      .template Arg<ffi::AnyBuffer>()  // values: x (forward) or grad_output (backward)
+      .template Arg<ffi::AnyBuffer>()  // indices
+      .template Ret<ffi::AnyBuffer>()  // out
+      .template Attr<bool>("channels_last");
+}
+
 }  // namespace jax_unpool

@@ -102,20 +102,10 @@ ffi::Error MaxUnpool2d(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer in
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dCpu, MaxUnpool2d,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // indices
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last"));
+                              BindUnpoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolCpu, MaxUnpool,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // x
-                                  .Arg<ffi::AnyBuffer>()  // indices
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last")
+                              BindUnpoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>())
                                   .Attr<int64_t>("spatial_rank"));
 
 }  // namespace jax_unpool

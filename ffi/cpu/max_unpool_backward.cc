@@ -85,20 +85,10 @@ ffi::Error MaxUnpool2dBackward(ffi::ThreadPool pool, ffi::AnyBuffer grad_output,
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpool2dBackwardCpu, MaxUnpool2dBackward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // indices
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last"));
+                              BindUnpoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCpu, MaxUnpoolBackward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // indices
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last")
+                              BindUnpoolOperands(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>())
                                   .Attr<int64_t>("spatial_rank"));
 
 }  // namespace jax_unpool

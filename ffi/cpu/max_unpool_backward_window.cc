@@ -26,20 +26,6 @@ namespace {
 // Windows that tile the input
 // ---------------------------------------------------------------------------------------
 
-// All ones where `take`, else 0: selects by masks, which the compiler vectorises where a
-// select on data becomes a branch.
-template <typename V>
-V MaskOf(bool take) {
-  return static_cast<V>(V(0) - V(take));
-}
-
-// `take` ? a : b, by mask.
-template <typename V>
-V Select(bool take, V a, V b) {
-  const V m = MaskOf<V>(take);
-  return static_cast<V>((a & m) | (b & static_cast<V>(~m)));
-}
-
 // One tap row of `windows` full windows of kW taps, channels first: out[ow] = the tap row's
 // value at window ow's offset where the offset is in this row (tap .. tap + kW - 1), else
 // what an earlier tap row chose (kFirst: 0).

@@ -21,6 +21,7 @@
 #include "cpu/handlers.h"
 #include "cpu/image_spans.h"
 #include "cpu/index_range.h"
+#include "cpu/simd.h"
 #include "cpu/window_rows.h"
 
 namespace jax_unpool {
@@ -29,13 +30,6 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Windows that tile the input
 // ---------------------------------------------------------------------------------------
-
-// All ones where `take`, else 0: selects by masks, which the compiler vectorises where a
-// select on data becomes a branch.
-template <typename V>
-V MaskOf(bool take) {
-  return static_cast<V>(V(0) - V(take));
-}
 
 // One output row of full windows, channels first: out[ow * kW + jw] = x[ow] where window
 // ow's offset is tap + jw, else 0, for `windows` windows of kW taps along W.

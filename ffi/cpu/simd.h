@@ -1,4 +1,5 @@
-// Which vector instructions the kernels may use beyond x86-64's baseline (SSE2): code
+// Which vector instructions the kernels may use beyond x86-64's baseline (SSE2), and
+// selects by masks (MaskOf, Select) that the compiler vectorises in any of them. Code
 // for AVX2 is compiled for AVX2 alone (__attribute__((target("avx2")))) and chosen at
 // run time, so the module still runs on any x86-64.
 //
@@ -76,6 +77,20 @@ inline bool UseVectorGathers() {
 #endif
   }();
   return use;
+}
+
+// All ones where `take`, else 0: selects by masks, which the compiler vectorises where a
+// select on data becomes a branch.
+template <typename V>
+V MaskOf(bool take) {
+  return static_cast<V>(V(0) - V(take));
+}
+
+// `take` ? a : b, by mask.
+template <typename V>
+V Select(bool take, V a, V b) {
+  const V m = MaskOf<V>(take);
+  return static_cast<V>((a & m) | (b & static_cast<V>(~m)));
 }
 
 }  // namespace jax_unpool

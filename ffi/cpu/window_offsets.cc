@@ -132,16 +132,10 @@ ffi::Error WindowIndices(ffi::ThreadPool pool, ffi::AnyBuffer indices,
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(WindowIndicesCpu, WindowIndices,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::AnyBuffer>()  // indices: flat, int32 or int64
-                                  .Ret<ffi::AnyBuffer>()  // offsets: uint8
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode")
+                              BindPoolWindow(ffi::Ffi::Bind()
+                                                 .Ctx<ffi::ThreadPool>()
+                                                 .Arg<ffi::AnyBuffer>()   // flat indices
+                                                 .Ret<ffi::AnyBuffer>())  // offsets: uint8
                                   .Attr<ffi::Span<const int64_t>>("input_size"));
 
 }  // namespace jax_unpool

@@ -215,16 +215,10 @@ ffi::Error RunWindowUnpoolOp(UnpoolOp kind, ffi::ThreadPool& pool, const ffi::An
 // The window targets' attributes after (values, offsets) -> out: the pool's.
 template <typename Binding>
 auto BindWindowUnpoolOperands(Binding binding) {
-  return std::move(binding)
-      .template Arg<ffi::AnyBuffer>()  // values: x (forward) or grad_output (backward)
-      .template Arg<ffi::AnyBuffer>()  // indices: the pool's window offsets, uint8
-      .template Ret<ffi::AnyBuffer>()  // out
-      .template Attr<bool>("channels_last")
-      .template Attr<ffi::Span<const int64_t>>("kernel_size")
-      .template Attr<ffi::Span<const int64_t>>("stride")
-      .template Attr<ffi::Span<const int64_t>>("padding")
-      .template Attr<ffi::Span<const int64_t>>("dilation")
-      .template Attr<bool>("ceil_mode");
+  return BindPoolWindow(std::move(binding)
+                            .template Arg<ffi::AnyBuffer>()    // x or grad_output
+                            .template Arg<ffi::AnyBuffer>()    // the window offsets, uint8
+                            .template Ret<ffi::AnyBuffer>());  // out
 }
 
 }  // namespace jax_unpool

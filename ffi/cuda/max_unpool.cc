@@ -56,19 +56,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolCheckedCuda, MaxUnpool<true>,
                               JAX_UNPOOL_MAX_UNPOOL_BINDING);
 
 // On window offsets: the pool's window as attributes, the same workspace.
-#define JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING                                    \
-  ffi::Ffi::Bind()                                                              \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()                                 \
-      .Arg<ffi::AnyBuffer>()                        /* x */                     \
-      .Arg<ffi::AnyBuffer>()                        /* offsets, uint8 */        \
-      .Ret<ffi::AnyBuffer>()                        /* out */                   \
-      .Ret<ffi::AnyBuffer>()                        /* workspace */             \
-      .Attr<bool>("channels_last")                                              \
-      .Attr<ffi::Span<const int64_t>>("kernel_size")                            \
-      .Attr<ffi::Span<const int64_t>>("stride")                                 \
-      .Attr<ffi::Span<const int64_t>>("padding")                                \
-      .Attr<ffi::Span<const int64_t>>("dilation")                               \
-      .Attr<bool>("ceil_mode")
+#define JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING                          \
+  BindPoolWindow(ffi::Ffi::Bind()                                     \
+                     .Ctx<ffi::PlatformStream<cudaStream_t>>()        \
+                     .Arg<ffi::AnyBuffer>() /* x */                   \
+                     .Arg<ffi::AnyBuffer>() /* offsets, uint8 */      \
+                     .Ret<ffi::AnyBuffer>() /* out */                 \
+                     .Ret<ffi::AnyBuffer>() /* workspace */)
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolWindowCuda, MaxUnpoolWindow<false>,
                               JAX_UNPOOL_MAX_UNPOOL_WINDOW_BINDING,

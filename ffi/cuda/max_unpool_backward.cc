@@ -60,12 +60,8 @@ ffi::Error MaxUnpoolBackwardWindowChecked(cudaStream_t stream, ffi::AnyBuffer gr
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCuda, MaxUnpoolBackward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // indices
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last")
+                              BindUnpoolOperands(
+                                  ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>())
                                   .Attr<int64_t>("spatial_rank"),
                               {ffi::Traits::kCmdBufferCompatible});
 
@@ -81,32 +77,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardCheckedCuda, MaxUnpoolBackwardChe
 
 // On window offsets: the pool's window as attributes.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardWindowCuda, MaxUnpoolBackwardWindow,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // offsets, uint8
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode"),
+                              BindPoolWindow(ffi::Ffi::Bind()
+                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                                 .Arg<ffi::AnyBuffer>()    // grad_output
+                                                 .Arg<ffi::AnyBuffer>()    // offsets, uint8
+                                                 .Ret<ffi::AnyBuffer>()),  // out
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxUnpoolBackwardWindowCheckedCuda, MaxUnpoolBackwardWindowChecked,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<ffi::AnyBuffer>()  // grad_output
-                                  .Arg<ffi::AnyBuffer>()  // offsets, uint8
-                                  .Ret<ffi::AnyBuffer>()  // out
-                                  .Ret<ffi::AnyBuffer>()  // workspace (unpool_plan.h)
-                                  .Attr<bool>("channels_last")
-                                  .Attr<ffi::Span<const int64_t>>("kernel_size")
-                                  .Attr<ffi::Span<const int64_t>>("stride")
-                                  .Attr<ffi::Span<const int64_t>>("padding")
-                                  .Attr<ffi::Span<const int64_t>>("dilation")
-                                  .Attr<bool>("ceil_mode"));
+                              BindPoolWindow(ffi::Ffi::Bind()
+                                                 .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                                 .Arg<ffi::AnyBuffer>()     // grad_output
+                                                 .Arg<ffi::AnyBuffer>()     // offsets, uint8
+                                                 .Ret<ffi::AnyBuffer>()     // out
+                                                 .Ret<ffi::AnyBuffer>()));  // workspace
 
 }  // namespace cuda
 }  // namespace jax_unpool

@@ -28,7 +28,6 @@ from jax_unpool.backends.registry import use
 
 __all__ = ["custom_calls", "export_safety_checks", "stable_targets", "switch", "use"]
 
-PLATFORMS = ("xla", "cpu", "cuda", "npu")  # the default first
 _MODULES = (xla, cpu, cuda, npu)
 
 if _settings.BACKEND == "xla":
