@@ -52,6 +52,41 @@ __attribute__((target("avx2"))) void SelectPairsAvx2(const uint8_t* off, const V
 }
 #endif
 
+// SegNet's 2x2 windows, both tap rows in one pass (top's taps are 0 and 1, bottom's 2
+// and 3): one read of the offsets and one write of out per window, where two passes
+// read and wrote them twice.
+template <typename V>
+__attribute__((always_inline)) inline void SelectRow2x2(const uint8_t* __restrict off,
+                                                        const V* __restrict top,
+                                                        const V* __restrict bottom,
+                                                        V* __restrict out, int64_t windows) {
+  for (int64_t ow = 0; ow < windows; ++ow) {
+    const unsigned t = off[ow];
+    out[ow] = static_cast<V>((top[2 * ow] & MaskOf<V>(t == 0)) |
+                             (top[2 * ow + 1] & MaskOf<V>(t == 1)) |
+                             (bottom[2 * ow] & MaskOf<V>(t == 2)) |
+                             (bottom[2 * ow + 1] & MaskOf<V>(t == 3)));
+  }
+}
+
+#if JAX_UNPOOL_HAVE_AVX2
+template <typename V>
+__attribute__((target("avx2"))) void SelectRow2x2Avx2(const uint8_t* off, const V* top,
+                                                      const V* bottom, V* out,
+                                                      int64_t windows) {
+  SelectRow2x2(off, top, bottom, out, windows);
+}
+#endif
+
+template <typename V>
+void SelectRow2x2AnyCpu(const uint8_t* off, const V* top, const V* bottom, V* out,
+                        int64_t windows) {
+#if JAX_UNPOOL_HAVE_AVX2
+  if (CpuHasAvx2()) return SelectRow2x2Avx2(off, top, bottom, out, windows);
+#endif
+  SelectRow2x2(off, top, bottom, out, windows);
+}
+
 template <bool kFirst, typename V>
 void SelectRowAnyWidth(const uint8_t* off, const V* row, V* out, int tap, int64_t kw,
                        int64_t windows) {
@@ -108,12 +143,19 @@ BadIndex SelectPlanes(const Geometry& p, const V* grad, const uint8_t* offsets, 
         const int64_t bad = FirstUnnamedInRow(p, rows, off + r, od, oh, full);
         if (bad >= 0) return BadOffsetAt(p, u.in_offset(n, c, r + bad), off[r + bad]);
         PrefetchTapRows(p, src, od, oh + 2);
+        const bool two_by_two = kd == 1 && kh == 2 && kw == 2 && oh * 2 + 1 < H;
+        if (two_by_two) {
+          const V* top = src + (od * H + oh * 2) * W;
+          SelectRow2x2AnyCpu(off + r, top, top + W, dst + r, full);
+        }
         bool first = true;
         for (int64_t jd = 0; jd < kd && od * kd + jd < D; ++jd) {
           for (int64_t jh = 0; jh < kh && oh * kh + jh < H; ++jh, first = false) {
             const V* row = src + ((od * kd + jd) * H + oh * kh + jh) * W;
             const int tap = static_cast<int>((jd * kh + jh) * kw);
-            if (first) {
+            if (two_by_two) {
+              // the full windows are done: only a ceil_mode window past the input below
+            } else if (first) {
               SelectRowAnyWidth<true>(off + r, row, dst + r, tap, kw, full);
             } else {
               SelectRowAnyWidth<false>(off + r, row, dst + r, tap, kw, full);

@@ -37,6 +37,9 @@ GEOMETRIES = [
     (2, (1, 6), {"kernel_size": (2, 2), "stride": (1, 2), "padding": (1, 0), "dilation": (2, 1)}),
     (3, (4, 4, 4), {"kernel_size": 2}),
     (3, (5, 6, 7), {"kernel_size": (3, 2, 3), "stride": (2, 2, 1), "padding": 1, "ceil_mode": True}),
+    # SegNet's 2x2 past odd edges (a last window row and column half outside), and in 3-D
+    (2, (7, 9), {"kernel_size": 2, "ceil_mode": True}),
+    (3, (3, 5, 6), {"kernel_size": (1, 2, 2), "ceil_mode": True}),
 ]
 IDS = [f"{k}d-{'x'.join(map(str, size))}-{i}" for i, (k, size, _) in enumerate(GEOMETRIES)]
 BACKENDS = {"native": contextlib.nullcontext, "xla": lambda: ju.backends.use("xla")}
