@@ -135,25 +135,17 @@ std::optional<CannLibrary> Open(const std::string& dir, const Provider& provider
   // torch_npu's, may be loaded). Dependencies first, so that the opapi library's
   // DT_NEEDED entries match the already loaded ones. A file that is already loaded (by
   // the PJRT plugin, say) is not loaded again: dlopen returns the loaded object.
-  void* acl = dlopen(path(kAscendcl).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (acl == nullptr) {
-    *why = DlError();
-    return std::nullopt;
-  }
-  void* nnop = dlopen(path(kNnopbase).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (nnop == nullptr) {
-    *why = DlError();
-    return std::nullopt;
-  }
-  std::vector<void*> ops;
-  for (const std::string& name : provider.libraries) {
+  const auto open = [&](const std::string& name) {
     void* h = dlopen(path(name).c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      *why = DlError();
-      return std::nullopt;
-    }
-    ops.push_back(h);
-  }
+    if (h == nullptr && why->empty()) *why = DlError();
+    return h;
+  };
+  why->clear();
+  void* acl = open(kAscendcl);
+  void* nnop = acl ? open(kNnopbase) : nullptr;
+  std::vector<void*> ops;
+  for (const std::string& name : provider.libraries) ops.push_back(nnop ? open(name) : nullptr);
+  if (!why->empty()) return std::nullopt;
   // Optional: a CANN without it still serves everything but the device unpools. Never
   // from another install: from the directory the provider was loaded from.
   std::vector<void*> math_ops = ops;
@@ -169,20 +161,21 @@ std::optional<CannLibrary> Open(const std::string& dir, const Provider& provider
   auto need = [&](void* handle, const char* name, auto* fn) {
     if (!Resolve(handle, name, fn)) missing.push_back(name);
   };
-  auto find_aclnn = [&](const char* name, auto* fn) {
-    for (void* h : ops) {
-      if (Resolve(h, name, fn)) return true;
+  std::vector<void*> op_symbols;  // the aclnn ops found, whose files opapi_path names
+  auto find_in = [&](const std::vector<void*>& handles, const char* name, auto* fn) {
+    for (void* h : handles) {
+      if (Resolve(h, name, fn)) {
+        op_symbols.push_back(reinterpret_cast<void*>(*fn));
+        return true;
+      }
     }
     return false;
   };
+  auto find_aclnn = [&](const char* name, auto* fn) { return find_in(ops, name, fn); };
   auto need_aclnn = [&](const char* name, auto* fn) {
     if (!find_aclnn(name, fn)) missing.push_back(name);
   };
-  auto find_math = [&](const char* name, auto* fn) {
-    for (void* h : math_ops) {
-      if (Resolve(h, name, fn)) return;
-    }
-  };
+  auto find_math = [&](const char* name, auto* fn) { find_in(math_ops, name, fn); };
   need(nnop, "aclCreateTensor", &lib.create_tensor);
   need(nnop, "aclDestroyTensor", &lib.destroy_tensor);
   need(nnop, "aclCreateIntArray", &lib.create_int_array);
@@ -233,25 +226,7 @@ std::optional<CannLibrary> Open(const std::string& dir, const Provider& provider
   lib.ascendcl_path = FileOf(reinterpret_cast<void*>(lib.get_recent_err_msg));
   lib.nnopbase_path = FileOf(reinterpret_cast<void*>(lib.create_tensor));
   std::vector<std::string> opapi_files;
-  for (void* fn : {reinterpret_cast<void*>(lib.max_unpool2d_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool2d),
-                   reinterpret_cast<void*>(lib.max_unpool2d_backward_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool2d_backward),
-                   reinterpret_cast<void*>(lib.max_unpool3d_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool3d),
-                   reinterpret_cast<void*>(lib.max_unpool3d_backward_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_unpool3d_backward),
-                   reinterpret_cast<void*>(lib.max_pool2d_with_indices_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_pool2d_with_indices),
-                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax_get_workspace_size),
-                   reinterpret_cast<void*>(lib.max_pool3d_with_argmax),
-                   reinterpret_cast<void*>(lib.clamp_get_workspace_size),
-                   reinterpret_cast<void*>(lib.clamp),
-                   reinterpret_cast<void*>(lib.reduce_max_get_workspace_size),
-                   reinterpret_cast<void*>(lib.reduce_max),
-                   reinterpret_cast<void*>(lib.reduce_min_get_workspace_size),
-                   reinterpret_cast<void*>(lib.reduce_min)}) {
-    if (fn == nullptr) continue;  // an optional symbol this CANN lacks
+  for (void* fn : op_symbols) {
     std::string file = FileOf(fn);
     bool seen = false;
     for (const std::string& f : opapi_files) seen = seen || f == file;

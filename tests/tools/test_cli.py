@@ -423,9 +423,12 @@ def test_a_closed_standard_output_is_no_error(tmp_path):
 
 
 def test_ctrl_c_ends_the_demo_in_one_line_without_its_file(tmp_path):
+    # SIGINT as a terminal's shell leaves it for a command: a run started in the background
+    # of a non-interactive shell ignores it, and a child inherits that.
     child = subprocess.Popen([sys.executable, "-m", "jax_unpool", "demo", "--out", "p.png"],
                              cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert child.stdout.readline().startswith("optimiser: ")  # training starts next
         assert (tmp_path / "p.png").exists()  # tried before the work

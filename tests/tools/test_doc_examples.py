@@ -5,6 +5,8 @@ says how pages mark that)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import doc_examples
 import pytest
 from torch_oracle import needs_torch
@@ -16,8 +18,14 @@ WITH_EXAMPLES = [page for page in PAGES if page.blocks]
 
 
 def _needs(page) -> list:
-    """A page that ports a PyTorch model (docs/porting.md) runs where torch is installed."""
-    return [needs_torch] if any("import torch" in b.code for b in page.blocks) else []
+    """A page that ports a PyTorch model (docs/porting.md) runs where torch is installed;
+    one that converts to ONNX (docs/deploy.md), where the onnx extra is."""
+    code = "\n".join(b.code for b in page.blocks)
+    marks = [needs_torch] if "import torch" in code else []
+    if "import onnxruntime" in code:
+        marks.append(pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None,
+                                        reason="pip install '.[onnx]'"))
+    return marks
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=_needs(p), id=p.name)
