@@ -17,6 +17,10 @@
 #include "cpu/handlers.h"
 #include "cpu/index_range.h"
 #include "cpu/simd.h"
+
+#if JAX_UNPOOL_HAVE_AVX2
+#include <immintrin.h>
+#endif
 #include "cpu/window_rows.h"
 
 namespace jax_unpool {
@@ -78,11 +82,46 @@ __attribute__((target("avx2"))) void SelectRow2x2Avx2(const uint8_t* off, const 
 }
 #endif
 
-template <typename V>
-void SelectRow2x2AnyCpu(const uint8_t* off, const V* top, const V* bottom, V* out,
-                        int64_t windows) {
 #if JAX_UNPOOL_HAVE_AVX2
-  if (CpuHasAvx2()) return SelectRow2x2Avx2(off, top, bottom, out, windows);
+// The same for 4-byte values where vector gathers are fast (UseVectorGathers): each
+// offset becomes its tap's place in the two rows (2 * ow + t % 2, plus W below) and one
+// vpgatherdd loads 8 windows' values -- one load per window, where the select loads all
+// four taps and deinterleaves them, which bounded it once the rows were in cache
+// (docs/performance.md, "Measured choices"). Returns the windows done, a multiple of 8.
+__attribute__((target("avx2"))) inline int64_t GatherRow2x2Avx2(const uint8_t* off,
+                                                                const uint32_t* top, int64_t W,
+                                                                uint32_t* out, int64_t windows) {
+  const __m256i one = _mm256_set1_epi32(1), below = _mm256_set1_epi32(static_cast<int32_t>(W));
+  const __m256i sixteen = _mm256_set1_epi32(16);
+  __m256i left = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);  // 2 * ow, lane by lane
+  int64_t ow = 0;
+  for (; ow + 8 <= windows; ow += 8, left = _mm256_add_epi32(left, sixteen)) {
+    const __m256i t = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(off + ow)));
+    const __m256i at = _mm256_add_epi32(_mm256_add_epi32(left, _mm256_and_si256(t, one)),
+                                        _mm256_and_si256(_mm256_cmpgt_epi32(t, one), below));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ow),
+                        _mm256_i32gather_epi32(reinterpret_cast<const int*>(top), at, 4));
+  }
+  return ow;
+}
+#endif
+
+// `top` and `bottom` = top + W: the window row's two input rows.
+template <typename V>
+void SelectRow2x2AnyCpu(const uint8_t* off, const V* top, int64_t W, V* out, int64_t windows) {
+  const V* bottom = top + W;
+#if JAX_UNPOOL_HAVE_AVX2
+  if (CpuHasAvx2()) {
+    int64_t done = 0;
+    if constexpr (sizeof(V) == 4) {
+      if (UseVectorGathers() && W < (int64_t{1} << 29))
+        done = GatherRow2x2Avx2(off, reinterpret_cast<const uint32_t*>(top), W,
+                                reinterpret_cast<uint32_t*>(out), windows);
+    }
+    return SelectRow2x2Avx2(off + done, top + 2 * done, bottom + 2 * done, out + done,
+                            windows - done);
+  }
 #endif
   SelectRow2x2(off, top, bottom, out, windows);
 }
@@ -132,21 +171,23 @@ BadIndex SelectPlanes(const Geometry& p, const V* grad, const uint8_t* offsets, 
   const int64_t D = p.in[0], H = p.in[1], W = p.in[2], Ho = p.out[1], Wo = p.out[2];
   const int64_t kd = p.kernel[0], kh = p.kernel[1], kw = p.kernel[2];
   const int64_t full = std::min(Wo, W / kw);  // windows inside the input along W
+  const bool inside = EveryWindowInside(p);
   WindowRows<int64_t> rows(p);
   for (int64_t c = c0; c < c1; ++c) {
     const V* src = grad + u.out_offset(n, c, 0);
     const uint8_t* off = offsets + u.in_offset(n, c, 0);
     V* dst = out + u.in_offset(n, c, 0);
+    const bool valid = inside && LargestOffset(off, p.out_plane()) < rows.taps();
     for (int64_t od = 0; od < p.out[0]; ++od) {
       for (int64_t oh = 0; oh < Ho; ++oh) {
         const int64_t r = (od * Ho + oh) * Wo;
-        const int64_t bad = FirstUnnamedInRow(p, rows, off + r, od, oh, full);
+        const int64_t bad = valid ? -1 : FirstUnnamedInRow(p, rows, off + r, od, oh, full);
         if (bad >= 0) return BadOffsetAt(p, u.in_offset(n, c, r + bad), off[r + bad]);
         PrefetchTapRows(p, src, od, oh + 2);
         const bool two_by_two = kd == 1 && kh == 2 && kw == 2 && oh * 2 + 1 < H;
         if (two_by_two) {
           const V* top = src + (od * H + oh * 2) * W;
-          SelectRow2x2AnyCpu(off + r, top, top + W, dst + r, full);
+          SelectRow2x2AnyCpu(off + r, top, W, dst + r, full);
         }
         bool first = true;
         for (int64_t jd = 0; jd < kd && od * kd + jd < D; ++jd) {

@@ -43,6 +43,40 @@ void TileRow(const uint8_t* __restrict off, const V* __restrict x, V* __restrict
   }
 }
 
+// SegNet's 2x2 windows, both output rows in one pass (top's taps are 0 and 1, bottom's 2
+// and 3): one read of the offsets and of x per window, where a pass per row read them
+// twice.
+template <typename V>
+__attribute__((always_inline)) inline void TileRow2x2(const uint8_t* __restrict off,
+                                                      const V* __restrict x,
+                                                      V* __restrict top, V* __restrict bottom,
+                                                      int64_t windows) {
+  for (int64_t ow = 0; ow < windows; ++ow) {
+    const unsigned t = off[ow];
+    const V v = x[ow];
+    top[2 * ow] = v & MaskOf<V>(t == 0);
+    top[2 * ow + 1] = v & MaskOf<V>(t == 1);
+    bottom[2 * ow] = v & MaskOf<V>(t == 2);
+    bottom[2 * ow + 1] = v & MaskOf<V>(t == 3);
+  }
+}
+
+#if JAX_UNPOOL_HAVE_AVX2
+template <typename V>
+__attribute__((target("avx2"))) void TileRow2x2Avx2(const uint8_t* off, const V* x, V* top,
+                                                    V* bottom, int64_t windows) {
+  TileRow2x2(off, x, top, bottom, windows);
+}
+#endif
+
+template <typename V>
+void TileRow2x2AnyCpu(const uint8_t* off, const V* x, V* top, V* bottom, int64_t windows) {
+#if JAX_UNPOOL_HAVE_AVX2
+  if (CpuHasAvx2()) return TileRow2x2Avx2(off, x, top, bottom, windows);
+#endif
+  TileRow2x2(off, x, top, bottom, windows);
+}
+
 template <typename V>
 void TileRowAnyWidth(const uint8_t* off, const V* x, V* out, int tap, int64_t kw,
                      int64_t windows) {
@@ -68,21 +102,28 @@ BadIndex TilePlanes(const Geometry& p, const V* x, const uint8_t* offsets, V* ou
   const int64_t full = std::min(Wo, W / kw);  // windows inside the input along W
   const int64_t Dc = std::min(D, p.out[0] * kd), Hc = std::min(H, Ho * kh),
                 Wc = std::min(W, Wo * kw);  // what the windows cover
+  const bool inside = EveryWindowInside(p);
   WindowRows<int64_t> rows(p);
   for (int64_t c = c0; c < c1; ++c) {
     const V* src = x + u.in_offset(n, c, 0);
     const uint8_t* off = offsets + u.in_offset(n, c, 0);
     V* dst = out + u.out_offset(n, c, 0);
+    const bool valid = inside && LargestOffset(off, p.out_plane()) < rows.taps();
     for (int64_t od = 0; od < p.out[0]; ++od) {
       for (int64_t oh = 0; oh < Ho; ++oh) {
         const int64_t r = (od * Ho + oh) * Wo;
-        const int64_t bad = FirstUnnamedInRow(p, rows, off + r, od, oh, full);
+        const int64_t bad = valid ? -1 : FirstUnnamedInRow(p, rows, off + r, od, oh, full);
         if (bad >= 0) return BadOffsetAt(p, u.in_offset(n, c, r + bad), off[r + bad]);
+        const bool two_by_two = kd == 1 && kh == 2 && kw == 2 && oh * 2 + 1 < H;
+        if (two_by_two) {
+          V* top = dst + (od * H + oh * 2) * W;
+          TileRow2x2AnyCpu(off + r, src + r, top, top + W, full);
+        }
         for (int64_t jd = 0; jd < kd && od * kd + jd < D; ++jd) {
           for (int64_t jh = 0; jh < kh && oh * kh + jh < H; ++jh) {
             V* row = dst + ((od * kd + jd) * H + oh * kh + jh) * W;
             const int tap = static_cast<int>((jd * kh + jh) * kw);
-            TileRowAnyWidth(off + r, src + r, row, tap, kw, full);
+            if (!two_by_two) TileRowAnyWidth(off + r, src + r, row, tap, kw, full);
             for (int64_t ow = full; ow < Wo; ++ow)  // ceil_mode: a window past the input
               for (int64_t jw = 0; ow * kw + jw < W; ++jw)
                 row[ow * kw + jw] = src[r + ow] & MaskOf<V>(off[r + ow] == tap + jw);

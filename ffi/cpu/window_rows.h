@@ -170,6 +170,15 @@ inline int64_t FirstUnnamedInRow(const Geometry& p, WindowRows<int64_t>& rows,
   return -1;
 }
 
+// Whether a tiling pool's planes hold only windows inside the input (no ceil_mode window
+// past it): there, a plane's offsets are valid iff the largest is below the tap count, one
+// vectorised pass per plane where FirstUnnamedInRow makes one per row.
+inline bool EveryWindowInside(const Geometry& p) {
+  for (int a = 0; a < 3; ++a)
+    if (p.out[a] * p.kernel[a] > p.in[a]) return false;
+  return true;
+}
+
 // A whole unpool handler call on window offsets: checked (CheckWindowUnpoolCall), then
 // span(pool, values, offsets, out, n, c0, c1) -> BadIndex over every (image, channel
 // range) span of every chunk of planes, with typed values; the first bad element in
