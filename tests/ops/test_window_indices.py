@@ -39,6 +39,7 @@ GEOMETRIES = [
     (3, (5, 6, 7), {"kernel_size": (3, 2, 3), "stride": (2, 2, 1), "padding": 1, "ceil_mode": True}),
     # SegNet's 2x2 past odd edges (a last window row and column half outside), and in 3-D
     (2, (7, 9), {"kernel_size": 2, "ceil_mode": True}),
+    (2, (4, 37), {"kernel_size": 2, "ceil_mode": True}),  # rows of 18 full windows: vectors
     (3, (3, 5, 6), {"kernel_size": (1, 2, 2), "ceil_mode": True}),
 ]
 IDS = [f"{k}d-{'x'.join(map(str, size))}-{i}" for i, (k, size, _) in enumerate(GEOMETRIES)]
