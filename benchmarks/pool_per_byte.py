@@ -7,7 +7,8 @@ item 10).
 jax_unpool rather than the installed one.)
 
 Pools float32 inputs of about 51 MB (2-D NCHW (16, 256, 56, 56), and the same number of
-elements in every other rank and layout) by 2 per axis, stride 2, with int32 indices, and
+elements in every other rank and layout, and in two channels-first cases whose planes
+have the other rank's width) by 2 per axis, stride 2, with int32 indices, and
 divides each call's time by the bytes it moves (x, values and indices). Each round takes
 every case in turn (the median of --calls calls each), so that load from elsewhere on the
 machine hits them alike; printed: each case's fastest round, and its ratio per byte to
@@ -39,6 +40,10 @@ CASES = (
     ("1-D NWC", "NWC", (16, 3136, 256)),
     ("3-D NDHWC", "NDHWC", (16, 16, 28, 28, 64)),
     ("3-D NCDHW", "NCDHW", (16, 64, 16, 28, 28)),
+    # Channels first, the rank or the plane's width: 3-D NCDHW's planes are 28 wide, 2-D
+    # NCHW's 56 (issue 47). Each with the other's width:
+    ("2-D NCHW, 28 wide", "NCHW", (16, 1024, 28, 28)),
+    ("3-D NCDHW, 56 wide", "NCDHW", (16, 16, 16, 56, 56)),
 )
 PINNED = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_per_byte.py"
-CASES = ["2-D NCHW", "2-D NHWC", "1-D NCW", "1-D NWC", "3-D NDHWC", "3-D NCDHW"]
+CASES = ["2-D NCHW", "2-D NHWC", "1-D NCW", "1-D NWC", "3-D NDHWC", "3-D NCDHW",
+         "2-D NCHW, 28 wide", "3-D NCDHW, 56 wide"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
