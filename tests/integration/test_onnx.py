@@ -28,6 +28,10 @@ pytest.importorskip("jax2onnx", reason="ONNX export needs the onnx extra: pip in
 ort = pytest.importorskip("onnxruntime", reason="pip install '.[onnx]'")
 onnx = pytest.importorskip("onnx", reason="pip install '.[onnx]'")
 
+# Two minutes of conversions on two cores, for an extra the everyday suite does not install:
+# with the heavy suites (`pip install '.[test,onnx]' && pytest -m slow`, and CI's --all).
+pytestmark = pytest.mark.slow
+
 from jax2onnx import to_onnx
 from onnx import TensorProto, helper
 
