@@ -17,11 +17,11 @@
 #include "cpu/handlers.h"
 #include "cpu/index_range.h"
 #include "cpu/simd.h"
+#include "cpu/window_rows.h"
 
 #if JAX_UNPOOL_HAVE_AVX2
 #include <immintrin.h>
 #endif
-#include "cpu/window_rows.h"
 
 namespace jax_unpool {
 namespace {
@@ -80,9 +80,7 @@ __attribute__((target("avx2"))) void SelectRow2x2Avx2(const uint8_t* off, const 
                                                       int64_t windows) {
   SelectRow2x2(off, top, bottom, out, windows);
 }
-#endif
 
-#if JAX_UNPOOL_HAVE_AVX2
 // The same for 4-byte values where vector gathers are fast (UseVectorGathers): each
 // offset becomes its tap's place in the two rows (2 * ow + t % 2, plus W below) and one
 // vpgatherdd loads 8 windows' values -- one load per window, where the select loads all
@@ -171,7 +169,7 @@ BadIndex SelectPlanes(const Geometry& p, const V* grad, const uint8_t* offsets, 
   const int64_t D = p.in[0], H = p.in[1], W = p.in[2], Ho = p.out[1], Wo = p.out[2];
   const int64_t kd = p.kernel[0], kh = p.kernel[1], kw = p.kernel[2];
   const int64_t full = std::min(Wo, W / kw);  // windows inside the input along W
-  const bool inside = EveryWindowInside(p);
+  const bool inside = EveryWindowInside(p), pairs = kd == 1 && kh == 2 && kw == 2;
   WindowRows<int64_t> rows(p);
   for (int64_t c = c0; c < c1; ++c) {
     const V* src = grad + u.out_offset(n, c, 0);
@@ -184,21 +182,16 @@ BadIndex SelectPlanes(const Geometry& p, const V* grad, const uint8_t* offsets, 
         const int64_t bad = valid ? -1 : FirstUnnamedInRow(p, rows, off + r, od, oh, full);
         if (bad >= 0) return BadOffsetAt(p, u.in_offset(n, c, r + bad), off[r + bad]);
         PrefetchTapRows(p, src, od, oh + 2);
-        const bool two_by_two = kd == 1 && kh == 2 && kw == 2 && oh * 2 + 1 < H;
-        if (two_by_two) {
-          const V* top = src + (od * H + oh * 2) * W;
-          SelectRow2x2AnyCpu(off + r, top, W, dst + r, full);
-        }
+        const bool two_by_two = pairs && oh * 2 + 1 < H;  // then both tap rows at once
+        if (two_by_two) SelectRow2x2AnyCpu(off + r, src + (od * H + oh * 2) * W, W, dst + r, full);
         bool first = true;
         for (int64_t jd = 0; jd < kd && od * kd + jd < D; ++jd) {
           for (int64_t jh = 0; jh < kh && oh * kh + jh < H; ++jh, first = false) {
             const V* row = src + ((od * kd + jd) * H + oh * kh + jh) * W;
             const int tap = static_cast<int>((jd * kh + jh) * kw);
-            if (two_by_two) {
-              // the full windows are done: only a ceil_mode window past the input below
-            } else if (first) {
+            if (!two_by_two && first) {
               SelectRowAnyWidth<true>(off + r, row, dst + r, tap, kw, full);
-            } else {
+            } else if (!two_by_two) {
               SelectRowAnyWidth<false>(off + r, row, dst + r, tap, kw, full);
             }
             for (int64_t ow = full; ow < Wo; ++ow) {  // ceil_mode: a window past the input

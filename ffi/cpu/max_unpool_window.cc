@@ -102,7 +102,7 @@ BadIndex TilePlanes(const Geometry& p, const V* x, const uint8_t* offsets, V* ou
   const int64_t full = std::min(Wo, W / kw);  // windows inside the input along W
   const int64_t Dc = std::min(D, p.out[0] * kd), Hc = std::min(H, Ho * kh),
                 Wc = std::min(W, Wo * kw);  // what the windows cover
-  const bool inside = EveryWindowInside(p);
+  const bool inside = EveryWindowInside(p), pairs = kd == 1 && kh == 2 && kw == 2;
   WindowRows<int64_t> rows(p);
   for (int64_t c = c0; c < c1; ++c) {
     const V* src = x + u.in_offset(n, c, 0);
@@ -114,7 +114,7 @@ BadIndex TilePlanes(const Geometry& p, const V* x, const uint8_t* offsets, V* ou
         const int64_t r = (od * Ho + oh) * Wo;
         const int64_t bad = valid ? -1 : FirstUnnamedInRow(p, rows, off + r, od, oh, full);
         if (bad >= 0) return BadOffsetAt(p, u.in_offset(n, c, r + bad), off[r + bad]);
-        const bool two_by_two = kd == 1 && kh == 2 && kw == 2 && oh * 2 + 1 < H;
+        const bool two_by_two = pairs && oh * 2 + 1 < H;  // then both output rows at once
         if (two_by_two) {
           V* top = dst + (od * H + oh * 2) * W;
           TileRow2x2AnyCpu(off + r, src + r, top, top + W, full);
