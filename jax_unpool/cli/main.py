@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.metadata
 import os
 import platform
 import re
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from jax_unpool.cli import options
@@ -222,10 +224,35 @@ class _Stdout:
         return getattr(self._stream, name)
 
 
+@contextlib.contextmanager
+def _interruptible():
+    """Ctrl-C as KeyboardInterrupt, never lost: Python prints and drops one raised inside a
+    garbage collector's callback (jax registers one), so a signal landing there comes again."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield  # ignored (a background job), or another handler's to keep
+        return
+
+    def handler(signum, frame):
+        callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+        while frame is not None:
+            if frame.f_code in callbacks:
+                threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+                return
+            frame = frame.f_back
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     stdout = _Stdout(sys.stdout)
     try:
-        with contextlib.redirect_stdout(stdout):
+        with _interruptible(), contextlib.redirect_stdout(stdout):
             try:
                 return _command(sys.argv[1:] if argv is None else list(argv))
             finally:

@@ -441,3 +441,29 @@ def test_ctrl_c_ends_the_demo_in_one_line_without_its_file(tmp_path):
     assert child.returncode == -signal.SIGINT, err
     assert err.strip().splitlines() == ["python -m jax_unpool: interrupted"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_inside_a_garbage_collector_callback_still_interrupts():
+    # Python prints and drops a KeyboardInterrupt raised inside a gc callback (jax registers
+    # one, which CI's Ctrl-C once landed in): the command must still see the interrupt.
+    code = textwrap.dedent("""
+        import gc, os, signal, time
+        from jax_unpool.cli.main import _interruptible
+        def callback(phase, info):
+            if phase == "start":
+                os.kill(os.getpid(), signal.SIGINT)
+                sum(range(1000))  # the handler runs here, inside the callback
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with _interruptible():
+            gc.callbacks.append(callback)
+            try:
+                gc.collect()
+                gc.callbacks.remove(callback)
+                time.sleep(10)
+                print("lost")
+            except KeyboardInterrupt:
+                print("interrupted")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.stdout, done.stderr) == ("interrupted\n", "")
