@@ -237,7 +237,9 @@ def _interruptible():
         callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
         while frame is not None:
             if frame.f_code in callbacks:
-                threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+                again = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+                again.daemon = True  # never holds up the interpreter's exit
+                again.start()
                 return
             frame = frame.f_back
         raise KeyboardInterrupt
