@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The newest patch release of every minor in the window, oldest first, and the Python it
 # runs on: the extension is built against the first one's headers.
 RELEASES = {"0.7.2": "3.11", "0.8.3": "3.11", "0.9.2": "3.11", "0.10.2": "3.11",
-            "0.11.2": "3.12", "0.12.0.1": "3.13"}
+            "0.11.2": "3.12", "0.12.1": "3.13"}
 SUBSET = "jax_window"
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -72,7 +72,7 @@ def test_metadata_states_the_window_without_an_upper_bound():
 
 @pytest.mark.parametrize("version,expected", [
     ("0.6.2", "older"), ("0.7.1", "older"), ("0.7.2", None), ("0.9.0.1", None),
-    ("0.10.2", None), ("0.11.2", None), ("0.12.0.1", None), ("0.12.7", None),
+    ("0.10.2", None), ("0.11.2", None), ("0.12.0.1", None), ("0.12.1", None), ("0.12.7", None),
     ("0.13.0", "newer"), ("0.13.0.dev20270101", "newer"), ("1.0.0", "newer"),
 ])
 def test_older_releases_are_refused_and_newer_ones_warned_about(version, expected):

@@ -5,7 +5,7 @@ interpreter's; each CUDA module imports with every kernel in the registry its ha
 walk; importing one on a machine without a GPU loads no libcuda; the sdist they are built from holds every source; the release
 workflow runs the same command. tests/helpers/release_wheels.py builds them once per hash
 of their inputs (kept in build/wheels); tests/integration/test_jax_window.py installs them
-beside jax 0.7.2 to 0.12.0.1 and runs the `jax_window` subset there."""
+beside jax 0.7.2 to 0.12.1 and runs the `jax_window` subset there."""
 
 from __future__ import annotations
 
