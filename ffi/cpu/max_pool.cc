@@ -155,12 +155,21 @@ class Pool {
   // vectorised loop over its 1 or 2 input rows. So x is read in order, slice after slice,
   // and the run's results (a few KB) stay in cache from the first pass to the second
   // (reading two slices at once was slower: docs/performance.md, "Measured choices").
+  // Rows of fewer than kNarrow windows take PairsThenRows instead.
   // J: the type indices are computed in (see Pairs).
   template <typename J>
   int64_t FastRows(const Raw* src, int64_t od, int64_t oh0, int64_t oh1, Raw* out,
                    I* idx) const {
     if (!Full(1, oh1 - 1)) --oh1;  // only the axis' last window may be partial
     const int64_t W = g_.in[2], Wo = g_.out[2], full = W / 2;  // full windows in a row
+    if (W % 2 == 0 && g_.kernel[1] == 2 && full < kNarrow) {
+      if (g_.kernel[0] == 1) {
+        PairsThenRows<1, J>(src, od, oh0, oh1, out, idx);
+      } else {
+        PairsThenRows<2, J>(src, od, oh0, oh1, out, idx);
+      }
+      return oh1;
+    }
     for (int64_t td = 0; td < g_.kernel[0]; ++td) {
       const int64_t offset = (g_.Tap(0, od, td) * g_.in[1] + g_.Tap(1, oh0, 0)) * W;
       const J tap = static_cast<J>(td * g_.kernel[1] * 2);  // of the slice's first tap
@@ -179,6 +188,95 @@ class Pool {
       }
     }
     return oh1;
+  }
+
+  // Rows of even width: the pairs (2w, 2w + 1) of consecutive input rows lie back to back,
+  // so one vectorised loop per slice takes the better tap of every pair of a block of rows
+  // (no row ends, no remainders per row), and a second loop per output row takes the 2 or 4
+  // pair winners of each window in scan order, with no shuffles. Each pair is a stretch of
+  // its window's scan order, and PyTorch's rule applied to the stretches' winners in order
+  // gives its result over all their taps. kSlices: the window's input slices (1 or 2).
+  template <int kSlices, typename J>
+  void PairsThenRows(const Raw* src, int64_t od, int64_t oh0, int64_t oh1, Raw* out,
+                     I* idx) const {
+    const int64_t H = g_.in[1], W = g_.in[2], Wo = W / 2;
+    const int64_t rows = kStretches / (2 * Wo * kSlices);  // a block (Wo < kNarrow)
+    Raw best[kStretches];  // per slice: the pairs of the block's input rows, row by row
+    J at[kStretches];
+    for (int64_t b0 = oh0; b0 < oh1; b0 += rows) {
+      const int64_t b1 = std::min(oh1, b0 + rows), pairs = 2 * (b1 - b0) * Wo;
+      for (int s = 0; s < kSlices; ++s) {
+        const int64_t offset = (g_.Tap(0, od, s) * H + 2 * b0) * W;
+        const Raw* in = src + offset;
+        // An offset counts the pair's tap (0 or 1): its row and slice are added below.
+        const J first = kTaps ? J{0} : static_cast<J>(offset);
+        Raw* __restrict b = best + s * pairs;
+        J* __restrict a = at + s * pairs;
+        InBlocks(pairs, [&](int64_t p0, int64_t p1) {
+          PairWinners(order_, in, first, p0, p1, b, a);
+        });
+      }
+      for (int64_t j = 0; j < b1 - b0; ++j) {
+        const int64_t o = (b0 - oh0 + j) * Wo;
+        InBlocks(Wo, [&](int64_t w0, int64_t w1) {
+          RowWinners<kSlices>(order_, best + 2 * j * Wo, at + 2 * j * Wo, Wo, pairs, w0, w1,
+                              out + o, idx + o);
+        });
+      }
+    }
+  }
+
+  // b[p], a[p]: the better of in[2p] and in[2p + 1] by PyTorch's rule, and its position
+  // (first + 2p or first + 2p + 1), for p in [p0, p1).
+  template <typename J>
+  __attribute__((always_inline)) static void PairWinners(const Order order,
+                                                         const Raw* __restrict in, J first,
+                                                         int64_t p0, int64_t p1,
+                                                         Raw* __restrict b, J* __restrict a) {
+    constexpr J step = kTaps ? 0 : 2;
+    J i = static_cast<J>(first + step * p0);
+#if defined(__clang__)
+#pragma clang loop vectorize_width(16 / sizeof(Raw))
+#endif
+    for (int64_t p = p0; p < p1; ++p, i += step) {
+      const Raw v0 = in[2 * p], v1 = in[2 * p + 1];
+      const bool take = Replaces(order.Decode(v1), order.Decode(v0));
+      b[p] = take ? v1 : v0;
+      a[p] = static_cast<J>(i + J(take));
+    }
+  }
+
+  // Outputs [w0, w1) of one output row from its pair winners: row th of slice s at
+  // b + s * pairs + th * Wo, in scan order (s, th). Offsets add the pair's tap number
+  // (s * 2 + th) * 2 to the tap inside it.
+  template <int kSlices, typename J>
+  __attribute__((always_inline)) static void RowWinners(const Order order,
+                                                        const Raw* __restrict b,
+                                                        const J* __restrict a, int64_t Wo,
+                                                        int64_t pairs, int64_t w0, int64_t w1,
+                                                        Raw* __restrict out,
+                                                        I* __restrict idx) {
+#if defined(__clang__)
+#pragma clang loop vectorize_width(16 / sizeof(Raw))
+#endif
+    for (int64_t w = w0; w < w1; ++w) {
+      Raw v = b[w];
+      J i = a[w];
+      const auto tap = [&](int64_t q, J t) {  // a[q] read either way: no branch
+        const Raw u = b[q];
+        const J at_q = static_cast<J>(a[q] + (kTaps ? 2 * t : 0));
+        const bool take = Replaces(order.Decode(u), order.Decode(v));
+        v = take ? u : v;
+        i = take ? at_q : i;
+      };
+      tap(Wo + w, 1);
+      if constexpr (kSlices == 2) {
+        tap(pairs + w, 2);
+        tap(pairs + Wo + w, 3);
+      }
+      out[w] = v;
+      idx[w] = static_cast<I>(i);
+    }
   }
 
   // `rows` full output rows of one input slice, the first row's first input row at flat
@@ -443,6 +541,11 @@ class Pool {
   Raw* values_;
   I* indices_;
   const bool fast_ = TwoByStrideTwo(g_);
+  // Rows of fewer windows than this take PairsThenRows: its loops have fewer ends, and
+  // wider rows take fewer instructions per row (docs/performance.md, "Measured choices").
+  static constexpr int64_t kNarrow = 16;
+  // Pair winners PairsThenRows keeps on the stack, per block of rows (8 to 16 KiB).
+  static constexpr int64_t kStretches = 1024;
   // Every flat position in the plane fits int32 (see Pairs).
   const bool small_plane_ = g_.in_plane() <= std::numeric_limits<int32_t>::max();
 };

@@ -1,7 +1,8 @@
 """The CPU pool's fast path against torch: windows of 2 with stride 2 on every spatial
 axis, no padding or dilation, channels first (ffi/cpu/max_pool.cc: a pass per input slice
 over a run of output rows, each row a vectorised loop in whole 16-byte blocks, the last
-block overlapping the others where the row is not a whole number of them). Every row
+block overlapping the others where the row is not a whole number of them; even rows of
+fewer than 16 windows: each pair's winner over a block of rows, then each window's). Every row
 length around the block of each value size (2 to 16 values), odd sizes under ceil_mode
 (windows half outside, left to the generic code), ties, NaN, signed zeros and -inf, int64
 indices (computed in int32, widened), runs of rows split across XLA's thread pool, and the
@@ -59,9 +60,10 @@ def fast_window(k: int, ceil_mode: bool) -> tuple:
 
 # Per value dtype (block of 16 bytes: 4, 2, 8, 8, 16, 8 values), input widths W whose rows
 # of W // 2 full windows are: shorter than a block, a block less one, a block, one more,
-# and several blocks and a part; odd W adds a window half outside under ceil_mode.
+# and several blocks and a part, and 15 and 16 (even rows of fewer than 16 windows take
+# the pair winners' loops, kNarrow); odd W adds a window half outside under ceil_mode.
 def widths(block: int) -> list[int]:
-    full = sorted({1, block - 1, block, block + 1, 3 * block + 1} - {0})
+    full = sorted({1, block - 1, block, block + 1, 3 * block + 1, 15, 16} - {0})
     return [w for f in full for w in (2 * f, 2 * f + 1)]
 
 
