@@ -542,8 +542,14 @@ class Pool {
   I* indices_;
   const bool fast_ = TwoByStrideTwo(g_);
   // Rows of fewer windows than this take PairsThenRows: its loops have fewer ends, and
-  // wider rows take fewer instructions per row (docs/performance.md, "Measured choices").
+  // wider rows take fewer instructions per row. Under GCC only: clang's code for it (the
+  // wheels') took more instructions than clang's per-row loops (docs/performance.md,
+  // "Measured choices").
+#if defined(__clang__)
+  static constexpr int64_t kNarrow = 0;
+#else
   static constexpr int64_t kNarrow = 16;
+#endif
   // Pair winners PairsThenRows keeps on the stack, per block of rows (8 to 16 KiB).
   static constexpr int64_t kStretches = 1024;
   // Every flat position in the plane fits int32 (see Pairs).
